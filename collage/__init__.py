@@ -1,0 +1,29 @@
+"""collage: measure which backend runs each part of an ONNX model fastest, and ship that plan.
+
+Public API (imported lazily so that loading an artifact does not import the tuner):
+
+    collage.tune(model, ...)      -> a tuned artifact directory (collage.tune)
+    collage.load(path)            -> a runnable artifact (collage.runtime)
+    collage.Graph, collage.Plan
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["Graph", "Plan", "load", "tune", "__version__"]
+
+
+def __getattr__(name: str):
+    if name == "Graph":
+        from collage.graph import Graph
+        return Graph
+    if name == "Plan":
+        from collage.plan import Plan
+        return Plan
+    if name == "load":
+        from collage.runtime import load
+        return load
+    if name == "tune":
+        from collage.tune import tune
+        return tune
+    raise AttributeError(f"module 'collage' has no attribute {name!r}")

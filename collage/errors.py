@@ -1,0 +1,35 @@
+"""The one exception hierarchy of collage.
+
+Every error a user can cause (a bad model, an unsupported op, a corrupted artifact) is a
+``CollageError`` whose message names the file, node or tensor at fault and says what to do.
+The CLI prints the message on one line and exits with code 2; no traceback.
+"""
+from __future__ import annotations
+
+
+class CollageError(Exception):
+    """Base of every error collage raises on purpose."""
+
+
+class ModelError(CollageError):
+    """The input model cannot be read, checked or given static shapes."""
+
+
+class UnsupportedError(CollageError):
+    """A backend cannot take a node or subgraph (names the op and the node)."""
+
+
+class CompileError(CollageError):
+    """A backend failed to compile a subgraph it claimed to support."""
+
+
+class MeasurementError(CollageError):
+    """A measurement failed: the worker crashed, hung or raised."""
+
+
+class ArtifactError(CollageError):
+    """An artifact is missing, corrupted or from an incompatible version (names the file)."""
+
+
+class BackendUnavailable(CollageError):
+    """A backend's runtime is not installed or cannot run on this machine."""
