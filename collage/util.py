@@ -55,3 +55,21 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GB"
+
+
+def markdown_table(rows: list[dict], columns: list[str] | None = None) -> str:
+    """A GitHub Markdown table of dict rows (missing cells blank, floats to 3 decimals)."""
+    if not rows:
+        return "(no rows)\n"
+    cols = columns or list(dict.fromkeys(k for r in rows for k in r))
+
+    def cell(v: object) -> str:
+        if v is None:
+            return ""
+        if isinstance(v, float):
+            return f"{v:.3f}" if v == v else "nan"
+        return str(v).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in cols) + " |" for r in rows]
+    return "\n".join(lines) + "\n"

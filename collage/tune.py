@@ -1,0 +1,349 @@
+"""The tuning job: graph -> candidates -> measured costs -> DP -> (refine) -> verify -> artifact.
+
+``tune()`` composes the layers; it owns no algorithm of its own beyond the verification rule:
+the stitched plan is measured end to end against every single backend running the whole model,
+interleaved in the same run, and if the plan is not faster than the best single backend, the plan
+becomes that backend ("never worse"). Numerics are checked against the ONNX Runtime fp32 reference;
+a plan that exceeds the tolerance fails naming the partition that diverges.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from collage.errors import CollageError, UnsupportedError
+from collage.graph import Graph, parse_shapes
+from collage.plan import Partition, Plan
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BACKENDS = ("onnxruntime", "openvino")
+#: artifact outputs vs the ORT fp32 whole-model reference
+DEFAULT_TOLERANCE = {"atol": 1e-4, "rtol": 1e-3}
+
+
+@dataclass
+class TuneResult:
+    out_dir: Path
+    plan: Plan
+    plan_ms: float
+    baselines: dict[str, float]
+    report: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def best_single(self) -> tuple[str, float]:
+        name = min(self.baselines, key=self.baselines.__getitem__)
+        return name, self.baselines[name]
+
+
+def parse_budget(text: str | None) -> float | None:
+    """'90s', '10m', '1h', '300' -> seconds; None/'' -> None."""
+    if not text:
+        return None
+    text = text.strip().lower()
+    scale = {"s": 1, "m": 60, "h": 3600}.get(text[-1])
+    try:
+        return float(text[:-1]) * scale if scale else float(text)
+    except ValueError:
+        raise CollageError(f"bad budget {text!r}: use e.g. 90s, 10m or 1h") from None
+
+
+def _say(progress: bool, msg: str, *args: object) -> None:
+    log.info(msg, *args)
+    if progress:
+        print("collage: " + (msg % args if args else msg), file=sys.stderr, flush=True)
+
+
+def load_model_graph(model: str | Path | Any, shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """A path, 'zoo:NAME' or ModelProto -> validated Graph."""
+    if isinstance(model, (str, Path)):
+        from collage import zoo
+        model = zoo.resolve(str(model))
+    graph = Graph.load(model, shapes=shapes)
+    graph.validate()
+    return graph
+
+
+def resolve_backends(names: Sequence[str], target: str = "cpu") -> list:
+    from collage.backends import get_backend
+
+    backends = []
+    for name in names:
+        b = get_backend(name)
+        reason = b.available()
+        if reason:
+            raise CollageError(f"backend {name!r} is not available: {reason}")
+        if b.device != target:
+            raise CollageError(f"backend {name!r} runs on {b.device!r}, not on target {target!r}")
+        backends.append(b)
+    return backends
+
+
+def median_ms(fn: Callable[[], object], *, min_runs: int = 5, min_time_s: float = 0.2) -> float:
+    """Median wall time of fn() in ms over at least min_runs calls and min_time_s seconds."""
+    samples: list[float] = []
+    start = time.perf_counter()
+    while len(samples) < min_runs or time.perf_counter() - start < min_time_s:
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e3)
+        if len(samples) >= 10_000:
+            break
+    return statistics.median(samples)
+
+
+def measure_interleaved(runners: Mapping[str, Callable[[], object]], *, rounds: int = 7,
+                        min_time_s: float = 0.15) -> dict[str, float]:
+    """Median ms of each runner, measured in interleaved rounds so that drift hits all alike."""
+    for fn in runners.values():  # warm-up
+        fn()
+        fn()
+    per: dict[str, list[float]] = {k: [] for k in runners}
+    for _ in range(rounds):
+        for k, fn in runners.items():
+            per[k].append(median_ms(fn, min_runs=3, min_time_s=min_time_s))
+    return {k: statistics.median(v) for k, v in per.items()}
+
+
+def _reference_outputs(graph: Graph, feeds: Mapping[str, np.ndarray], extra: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """ONNX Runtime fp32 run of the whole model (optionally exposing intermediate tensors)."""
+    from collage.backends import get_backend
+
+    model = graph.with_outputs(list(extra)) if extra else graph.model
+    compiled = get_backend("onnxruntime").compile(model)
+    return {k: np.array(v, copy=True) for k, v in compiled.run(dict(feeds)).items()}
+
+
+def check_numerics(graph: Graph, plan: Plan, artifact, feeds: Mapping[str, np.ndarray],
+                   tolerance: Mapping[str, float]) -> dict[str, Any]:
+    """Artifact outputs vs the ORT reference; on failure name the first partition that diverges."""
+    ref = _reference_outputs(graph, feeds)
+    got = artifact.run(dict(feeds))
+    per_output = {}
+    worst = 0.0
+    bad = []
+    for name, r in ref.items():
+        g = np.asarray(got[name])
+        err = float(np.max(np.abs(g.astype(np.float64) - r.astype(np.float64)))) if r.size else 0.0
+        per_output[name] = err
+        worst = max(worst, err)
+        finite = np.all(np.isfinite(g)) if g.dtype.kind == "f" else True
+        if not finite or not np.allclose(g, r, atol=tolerance["atol"], rtol=tolerance["rtol"]):
+            bad.append(name)
+    result = {"max_abs_err": worst, "tolerance": dict(tolerance), "per_output": per_output, "ok": not bad}
+    if bad:
+        culprit = _diverging_partition(graph, plan, feeds, tolerance)
+        raise CollageError(
+            f"plan output(s) {bad} differ from the ONNX Runtime reference (max abs err {worst:.3g}, "
+            f"tolerance atol={tolerance['atol']} rtol={tolerance['rtol']}); {culprit}")
+    return result
+
+
+def _diverging_partition(graph: Graph, plan: Plan, feeds, tolerance) -> str:
+    from collage.backends import get_backend
+
+    needed = sorted({t for p in plan.partitions for t in graph.boundary(p.nodes)[0] + graph.boundary(p.nodes)[1]}
+                    - set(graph.inputs))
+    ref = _reference_outputs(graph, feeds, needed)
+    ref.update(feeds)
+    for k, p in enumerate(plan.partitions):
+        ins, outs = graph.boundary(p.nodes)
+        out = get_backend(p.backend).compile(graph.extract(p.nodes)).run({t: ref[t] for t in ins})
+        for t in outs:
+            if not np.allclose(out[t], ref[t], atol=tolerance["atol"], rtol=tolerance["rtol"]):
+                err = float(np.max(np.abs(out[t].astype(np.float64) - ref[t])))
+                return (f"partition {k} on {p.backend} (nodes {graph.node_label(p.nodes[0])} .. "
+                        f"{graph.node_label(p.nodes[-1])}) diverges first: tensor {t!r} max abs err {err:.3g}")
+    return "no single partition diverges on its own (the error accumulates across partitions)"
+
+
+def _fill_boundaries(graph: Graph, plan: Plan) -> Plan:
+    parts = []
+    for p in plan.partitions:
+        ins, outs = graph.boundary(p.nodes)
+        parts.append(Partition(p.nodes, p.backend, p.cost_ms, p.runner_up, tuple(ins), tuple(outs),
+                               p.fingerprint or graph.fingerprint(p.nodes)))
+    return Plan(parts, plan.predicted_ms, list(plan.notes))
+
+
+def tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
+         backends: Sequence[str] = DEFAULT_BACKENDS, budget_s: float | None = None, db: Any = None,
+         refine_trials: int = 0, shapes: Mapping[str, Sequence[int]] | None = None, limits: Any = None,
+         archive: bool = False, tolerance: Mapping[str, float] | None = None, seed: int = 0,
+         progress: bool = True) -> TuneResult:
+    """Tune ``model`` for ``target`` over ``backends`` and write the artifact to ``out_dir``."""
+    from collage import zoo
+    from collage.artifact import export
+    from collage.cost_models.db import get_db
+    from collage.cost_models.measure import measure_candidates
+    from collage.cost_models.transitions import transition_model
+    from collage.runtime import load as load_artifact
+    from collage.search.candidates import Candidate, candidate_counts, enumerate_candidates
+    from collage.search.dp import search
+
+    t_start = time.monotonic()
+    tolerance = dict(tolerance or DEFAULT_TOLERANCE)
+    out_dir = Path(out_dir)
+    graph = load_model_graph(model, shapes)
+    _say(progress, "%s: %d nodes", graph.name, len(graph))
+    bks = resolve_backends(list(backends), target)
+    names = [b.name for b in bks]
+    cost_db = get_db(db)
+
+    # 1. what each backend takes
+    supports = {b.name: b.supports_all(graph) for b in bks}
+    orphans = [i for i in range(len(graph)) if not any(supports[n][i] for n in names)]
+    if orphans:
+        labels = ", ".join(graph.node_label(i) for i in orphans[:5])
+        raise UnsupportedError(f"no backend among {names} takes {labels}"
+                               + (f" (and {len(orphans) - 5} more)" if len(orphans) > 5 else "")
+                               + "; add a backend that does (onnxruntime runs every standard op)")
+    # 2. candidates: whole graph and single nodes first, so a budget cut still leaves a cover
+    cands = enumerate_candidates(graph, supports, limits)
+    n = len(graph)
+    cands.sort(key=lambda c: (0 if len(c.nodes) == n else 1 if len(c.nodes) == 1 else 2, len(c.nodes), c.nodes, c.backend))
+    counts = candidate_counts(cands)
+    _say(progress, "candidates: %s", ", ".join(f"{k} {v}" for k, v in counts.items()))
+    # 3. measured costs (cached in the DB)
+    spent = time.monotonic() - t_start
+    measured = measure_candidates(graph, [(c.nodes, c.backend) for c in cands], db=cost_db,
+                                  budget_s=None if budget_s is None else max(1.0, budget_s - spent), progress=progress)
+    costs: dict[Candidate, float] = {}
+    failures = 0
+    for c in cands:
+        cost = measured.get((c.nodes, c.backend))
+        if cost is None:
+            continue
+        if cost.ok:
+            costs[c] = cost.median_ms
+        else:
+            failures += 1
+    transition = transition_model(names, cost_db)
+    # 4. search
+    t0 = time.perf_counter()
+    plan = _fill_boundaries(graph, search(graph, costs, transition))
+    search_s = time.perf_counter() - t0
+    _say(progress, "search: %s in %.2f s", plan.describe(), search_s)
+
+    # 5. verify: stitched plan vs each single backend, interleaved, same run
+    feeds = zoo.random_inputs(graph, seed=seed)
+    work = Path(tempfile.mkdtemp(prefix="collage-tune-"))
+    plan_dir = export(graph, plan, work / "plan", target=target)
+    artifact = load_artifact(plan_dir)
+    singles = {}
+    for b in bks:
+        if all(supports[b.name].values()):
+            singles[b.name] = b.compile(graph.model)
+    runners = {"plan": lambda: artifact.run(feeds)}
+    runners.update({name: (lambda c=c: c.run(feeds)) for name, c in singles.items()})
+    _say(progress, "verifying: plan vs %s, interleaved", ", ".join(singles) or "nothing")
+    timings = measure_interleaved(runners)
+    plan_ms = timings.pop("plan")
+    baselines = timings
+
+    if refine_trials > 0 and len(plan.partitions) > 1:
+        from collage.search.refine import refine
+
+        def evaluate(p: Plan) -> float:
+            p = _fill_boundaries(graph, p)
+            d = export(graph, p, Path(tempfile.mkdtemp(dir=work)) / "p", target=target)
+            a = load_artifact(d)
+            return measure_interleaved({"p": lambda: a.run(feeds)}, rounds=3)["p"]
+
+        storage = getattr(cost_db, "url", None)
+        res = refine(graph, plan, costs, evaluate, storage=storage,
+                     study_name=f"refine-{graph.fingerprint(range(n))}-{'-'.join(names)}", n_trials=refine_trials)
+        if res.plan is not plan and res.measured_ms < plan_ms:
+            plan = _fill_boundaries(graph, res.plan)
+            plan.notes.append(f"refined by {res.trials} measured trials: {plan_ms:.3f} -> {res.measured_ms:.3f} ms")
+            plan_dir = export(graph, plan, work / "refined", target=target)
+            artifact = load_artifact(plan_dir)
+            timings = measure_interleaved({"plan": lambda: artifact.run(feeds),
+                                           **{k: (lambda c=c: c.run(feeds)) for k, c in singles.items()}})
+            plan_ms = timings.pop("plan")
+            baselines = timings
+
+    if baselines:
+        best, best_ms = min(baselines.items(), key=lambda kv: kv[1])
+        single_plan = len(plan.partitions) == 1
+        if not single_plan and plan_ms >= best_ms:
+            note = (f"never worse: the mixed plan measured {plan_ms:.3f} ms end to end, not faster than "
+                    f"{best} alone ({best_ms:.3f} ms); the plan is {best} on the whole model")
+            _say(progress, note)
+            whole = measured.get((tuple(range(n)), best))
+            plan = _fill_boundaries(graph, Plan.single(best, n, whole.median_ms if whole and whole.ok else None))
+            plan.notes.append(note)
+            plan_ms = best_ms
+            artifact = None
+    numerics_artifact = artifact or load_artifact(export(graph, plan, work / "final", target=target))
+    numerics = check_numerics(graph, plan, numerics_artifact, feeds, tolerance)
+
+    report = {
+        "model": graph.name,
+        "source": graph.source,
+        "target": target,
+        "backends": names,
+        "baselines": baselines,
+        "plan_ms": plan_ms,
+        "predicted_ms": plan.predicted_ms,
+        "numerics": numerics,
+        "notes": list(plan.notes),
+        "candidates": counts,
+        "measurements": {"candidates": len(cands), "with_cost": len(costs), "failed": failures,
+                         "distinct_fingerprints": len({graph.fingerprint(c.nodes) for c in cands})},
+        "search_s": search_s,
+        "tune_s": time.monotonic() - t_start,
+    }
+    if hasattr(numerics_artifact, "boundary_overhead"):
+        try:
+            report["boundary_overhead_ms"] = numerics_artifact.boundary_overhead(feeds)
+        except Exception as e:  # report-only figure; never fail a tune for it
+            log.warning("could not measure boundary overhead: %s", e)
+    final = export(graph, plan, out_dir, target=target, report=report, archive=archive)
+    _say(progress, "wrote %s: plan %.3f ms vs %s", final, plan_ms,
+         ", ".join(f"{k} {v:.3f} ms" for k, v in baselines.items()))
+    return TuneResult(Path(final), plan, plan_ms, baselines, report)
+
+
+# ---------------------------------------------------------------------- CLI
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="ONNX file or zoo:NAME")
+    p.add_argument("-o", "--output", required=True, help="artifact directory to write")
+    p.add_argument("--target", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--backends", default=",".join(DEFAULT_BACKENDS), help="comma-separated backend names")
+    p.add_argument("--budget", default=None, help="time limit for measuring candidates, e.g. 10m")
+    p.add_argument("--db", default=None, help="cost database URL (default ~/.cache/collage/costs.sqlite)")
+    p.add_argument("--refine-trials", type=int, default=0, help="measured Optuna trials around the DP plan")
+    p.add_argument("--max-nodes", type=int, default=None, help="largest candidate subgraph, in nodes")
+    p.add_argument("--shape", action="append", default=[], help="fix a symbolic input: NAME=D1,D2,...")
+    p.add_argument("--archive", action="store_true", help="also write OUTPUT.tar.gz")
+    p.add_argument("--atol", type=float, default=DEFAULT_TOLERANCE["atol"])
+    p.add_argument("--rtol", type=float, default=DEFAULT_TOLERANCE["rtol"])
+
+
+def run(args: argparse.Namespace) -> int:
+    limits = None
+    if args.max_nodes:
+        from collage.search.candidates import Limits
+        limits = Limits(max_nodes=args.max_nodes)
+    res = tune(args.model, args.output, target=args.target,
+               backends=[b.strip() for b in args.backends.split(",") if b.strip()],
+               budget_s=parse_budget(args.budget), db=args.db, refine_trials=args.refine_trials,
+               shapes=parse_shapes(args.shape), limits=limits, archive=args.archive,
+               tolerance={"atol": args.atol, "rtol": args.rtol})
+    best, best_ms = res.best_single if res.baselines else ("-", float("nan"))
+    print(f"{res.plan.describe()}")
+    print(f"measured end to end: plan {res.plan_ms:.3f} ms; best single backend {best} {best_ms:.3f} ms "
+          f"({best_ms / res.plan_ms:.2f}x)")
+    print(f"artifact: {res.out_dir}   (collage report {res.out_dir})")
+    return 0

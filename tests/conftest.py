@@ -1,0 +1,19 @@
+"""Shared test setup: every test session gets its own cache directory (zoo models, support tables,
+cost DB), so tests never read what an earlier run or the user left in ~/.cache/collage.
+
+Set COLLAGE_TEST_CACHE to reuse a cache between local runs (the zoo's bert-base takes a while to build).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+_cache = os.environ.get("COLLAGE_TEST_CACHE") or tempfile.mkdtemp(prefix="collage-test-cache-")
+os.environ["COLLAGE_CACHE"] = _cache
+
+
+@pytest.fixture(scope="session")
+def cache_dir() -> str:
+    return _cache
