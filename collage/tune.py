@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 DEFAULT_BACKENDS = ("onnxruntime", "openvino")
 #: artifact outputs vs the ORT fp32 whole-model reference
 DEFAULT_TOLERANCE = {"atol": 1e-4, "rtol": 1e-3}
+#: single backends slower than this factor x the fastest (by their measured whole-model cost) are not
+#: re-run in the interleaved verification
+SLOW_BASELINE_FACTOR = 5.0
 
 
 @dataclass
@@ -240,16 +243,29 @@ def tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
     work = Path(tempfile.mkdtemp(prefix="collage-tune-"))
     plan_dir = export(graph, plan, work / "plan", target=target)
     artifact = load_artifact(plan_dir)
-    singles = {}
+    # A backend whose whole-model cost is already known to be far behind (untuned TVM: 30-600x) is
+    # not re-run in the interleaved rounds; its measured cost from the DB stands as its baseline.
+    whole = {b.name: measured.get((tuple(range(n)), b.name)) for b in bks}
+    whole_ms = {k: c.median_ms for k, c in whole.items() if c is not None and c.ok}
+    fastest_whole = min(whole_ms.values(), default=None)
+    singles, from_db = {}, {}
     for b in bks:
-        if all(supports[b.name].values()):
-            singles[b.name] = b.compile(graph.model)
+        if not all(supports[b.name].values()):
+            continue
+        if fastest_whole is not None and whole_ms.get(b.name, 0.0) > SLOW_BASELINE_FACTOR * fastest_whole:
+            from_db[b.name] = whole_ms[b.name]
+            continue
+        singles[b.name] = b.compile(graph.model)
     runners = {"plan": lambda: artifact.run(feeds)}
     runners.update({name: (lambda c=c: c.run(feeds)) for name, c in singles.items()})
     _say(progress, "verifying: plan vs %s, interleaved", ", ".join(singles) or "nothing")
     timings = measure_interleaved(runners)
     plan_ms = timings.pop("plan")
-    baselines = timings
+    baselines = {**timings, **from_db}
+    if from_db:
+        plan.notes.append("baselines of " + ", ".join(f"{k} ({v:.1f} ms)" for k, v in from_db.items())
+                          + f" are their cost-DB whole-model medians: more than {SLOW_BASELINE_FACTOR}x behind, "
+                          "not re-run interleaved")
 
     if refine_trials > 0 and len(plan.partitions) > 1:
         from collage.search.refine import refine
@@ -271,7 +287,7 @@ def tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
             timings = measure_interleaved({"plan": lambda: artifact.run(feeds),
                                            **{k: (lambda c=c: c.run(feeds)) for k, c in singles.items()}})
             plan_ms = timings.pop("plan")
-            baselines = timings
+            baselines = {**timings, **from_db}
 
     if baselines:
         best, best_ms = min(baselines.items(), key=lambda kv: kv[1])
