@@ -291,8 +291,8 @@ def tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
 
     if baselines:
         best, best_ms = min(baselines.items(), key=lambda kv: kv[1])
-        single_plan = len(plan.partitions) == 1
-        if not single_plan and plan_ms >= best_ms:
+        already_best = len(plan.partitions) == 1 and plan.partitions[0].backend == best
+        if not already_best and plan_ms >= best_ms:
             note = (f"never worse: the mixed plan measured {plan_ms:.3f} ms end to end, not faster than "
                     f"{best} alone ({best_ms:.3f} ms); the plan is {best} on the whole model")
             _say(progress, note)
@@ -325,7 +325,9 @@ def tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
             report["boundary_overhead_ms"] = numerics_artifact.boundary_overhead(feeds)
         except Exception as e:  # report-only figure; never fail a tune for it
             log.warning("could not measure boundary overhead: %s", e)
-    final = export(graph, plan, out_dir, target=target, report=report, archive=archive)
+    # reuse exactly the partitions that were verified (no recompilation)
+    compiled = {p.index: p.compiled for p in numerics_artifact.partitions}
+    final = export(graph, plan, out_dir, target=target, report=report, archive=archive, compiled=compiled)
     _say(progress, "wrote %s: plan %.3f ms vs %s", final, plan_ms,
          ", ".join(f"{k} {v:.3f} ms" for k, v in baselines.items()))
     return TuneResult(Path(final), plan, plan_ms, baselines, report)

@@ -1,0 +1,454 @@
+"""What runs where in a tuned artifact, and why: pandas tables, Markdown, and an HTML page with a
+picture of the graph coloured by backend.
+
+Inputs are the artifact's ``manifest.json`` (partitions, ops, measured costs, runner-ups; see
+``collage.artifact``) and ``report.json``, which the tuner fills with this schema (every key
+optional; the report shows what is there)::
+
+    {
+      "model": "resnet50", "source": "/path/model.onnx", "target": "cpu",
+      "backends": ["onnxruntime", "openvino"],              # backends the tuner considered
+      "baselines": {"onnxruntime": 30.1, "openvino": 29.8},  # whole model on one backend, median ms
+                                                             # (null or {"error": "..."} when it failed)
+      "plan_ms": 27.9,            # measured end-to-end median of the stitched artifact (same run)
+      "predicted_ms": 26.5,       # the search's objective (partition costs + transition costs)
+      "numerics": {"max_abs_err": 3e-6,                      # vs the ONNX Runtime fp32 reference
+                   "tolerance": 1e-3 | {"atol": 1e-4, "rtol": 1e-3},
+                   "ok": true,                               # optional; else max_abs_err <= tolerance
+                   "per_output": {"logits": 3e-6 | {"max_abs_err": 3e-6, ...}}},
+      "boundary_overhead_ms": 0.05 | {<Artifact.boundary_overhead().to_dict()>},
+      "notes": ["never worse: fell back to onnxruntime", ...],
+      "candidates": {"total": 812, "onnxruntime": 406, ...}, # counts by kind, free-form
+      "measurements": {"candidates": 812, "with_cost": 800, "failed": 12, ...},
+      "search_s": 0.4, "tune_s": 512.0
+    }
+
+A partition's "ms" is its measured cost as the search used it (``cost_ms`` in the manifest: the
+median of a full call on its backend, timed alone); "share" is its part of the sum of those costs.
+
+CLI: ``collage report OUT [--format md|html|csv]`` prints Markdown (or CSV) and writes
+``OUT/report.html``.
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import math
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from collage.artifact import MANIFEST, REPORT_FILE, read_manifest
+from collage.errors import ArtifactError
+
+PALETTE = {"onnxruntime": "#4e79a7", "openvino": "#8e44ad", "tvm": "#59a14f", "tensorrt": "#e15759",
+           "onnxruntime-cuda": "#f28e2b"}
+_EXTRA_COLOURS = ["#edc948", "#76b7b2", "#ff9da7", "#9c755f", "#bab0ac"]
+
+
+# ---------------------------------------------------------------------- inputs
+def _sources(source: Any, report: dict | None = None) -> tuple[dict, dict]:
+    """(manifest, report) from an artifact directory, a manifest path, a manifest dict, or
+    ``{"manifest": ..., "report": ...}``."""
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        manifest = read_manifest(path)
+        root = path if path.is_dir() else path.parent
+        rpath = root / manifest.get("report", REPORT_FILE)
+        if report is None:
+            try:
+                report = json.loads(rpath.read_text()) if rpath.is_file() else {}
+            except (OSError, json.JSONDecodeError) as e:
+                raise ArtifactError(f"{rpath}: unreadable report ({e}); re-run `collage tune`") from None
+        report = dict(report or {})
+        ppath = root / manifest.get("plan", "plan.json")
+        if report.get("predicted_ms") is None and ppath.is_file():  # the search's objective, from plan.json
+            try:
+                report["predicted_ms"] = json.loads(ppath.read_text()).get("predicted_ms")
+            except (OSError, json.JSONDecodeError, AttributeError):
+                pass
+        return manifest, report
+    if isinstance(source, dict) and "manifest" in source:
+        return source["manifest"], report if report is not None else (source.get("report") or {})
+    if isinstance(source, dict) and "partitions" in source:
+        return source, report or {}
+    raise ArtifactError(f"report: expected an artifact directory or a manifest dict, got {type(source).__name__}")
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, dict):
+        v = v.get("ms", v.get("median_ms"))
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(float(v)):
+        return None
+    return float(v)
+
+
+def _overhead(report: dict) -> tuple[float | None, float | None, int | None]:
+    """(total ms, mean ms per boundary, boundaries) from report['boundary_overhead_ms']."""
+    v = report.get("boundary_overhead_ms")
+    if isinstance(v, dict):
+        return _num(v.get("total_ms")), _num(v.get("mean_per_boundary_ms")), v.get("boundaries")
+    return None, _num(v), None
+
+
+def _tolerance(v: Any) -> str | None:
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {x:.3g}" if isinstance(x, (int, float)) else f"{k} {x}" for k, x in v.items()) or None
+    n = _num(v)
+    return None if n is None else f"{n:.3g}"
+
+
+def _numerics_ok(num: dict) -> bool | None:
+    if isinstance(num.get("ok"), bool):
+        return num["ok"]
+    err, tol = _num(num.get("max_abs_err")), _num(num.get("tolerance"))
+    return None if err is None or tol is None else err <= tol
+
+
+def _verdict(s: dict) -> str:
+    ok = s["numerics_ok"]
+    verdict = "" if ok is None else ("ok" if ok else "EXCEEDED")
+    if s["tolerance"] is None:
+        return f" ({verdict})" if verdict else ""
+    return f" (tolerance {s['tolerance']}" + (f": {verdict})" if verdict else ")")
+
+
+def _op_summary(ops: list[str], top: int = 4) -> str:
+    counts = Counter(ops).most_common()
+    text = ", ".join(f"{op}×{n}" if n > 1 else op for op, n in counts[:top])
+    return text + (f", +{len(counts) - top} more" if len(counts) > top else "")
+
+
+# ---------------------------------------------------------------------- tables
+def partition_table(source: Any, report: dict | None = None) -> pd.DataFrame:
+    """One row per partition: index, backend, ops, op types, ms, runner-up and its ms, share (%)."""
+    manifest, _ = _sources(source, report)
+    rows = []
+    for p in manifest["partitions"]:
+        ru = p.get("runner_up") or None
+        ops = list(p.get("ops") or [])
+        rows.append({"partition": int(p["index"]), "backend": p["backend"], "ops": len(p["nodes"]),
+                     "op_types": _op_summary(ops) if ops else "", "ms": _num(p.get("cost_ms")),
+                     "runner_up": ru[0] if ru else None, "runner_up_ms": _num(ru[1]) if ru else None})
+    df = pd.DataFrame(rows, columns=["partition", "backend", "ops", "op_types", "ms", "runner_up", "runner_up_ms"])
+    df["ms"] = pd.to_numeric(df["ms"], errors="coerce")
+    df["runner_up_ms"] = pd.to_numeric(df["runner_up_ms"], errors="coerce")
+    total = df["ms"].sum(min_count=1)
+    df["share_pct"] = df["ms"] / total * 100.0 if total and total > 0 else float("nan")
+    return df
+
+
+def baselines_table(source: Any, report: dict | None = None) -> pd.DataFrame:
+    """The whole model on each single backend (report.json "baselines") next to the plan."""
+    _, report = _sources(source, report)
+    plan_ms = _num(report.get("plan_ms"))
+    rows = []
+    for backend, v in (report.get("baselines") or {}).items():
+        ms = _num(v)
+        err = v.get("error") if isinstance(v, dict) else (None if ms is not None else "failed")
+        rows.append({"backend": backend, "ms": ms, "error": err})
+    if plan_ms is not None:
+        rows.append({"backend": "collage plan", "ms": plan_ms, "error": None})
+    df = pd.DataFrame(rows, columns=["backend", "ms", "error"])
+    df["ms"] = pd.to_numeric(df["ms"], errors="coerce")
+    df["plan_speedup"] = df["ms"] / plan_ms if plan_ms else float("nan")
+    if df["error"].isna().all():
+        df = df.drop(columns="error")
+    return df.sort_values("ms", na_position="last").reset_index(drop=True)
+
+
+def summary(source: Any, report: dict | None = None) -> dict[str, Any]:
+    """Headline figures: plan vs best baseline, predicted vs measured, overhead, numerics."""
+    manifest, report = _sources(source, report)
+    parts = partition_table(manifest)
+    base = {k: _num(v) for k, v in (report.get("baselines") or {}).items()}
+    base = {k: v for k, v in base.items() if v is not None}
+    best = min(base.items(), key=lambda kv: kv[1]) if base else None
+    plan_ms = _num(report.get("plan_ms"))
+    total, per, nb = _overhead(report)
+    num = report.get("numerics") or {}
+    return {
+        "model": report.get("model") or manifest["model"].get("name"), "target": report.get("target") or manifest.get("target"),
+        "partitions": len(parts), "backends": list(dict.fromkeys(parts["backend"])), "plan_ms": plan_ms,
+        "predicted_ms": _num(report.get("predicted_ms")), "sum_parts_ms": _num(parts["ms"].sum(min_count=1)),
+        "best_baseline": best[0] if best else None, "best_baseline_ms": best[1] if best else None,
+        "speedup": (best[1] / plan_ms) if best and plan_ms else None,
+        "overhead_total_ms": total, "overhead_per_boundary_ms": per,
+        "boundaries": nb if nb is not None else max(0, len(parts) - 1),
+        "max_abs_err": _num(num.get("max_abs_err")), "tolerance": _tolerance(num.get("tolerance")),
+        "numerics_ok": _numerics_ok(num),
+        "per_output": num.get("per_output") or {}, "notes": list(report.get("notes") or []),
+    }
+
+
+# ---------------------------------------------------------------------- Markdown
+def _fmt(v: Any, digits: int = 3) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v).replace("|", "\\|")
+
+
+def _md_table(df: pd.DataFrame, digits: dict[str, int] | None = None) -> str:
+    digits = digits or {}
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |",
+             "|" + "|".join("---:" if pd.api.types.is_numeric_dtype(df[c]) else "---" for c in cols) + "|"]
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(_fmt(v, digits.get(c, 3)) for c, v in zip(cols, row)) + " |")
+    return "\n".join(lines)
+
+
+def _sci(v: float | None) -> str:
+    return "–" if v is None else f"{v:.3g}"
+
+
+def _err(v: Any) -> float | None:
+    return _num(v.get("max_abs_err") if isinstance(v, dict) else v)
+
+
+def render_markdown(out_dir: Any) -> str:
+    """The report as Markdown (headline, partitions, baselines, prediction, numerics, notes)."""
+    manifest, report = _sources(out_dir)
+    s = summary(manifest, report)
+    parts = partition_table(manifest)
+    lines = [f"# collage report: {s['model']} on {s['target']}", ""]
+    head = f"Plan: {s['partitions']} partition(s) on {', '.join(s['backends'])}"
+    if s["plan_ms"] is not None:
+        head += f"; measured end to end **{s['plan_ms']:.3f} ms**"
+    if s["best_baseline"]:
+        head += (f"; best single backend {s['best_baseline']} {s['best_baseline_ms']:.3f} ms"
+                 + (f" (plan is {s['speedup']:.2f}x)" if s["speedup"] else ""))
+    lines += [head + ".", "", "## Partitions", "",
+              _md_table(parts, {"share_pct": 1}), "", "## Whole model on one backend", ""]
+    base = baselines_table(manifest, report)
+    lines += [_md_table(base, {"plan_speedup": 2}) if len(base) else "(no baselines recorded)", ""]
+    lines += ["## Predicted vs measured", "",
+              f"- predicted by the search (parts + transitions): {_fmt(s['predicted_ms'])} ms",
+              f"- sum of partition costs (each timed alone): {_fmt(s['sum_parts_ms'])} ms",
+              f"- measured end to end (stitched artifact): {_fmt(s['plan_ms'])} ms"]
+    if s["overhead_per_boundary_ms"] is not None and not s["boundaries"]:
+        lines.append("- stitching overhead: none (a single partition)")
+    elif s["overhead_per_boundary_ms"] is not None:
+        lines.append(f"- stitching overhead: {_fmt(s['overhead_per_boundary_ms'])} ms per boundary over "
+                     f"{s['boundaries']} boundaries" + (f" ({_fmt(s['overhead_total_ms'])} ms in all)"
+                                                       if s["overhead_total_ms"] is not None else ""))
+    lines += ["", "## Numerics (vs ONNX Runtime fp32 reference)", ""]
+    if s["max_abs_err"] is not None:
+        lines.append(f"- max abs error {s['max_abs_err']:.3g}" + _verdict(s))
+        for name, v in s["per_output"].items():
+            lines.append(f"  - {name}: {_sci(_err(v))}")
+    else:
+        lines.append("- not recorded")
+    if s["notes"]:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in s["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------- HTML + SVG
+def backend_colours(backends: list[str]) -> dict[str, str]:
+    extra = iter(_EXTRA_COLOURS * 4)
+    return {b: PALETTE.get(b) or next(extra) for b in backends}
+
+
+def _layers(manifest: dict) -> list[int]:
+    """Longest-path layer of each partition in the partition DAG (tensor producer -> consumer)."""
+    producer: dict[str, int] = {}
+    layer = []
+    for k, p in enumerate(manifest["partitions"]):
+        deps = [producer[t] for t in p["inputs"] if t in producer]
+        layer.append(1 + max((layer[d] for d in deps), default=-1))
+        for t in p["outputs"]:
+            producer[t] = k
+    return layer
+
+
+def render_svg(manifest: dict, max_width: int = 1100) -> str:
+    """The graph coloured by backend, as an SVG string.
+
+    Top: partitions as blocks, one column per longest-path layer of the partition DAG (parallel
+    partitions stack in a column), columns left to right wrapped into bands, arrows for the tensors
+    handed between partitions. Below: every node in topological order as a small square coloured
+    by its partition's backend (hover for op type), a dark tick where a partition starts. A legend.
+    """
+    parts = manifest["partitions"]
+    colours = backend_colours(list(dict.fromkeys(p["backend"] for p in parts)))
+    layer = _layers(manifest)
+    cols: dict[int, list[int]] = {}
+    for k, lv in enumerate(layer):
+        cols.setdefault(lv, []).append(k)
+    bw, bh, gap_in, hgap, band_gap, margin, gutter = 132, 40, 10, 30, 46, 20, 24
+    # wrap columns into bands no wider than max_width
+    bands: list[list[int]] = [[]]
+    for lv in sorted(cols):
+        if bands[-1] and gutter + margin + (len(bands[-1]) + 1) * (bw + hgap) > max_width:
+            bands.append([])
+        bands[-1].append(lv)
+    total_w = max(600, min(max_width, gutter + margin * 2 + max(len(b) for b in bands) * (bw + hgap)))
+    pos: dict[int, tuple[float, float]] = {}
+    band_of: dict[int, int] = {}
+    band_bottom: list[float] = []
+    y = margin + 30
+    for j, band in enumerate(bands):
+        band_h = max(len(cols[lv]) for lv in band) * (bh + gap_in) - gap_in
+        for c, lv in enumerate(band):
+            col_h = len(cols[lv]) * (bh + gap_in) - gap_in
+            for r, k in enumerate(cols[lv]):
+                pos[k] = (gutter + margin + c * (bw + hgap), y + (band_h - col_h) / 2 + r * (bh + gap_in))
+                band_of[k] = j
+        y += band_h
+        band_bottom.append(y)
+        y += band_gap
+    blocks_h = y
+    # node strip
+    nodes = sorted((i, p["backend"], k, op) for k, p in enumerate(parts)
+                   for i, op in zip(p["nodes"], p.get("ops") or ["?"] * len(p["nodes"])))
+    cell = 12
+    per_row = max(20, int((total_w - 2 * margin) // cell))
+    strip_top = blocks_h + 30
+    strip_h = math.ceil(len(nodes) / per_row) * cell
+    legend_top = strip_top + strip_h + 24
+    height = legend_top + 24 * len(colours) + margin
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w:.0f}" height="{height:.0f}" '
+           f'viewBox="0 0 {total_w:.0f} {height:.0f}" font-family="sans-serif" font-size="11">',
+           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" '
+           'orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#555"/></marker></defs>',
+           f'<text x="{margin}" y="{margin + 8}" font-size="13" font-weight="bold">{len(parts)} partition(s) in '
+           'execution order, left to right (arrows: tensors handed from one partition to another)</text>']
+    producer: dict[str, int] = {}
+    edges: dict[tuple[int, int], list[str]] = {}
+    for k, p in enumerate(parts):
+        for t in p["inputs"]:
+            if t in producer:
+                edges.setdefault((producer[t], k), []).append(t)
+        for t in p["outputs"]:
+            producer[t] = k
+    lane = [bottom + band_gap / 2 for bottom in band_bottom]  # the gap under each band
+    for (a, b), tensors in edges.items():
+        (xa, ya), (xb, yb) = pos[a], pos[b]
+        ja, jb, jitter = band_of[a], band_of[b], (a % 5 - 2) * 3
+        if ja == jb and layer[b] == layer[a] + 1:  # next column: straight across
+            x1, y1, x2, y2 = xa + bw, ya + bh / 2, xb - 2, yb + bh / 2
+            mid = (x1 + x2) / 2
+            d = f"M {x1:.1f} {y1:.1f} C {mid:.1f} {y1:.1f}, {mid:.1f} {y2:.1f}, {x2:.1f} {y2:.1f}"
+        elif ja == jb:  # skips columns: arc over the band
+            top = min(ya, yb) - band_gap / 2 + 6
+            d = (f"M {xa + bw / 2:.1f} {ya:.1f} C {xa + bw / 2:.1f} {top:.1f}, {xb + bw / 2:.1f} {top:.1f}, "
+                 f"{xb + bw / 2:.1f} {yb - 2:.1f}")
+        else:
+            x1, x2 = xa + bw / 2 + (b % 3 - 1) * 8, xb + bw / 2 + (a % 3 - 1) * 8
+            if jb == ja + 1:  # next band: down into the gap, across, down
+                d = (f"M {x1:.1f} {ya + bh:.1f} L {x1:.1f} {lane[ja] + jitter:.1f} L {x2:.1f} {lane[ja] + jitter:.1f} "
+                     f"L {x2:.1f} {yb - 2:.1f}")
+            else:  # further: through the left gutter, so that no block is crossed
+                g = gutter / 2 + jitter
+                d = (f"M {x1:.1f} {ya + bh:.1f} L {x1:.1f} {lane[ja] + jitter:.1f} L {g:.1f} {lane[ja] + jitter:.1f} "
+                     f"L {g:.1f} {lane[jb - 1] + jitter:.1f} L {x2:.1f} {lane[jb - 1] + jitter:.1f} L {x2:.1f} {yb - 2:.1f}")
+        out.append(f'<path d="{d}" fill="none" stroke="#555" stroke-width="1.2" marker-end="url(#arrow)">'
+                   f'<title>{html.escape(", ".join(tensors))}</title></path>')
+    for k, p in enumerate(parts):
+        x, y = pos[k]
+        ms = _num(p.get("cost_ms"))
+        ops = p.get("ops") or []
+        tip = f"partition {k}: {p['backend']}, {len(p['nodes'])} ops ({_op_summary(ops, 8)})"
+        out.append(f'<g><title>{html.escape(tip)}</title><rect x="{x:.1f}" y="{y:.1f}" width="{bw}" '
+                   f'height="{bh}" rx="6" fill="{colours[p["backend"]]}" stroke="#222" stroke-width="0.8"/>'
+                   f'<text x="{x + 6:.1f}" y="{y + 16:.1f}" fill="white" font-weight="bold">#{k} '
+                   f'{html.escape(p["backend"][:14])}</text><text x="{x + 6:.1f}" y="{y + 32:.1f}" fill="white">'
+                   f'{len(p["nodes"])} ops{"" if ms is None else f" · {ms:.3f} ms"}</text></g>')
+    out.append(f'<text x="{margin}" y="{strip_top - 10:.0f}" font-size="13" font-weight="bold">All {len(nodes)} '
+               'nodes in topological order (a dark tick marks where a partition starts)</text>')
+    last_part = None
+    for n, (i, backend, k, op) in enumerate(nodes):
+        x = margin + (n % per_row) * cell
+        y = strip_top + (n // per_row) * cell
+        out.append(f'<rect x="{x}" y="{y}" width="{cell - 1}" height="{cell - 1}" fill="{colours[backend]}">'
+                   f'<title>#{i} {html.escape(op)} (partition {k}, {html.escape(backend)})</title></rect>')
+        if k != last_part:
+            out.append(f'<rect x="{x}" y="{y}" width="2" height="{cell - 1}" fill="#111"/>')
+            last_part = k
+    counts = Counter(p["backend"] for p in parts)
+    nodes_by = Counter(b for _, b, _, _ in nodes)
+    for j, (b, c) in enumerate(colours.items()):
+        y = legend_top + 24 * j
+        out.append(f'<rect x="{margin}" y="{y}" width="16" height="16" fill="{c}"/>'
+                   f'<text x="{margin + 24}" y="{y + 12}">{html.escape(b)}: {counts[b]} partition(s), '
+                   f'{nodes_by[b]} node(s)</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+_CSS = """body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:1em 0}
+td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}td:nth-child(2),td:nth-child(4)
+{text-align:left}.ok{color:#2a7d2a}.bad{color:#b00020;font-weight:bold}.figure{overflow:auto;border:1px solid #ddd}"""
+
+
+def render_html(out_dir: str | os.PathLike) -> Path:
+    """Write ``out_dir/report.html`` (tables, the graph picture, prediction, numerics, notes); return it."""
+    root = Path(out_dir)
+    manifest, report = _sources(root)
+    s = summary(manifest, report)
+    e = html.escape
+    parts = partition_table(manifest)
+    base = baselines_table(manifest, report)
+    fmt = {c: (lambda v: _fmt(v)) for c in ("ms", "runner_up_ms")} | {"share_pct": lambda v: _fmt(v, 1),
+                                                                      "plan_speedup": lambda v: _fmt(v, 2)}
+    body = [f"<h1>collage report: {e(str(s['model']))} on {e(str(s['target']))}</h1>",
+            f"<p>{s['partitions']} partition(s) on {e(', '.join(s['backends']))}. Measured end to end: "
+            f"<b>{_fmt(s['plan_ms'])} ms</b>; best single backend: {e(str(s['best_baseline']))} "
+            f"{_fmt(s['best_baseline_ms'])} ms" + (f" (plan is {s['speedup']:.2f}x)" if s["speedup"] else "") + ".</p>",
+            "<h2>Partitions</h2>", parts.to_html(index=False, na_rep="–", formatters=fmt, escape=True),
+            "<h2>Graph, coloured by backend</h2>", f'<div class="figure">{render_svg(manifest)}</div>',
+            "<h2>Whole model on one backend</h2>",
+            base.to_html(index=False, na_rep="–", formatters=fmt, escape=True) if len(base) else "<p>(none recorded)</p>",
+            "<h2>Predicted vs measured</h2><ul>",
+            f"<li>predicted by the search (parts + transitions): {_fmt(s['predicted_ms'])} ms</li>",
+            f"<li>sum of partition costs (each timed alone): {_fmt(s['sum_parts_ms'])} ms</li>",
+            f"<li>measured end to end (stitched artifact): {_fmt(s['plan_ms'])} ms</li>"]
+    if s["overhead_per_boundary_ms"] is not None and s["boundaries"]:
+        body.append(f"<li>stitching overhead: {_fmt(s['overhead_per_boundary_ms'])} ms per boundary over "
+                    f"{s['boundaries']} boundaries</li>")
+    body.append("</ul><h2>Numerics (vs ONNX Runtime fp32 reference)</h2>")
+    if s["max_abs_err"] is not None:
+        ok = s["numerics_ok"] is not False
+        body.append(f'<p class="{"ok" if ok else "bad"}">max abs error {s["max_abs_err"]:.3g}' + e(_verdict(s))
+                    + "</p><ul>" + "".join(f"<li>{e(str(k))}: {_sci(_err(v))}</li>" for k, v in s["per_output"].items())
+                    + "</ul>")
+    else:
+        body.append("<p>not recorded</p>")
+    if s["notes"]:
+        body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{e(str(n))}</li>" for n in s["notes"]) + "</ul>")
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>collage report: {e(str(s['model']))}</title>"
+            f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+    dest = root / "report.html"
+    tmp = dest.with_suffix(".html.tmp")
+    tmp.write_text(page, encoding="utf-8")
+    os.replace(tmp, dest)
+    return dest
+
+
+# ---------------------------------------------------------------------- CLI
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("artifact", help="artifact directory written by `collage tune`")
+    parser.add_argument("--format", choices=("md", "html", "csv"), default="md",
+                        help="md: print Markdown (default); csv: print the partition table; html: only write "
+                             "report.html. report.html is written in every case")
+
+
+def run(args: argparse.Namespace) -> int:
+    root = Path(args.artifact)
+    if not (root / MANIFEST).is_file():
+        read_manifest(root)  # raises the precise error
+    page = render_html(root)
+    if args.format == "md":
+        print(render_markdown(root))
+    elif args.format == "csv":
+        print(partition_table(root).to_csv(index=False), end="")
+    print(f"wrote {page}", file=sys.stdout if args.format == "html" else sys.stderr)
+    return 0

@@ -1,0 +1,177 @@
+"""The report: tables, Markdown, HTML with the graph picture, CLI. Mostly on synthetic manifests (fast)."""
+from __future__ import annotations
+
+import json
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from collage.report import (PALETTE, baselines_table, partition_table, render_html, render_markdown, render_svg,
+                            summary)
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _manifest(n_parts: int = 3, nodes_per: int = 4, backends=("onnxruntime", "openvino")) -> dict:
+    parts, prev, nid = [], ["x"], 0
+    for k in range(n_parts):
+        outs = [f"t{k}"] + ([f"s{k}"] if k % 4 == 0 else [])
+        ins = prev + ([f"s{k - 2}"] if k % 4 == 2 else [])
+        ops = (["Conv", "Relu", "Add"] * nodes_per)[:nodes_per]
+        parts.append({"index": k, "backend": backends[k % len(backends)], "dir": f"partitions/{k:03d}",
+                      "nodes": list(range(nid, nid + nodes_per)), "ops": ops, "inputs": ins, "outputs": outs,
+                      "entry": {"files": ["f"]}, "files": [], "cost_ms": 1.0 + k,
+                      "runner_up": [backends[(k + 1) % len(backends)], 2.0 + k]})
+        nid += nodes_per
+        prev = [f"t{k}"]
+    return {"format_version": 1, "collage_version": "0.1.0", "target": "cpu",
+            "model": {"name": "synthetic", "nodes": nid}, "backends": {b: {"version": "v"} for b in backends},
+            "inputs": [{"name": "x", "shape": [1], "dtype": "float32"}],
+            "outputs": [{"name": prev[0], "shape": [1], "dtype": "float32"}], "partitions": parts}
+
+
+REPORT = {"model": "synthetic", "target": "cpu", "baselines": {"onnxruntime": 7.5, "openvino": 6.0, "tvm": None},
+          "plan_ms": 5.0, "predicted_ms": 4.8,
+          "numerics": {"max_abs_err": 2e-6, "tolerance": 1e-4, "per_output": {"t2": 2e-6}},
+          "boundary_overhead_ms": {"stitched_ms": 5.0, "parts_ms": [1, 2, 1.9], "total_ms": 0.1,
+                                   "mean_per_boundary_ms": 0.05, "boundaries": 2},
+          "notes": ["never worse: checked against openvino"]}
+
+
+def _write(tmp_path: Path, manifest: dict, report: dict) -> Path:
+    d = tmp_path / "art"
+    d.mkdir()
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    (d / "report.json").write_text(json.dumps(report))
+    return d
+
+
+def test_partition_table_backends_and_shares():
+    df = partition_table(_manifest(3))
+    assert list(df["backend"]) == ["onnxruntime", "openvino", "onnxruntime"]
+    assert list(df["ops"]) == [4, 4, 4] and df["op_types"][0] == "Conv×2, Relu, Add"
+    assert df["share_pct"].sum() == pytest.approx(100.0)
+    assert list(df["share_pct"].round(2)) == [pytest.approx(100 / 6, abs=0.01), pytest.approx(200 / 6, abs=0.01),
+                                              pytest.approx(50.0)]
+    assert list(df["runner_up"]) == ["openvino", "onnxruntime", "openvino"] and df["runner_up_ms"][1] == 3.0
+
+
+def test_unknown_costs_do_not_break_the_table():
+    m = _manifest(2)
+    m["partitions"][1]["cost_ms"] = None
+    m["partitions"][1]["runner_up"] = None
+    df = partition_table(m)
+    assert df["share_pct"][0] == pytest.approx(100.0) and np.isnan(df["share_pct"][1])
+
+
+def test_baselines_table_and_summary():
+    src = {"manifest": _manifest(3), "report": REPORT}
+    df = baselines_table(src)
+    assert list(df["backend"]) == ["collage plan", "openvino", "onnxruntime", "tvm"]
+    assert df.set_index("backend")["plan_speedup"]["onnxruntime"] == pytest.approx(1.5)
+    assert df.set_index("backend")["error"]["tvm"] == "failed"
+    s = summary(src)
+    assert s["best_baseline"] == "openvino" and s["speedup"] == pytest.approx(1.2)
+    assert s["sum_parts_ms"] == pytest.approx(6.0) and s["overhead_per_boundary_ms"] == pytest.approx(0.05)
+    # the plain-number form of boundary_overhead_ms works too
+    s2 = summary(src, {**REPORT, "boundary_overhead_ms": 0.07})
+    assert s2["overhead_per_boundary_ms"] == pytest.approx(0.07) and s2["boundaries"] == 2
+
+
+def test_markdown(tmp_path):
+    d = _write(tmp_path, _manifest(3), REPORT)
+    md = render_markdown(d)
+    assert md.startswith("# collage report: synthetic on cpu")
+    assert "| 1 | openvino | 4 |" in md and "| 0 | onnxruntime | 4 |" in md
+    assert "best single backend openvino 6.000 ms (plan is 1.20x)" in md
+    assert "max abs error 2e-06 (tolerance 0.0001: ok)" in md
+    assert "- never worse: checked against openvino" in md
+    assert "predicted by the search (parts + transitions): 4.800 ms" in md
+    assert "0.050 ms per boundary over 2 boundaries" in md
+
+
+def test_numerics_exceeded_is_flagged(tmp_path):
+    d = _write(tmp_path, _manifest(2), {**REPORT, "numerics": {"max_abs_err": 0.5, "tolerance": 1e-3}})
+    assert "EXCEEDED" in render_markdown(d)
+    assert 'class="bad"' in render_html(d).read_text()
+
+
+def test_html_with_svg_picture(tmp_path):
+    d = _write(tmp_path, _manifest(6), REPORT)
+    page = render_html(d)
+    assert page == d / "report.html"
+    text = page.read_text()
+    svg = text[text.index("<svg"):text.index("</svg>") + 6]
+    root = ET.fromstring(svg)  # well-formed
+    rects = root.iter(f"{SVG}rect")
+    fills = [r.get("fill") for r in rects]
+    assert fills.count(PALETTE["openvino"]) >= 3 + 12 + 1  # blocks + node squares + legend
+    assert "openvino: 3 partition(s), 12 node(s)" in text and "onnxruntime: 3 partition(s), 12 node(s)" in text
+    paths = [p for p in root.iter(f"{SVG}path") if p.get("marker-end")]
+    assert len(paths) == 5 + 1  # chain edges + the skip edge s0 -> partition 2 (and s4 -> none: 6 parts)
+    assert "never worse" in text and "<table" in text
+
+
+@pytest.mark.parametrize("n_parts,nodes_per", [(40, 10), (3, 300)])
+def test_large_graph_picture_stays_bounded(n_parts, nodes_per):
+    m = _manifest(n_parts, nodes_per)
+    t0 = time.perf_counter()
+    svg = render_svg(m)
+    assert time.perf_counter() - t0 < 2.0
+    root = ET.fromstring(svg)
+    width, height = float(root.get("width")), float(root.get("height"))
+    assert width <= 2000 and height <= 6000, (width, height)
+    titles = [t.text for t in root.iter(f"{SVG}title") if t.text and t.text.startswith("#")]
+    assert len(titles) == n_parts * nodes_per  # every node drawn once
+
+
+def test_cli_formats(tmp_path, capsys):
+    from collage.cli import main
+    d = _write(tmp_path, _manifest(3), REPORT)
+    assert main(["report", str(d)]) == 0
+    out = capsys.readouterr()
+    assert "| 1 | openvino |" in out.out and "report.html" in out.err and (d / "report.html").is_file()
+    assert main(["report", str(d), "--format", "csv"]) == 0
+    csv = capsys.readouterr().out.splitlines()
+    assert csv[0].startswith("partition,backend,ops,op_types,ms") and len(csv) == 4
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert "no such artifact" in capsys.readouterr().err
+
+
+def test_report_of_a_real_exported_artifact(tmp_path):
+    from collage.backends import get_backend
+    for name in ("onnxruntime", "openvino"):
+        if get_backend(name).available():
+            pytest.skip(f"{name} unavailable")
+    from collage.artifact import export
+    from collage.graph import Graph
+    from collage.plan import Partition, Plan
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+                           helper.make_node("MatMul", ["r", "w"], ["y"])], "mm",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], initializer=[w])
+    graph = Graph.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    plan = Plan([Partition((0, 1), "openvino", 0.03, ("onnxruntime", 0.04)), Partition((2,), "onnxruntime", 0.01)])
+    out = export(graph, plan, tmp_path / "a", report={"plan_ms": 0.05, "baselines": {"onnxruntime": 0.045}})
+    df = partition_table(out)
+    assert list(df["backend"]) == ["openvino", "onnxruntime"] and list(df["ops"]) == [2, 1]
+    assert df["op_types"][0] == "MatMul, Relu" and df["share_pct"].sum() == pytest.approx(100.0)
+    assert "openvino" in render_html(out).read_text()
+
+
+def test_tolerance_as_atol_rtol_and_explicit_verdict(tmp_path):
+    num = {"max_abs_err": 3e-3, "tolerance": {"atol": 1e-4, "rtol": 1e-3}, "ok": False,
+           "per_output": {"y": {"max_abs_err": 3e-3}}}
+    d = _write(tmp_path, _manifest(2), {**REPORT, "numerics": num})
+    md = render_markdown(d)
+    assert "max abs error 0.003 (tolerance atol 0.0001, rtol 0.001: EXCEEDED)" in md and "  - y: 0.003" in md
+    num["ok"] = True
+    (d / "report.json").write_text(json.dumps({**REPORT, "numerics": num}))
+    assert "rtol 0.001: ok)" in render_markdown(d)
