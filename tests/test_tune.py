@@ -1,0 +1,119 @@
+"""End to end: tune -> artifact -> `collage run` in a fresh process -> outputs vs the ORT reference.
+
+The fast tier tunes the tiny zoo models with ONNX Runtime and OpenVINO on a small candidate limit;
+the slow tier does the same on real zoo architectures. Every run uses a fresh cost DB.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from collage import zoo
+from collage.errors import CollageError
+from collage.search.candidates import Limits
+from collage.tune import parse_budget, tune
+
+BACKENDS = ["onnxruntime", "openvino"]
+
+
+def _ort_reference(graph, feeds):
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(graph.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+def _round_trip(spec: str, tmp_path: Path, *, max_nodes: int, budget: str = "3m") -> None:
+    out = tmp_path / "art"
+    res = tune(spec, out, backends=BACKENDS, db=str(tmp_path / "costs.sqlite"), budget_s=parse_budget(budget),
+               limits=Limits(max_nodes=max_nodes), progress=False)
+    graph = zoo.load_graph(spec)
+    # never worse: a mixed plan is only kept when it beat every single backend in the same run
+    if len(res.plan.partitions) > 1:
+        assert res.plan_ms < min(res.baselines.values()), (res.plan_ms, res.baselines)
+    else:
+        assert res.plan.partitions[0].backend == min(res.baselines, key=res.baselines.get) or \
+            res.plan_ms <= min(res.baselines.values())
+    res.plan.check_cover(len(graph))
+    report = json.loads((out / "report.json").read_text())
+    assert report["numerics"]["ok"] is True
+    assert set(report["baselines"]) == set(BACKENDS)
+
+    # run the artifact in a fresh process through the CLI, on inputs written to .npy files
+    feeds = zoo.random_inputs(graph, seed=3)
+    args = []
+    for name, arr in feeds.items():
+        path = tmp_path / f"in{len(args)}.npy"
+        np.save(path, arr)
+        args += ["--input", f"{name}={path}"]
+    outdir = tmp_path / "outputs"
+    proc = subprocess.run([sys.executable, "-m", "collage.cli", "run", str(out), *args, "--output", str(outdir)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    ref = _ort_reference(graph, feeds)
+    for name, want in ref.items():
+        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+        got = np.load(outdir / f"{safe}.npy")
+        np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-3, err_msg=f"{spec}: output {name}")
+
+
+@pytest.mark.parametrize("spec", ["zoo:tiny-resnet", "zoo:tiny-mobilenetv2", "zoo:tiny-bert"])
+def test_round_trip_tiny(spec, tmp_path):
+    _round_trip(spec, tmp_path, max_nodes=3, budget="2m")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", ["zoo:squeezenet", "zoo:mobilenetv2", "zoo:inception_v1"])
+def test_round_trip_real(spec, tmp_path):
+    _round_trip(spec, tmp_path, max_nodes=2, budget="4m")
+
+
+def test_retune_reuses_every_measurement(tmp_path):
+    db = str(tmp_path / "costs.sqlite")
+    first = tune("zoo:tiny-resnet", tmp_path / "a", backends=BACKENDS, db=db, limits=Limits(max_nodes=2), progress=False)
+    second = tune("zoo:tiny-resnet", tmp_path / "b", backends=BACKENDS, db=db, limits=Limits(max_nodes=2), progress=False)
+    assert first.report["measurements"]["with_cost"] > 0
+    assert second.report["measurements"]["measured_now"] == 0
+    assert second.report["measurements"]["reused"] == second.report["measurements"]["distinct_keys"] > 0
+
+
+def test_op_no_backend_takes_is_named(tmp_path):
+    # Det: a standard op that ONNX Runtime runs and OpenVINO does not take; tuned with OpenVINO alone
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    node = helper.make_node("Det", ["x"], ["y"], name="the_det")
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    with pytest.raises(CollageError, match="the_det"):
+        tune(str(path), tmp_path / "out", backends=["openvino"], db=str(tmp_path / "c.sqlite"), progress=False)
+    # with ONNX Runtime beside it the same model tunes
+    res = tune(str(path), tmp_path / "out2", backends=["onnxruntime", "openvino"], db=str(tmp_path / "c.sqlite"),
+               progress=False)
+    assert res.plan.backends == ["onnxruntime"]
+
+
+def test_unavailable_or_unknown_backend_is_refused(tmp_path):
+    with pytest.raises(CollageError, match="nosuch"):
+        tune("zoo:tiny-resnet", tmp_path / "out", backends=["nosuch"], db=str(tmp_path / "c.sqlite"), progress=False)
+
+
+def test_cli_tune_and_report(tmp_path):
+    out = tmp_path / "art"
+    proc = subprocess.run([sys.executable, "-m", "collage.cli", "tune", "zoo:tiny-bert", "-o", str(out),
+                           "--max-nodes", "2", "--db", str(tmp_path / "c.sqlite"), "--budget", "2m"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "measured end to end" in proc.stdout
+    rep = subprocess.run([sys.executable, "-m", "collage.cli", "report", str(out)], capture_output=True, text=True,
+                         timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    assert "onnxruntime" in rep.stdout or "openvino" in rep.stdout
+    assert (out / "report.html").exists()
