@@ -1,0 +1,192 @@
+"""The backend registry, and the ``collage backends`` command.
+
+Backends are named (``"onnxruntime"``, ``"openvino"``, ``"tvm"``, later ``"tensorrt"`` and
+``"onnxruntime-cuda"``, ``"torch"``) and imported lazily from ``"module:Class"`` entries, so importing this package
+loads no runtime. A backend whose module or runtime cannot be imported is *unavailable*, with the
+reason, never an import error at the caller.
+
+    get_backend("openvino", threads=2)      # -> Backend (unknown name: CollageError listing names)
+    backend_names("cpu")                    # registered names for a device (None: all)
+    available_backends("cpu")               # instances that can run here
+    support_report(graph, ["onnxruntime", "openvino"])   # per op type: count, which backend takes it
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from collage.errors import BackendUnavailable, CollageError
+
+if TYPE_CHECKING:
+    from collage.backends.base import Backend
+    from collage.graph import Graph
+
+log = logging.getLogger(__name__)
+
+#: name -> ("module:Class", device). Devices are listed here so that filtering by device imports nothing.
+REGISTRY: dict[str, tuple[str, str]] = {
+    "onnxruntime": ("collage.backends.onnxruntime:OnnxRuntimeBackend", "cpu"),
+    "openvino": ("collage.backends.openvino:OpenVINOBackend", "cpu"),
+    "tvm": ("collage.backends.tvm:TVMBackend", "cpu"),
+    "tensorrt": ("collage.backends.tensorrt:TensorRTBackend", "cuda"),
+    "onnxruntime-cuda": ("collage.backends.onnxruntime_cuda:OnnxRuntimeCudaBackend", "cuda"),
+    "torch": ("collage.backends.torch_cuda:TorchBackend", "cuda"),
+}
+
+
+def register(name: str, target: str, device: str = "cpu") -> None:
+    """Add (or replace) a backend: ``target`` is ``"module:Class"``."""
+    if ":" not in target:
+        raise CollageError(f"backend {name!r}: target must be 'module:Class', not {target!r}")
+    REGISTRY[name] = (target, device)
+
+
+def backend_names(device: str | None = "cpu") -> list[str]:
+    """Registered names (in registry order) for ``device``; ``None`` for every device."""
+    return [n for n, (_, d) in REGISTRY.items() if device is None or d == device]
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The class registered as ``name``; BackendUnavailable (with the reason) when it cannot be imported."""
+    if name not in REGISTRY:
+        raise CollageError(f"unknown backend {name!r}; known backends: {', '.join(REGISTRY)}")
+    target = REGISTRY[name][0]
+    module_name, _, cls_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        missing = getattr(e, "name", None)
+        what = f"module {missing} is missing" if missing else str(e)
+        raise BackendUnavailable(f"backend {name!r} cannot be imported ({module_name}): {what}") from e
+    try:
+        return getattr(module, cls_name)
+    except AttributeError:
+        raise BackendUnavailable(f"backend {name!r}: {module_name} has no class {cls_name}") from None
+
+
+def get_backend(name: str, **options: Any) -> Backend:
+    """An instance of backend ``name`` with ``options`` (unknown name: CollageError listing the names)."""
+    return backend_class(name)(**options)
+
+
+def unavailable_reason(name: str, **options: Any) -> str | None:
+    """None when backend ``name`` can run here, else why not (import failure or ``available()``)."""
+    try:
+        backend = get_backend(name, **options)
+    except BackendUnavailable as e:
+        return str(e)
+    return backend.available()
+
+
+def available_backends(device: str | None = "cpu") -> list[Backend]:
+    """Instances (default options) of every registered backend for ``device`` that can run here."""
+    out = []
+    for name in backend_names(device):
+        try:
+            backend = get_backend(name)
+        except BackendUnavailable as e:
+            log.debug("%s", e)
+            continue
+        reason = backend.available()
+        if reason is None:
+            out.append(backend)
+        else:
+            log.debug("backend %s unavailable: %s", name, reason)
+    return out
+
+
+# ---------------------------------------------------------------------- support report
+def support_table(graph: Graph, names: Sequence[str] | None = None) -> tuple[list[str], list[dict[str, Any]]]:
+    """(backend columns, one row per op type: ``op``, ``count`` and per backend ``taken/count`` or a reason).
+
+    A backend that is unavailable gets ``"unavailable"`` in every row.
+    """
+    names = list(names) if names is not None else backend_names("cpu")
+    ops: dict[str, list[int]] = {}
+    for i in range(len(graph)):
+        node = graph.op(i)
+        key = f"{node.domain}:{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
+        ops.setdefault(key, []).append(i)
+    answers: dict[str, dict[int, bool] | None] = {}
+    for name in names:
+        if unavailable_reason(name) is not None:
+            answers[name] = None
+            continue
+        answers[name] = get_backend(name).supports_all(graph)
+    rows = []
+    for op in sorted(ops, key=lambda o: (-len(ops[o]), o)):
+        ids = ops[op]
+        row: dict[str, Any] = {"op": op, "count": len(ids)}
+        for name in names:
+            got = answers[name]
+            if got is None:
+                row[name] = "unavailable"
+            else:
+                taken = sum(got[i] for i in ids)
+                row[name] = "yes" if taken == len(ids) else "no" if taken == 0 else f"{taken}/{len(ids)}"
+        rows.append(row)
+    return names, rows
+
+
+def support_report(graph: Graph, backend_names: list[str] | None = None) -> str:  # noqa: F811 - the agreed signature
+    """A Markdown table: per op type, its count and which backend takes it (``collage inspect --support``)."""
+    names, rows = support_table(graph, backend_names)
+    head = ["op type", "count", *names]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        lines.append("| " + " | ".join(str(row[k]) for k in ("op", "count", *names)) + " |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- `collage backends`
+@dataclass
+class BackendStatus:
+    name: str
+    device: str
+    available: bool
+    reason: str | None
+    version: str | None
+    precision: str | None
+
+
+def backend_status(name: str) -> BackendStatus:
+    device = REGISTRY[name][1]
+    try:
+        backend = get_backend(name)
+    except (BackendUnavailable, CollageError) as e:
+        return BackendStatus(name, device, False, str(e), None, None)
+    reason = backend.available()
+    version = None
+    if reason is None:
+        try:
+            version = backend.version()
+        except Exception as e:  # noqa: BLE001 - report, do not crash the listing
+            reason = f"version() failed: {e}"
+    return BackendStatus(name, device, reason is None, reason, version, getattr(backend, "precision", None))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all",
+                        help="which backends to list (default: all)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def run(args: argparse.Namespace) -> int:
+    device = None if args.device == "all" else args.device
+    statuses = [backend_status(n) for n in backend_names(device)]
+    if args.json:
+        print(json.dumps([asdict(s) for s in statuses], indent=2))
+        return 0
+    rows = [(s.name, s.device, "yes" if s.available else "no", s.version or "-", s.precision or "-",
+             s.reason or "") for s in statuses]
+    head = ("backend", "device", "available", "version", "precision", "why not")
+    widths = [max(len(str(r[k])) for r in [head, *rows]) for k in range(len(head))]
+    for r in [head, *rows]:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+    return 0

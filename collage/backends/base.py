@@ -14,24 +14,47 @@ runs. Contract:
   backend version. ``supports_all(graph)`` answers for every node at once.
 * ``compile(model) -> Compiled``: raises ``UnsupportedError`` naming the op and node it cannot take,
   ``CompileError`` for anything else; never silently returns something that runs elsewhere.
-* ``Compiled.run(feeds) -> {output name: array}`` is the backend's fast call path.
+* ``Compiled.run(feeds) -> {output name: array}`` is the backend's fast call path. When
+  ``Compiled.reuses_outputs`` is True the returned arrays are the backend's own output buffers and the
+  NEXT call overwrites them: whoever keeps an output past the next call (the runtime, for graph
+  outputs) must copy it.
   ``Compiled.save(directory) -> entry`` writes its files and returns a JSON-able dict (with
   ``"files"``: the file names it wrote); ``Backend.load(directory, entry) -> Compiled`` reads them.
+
+Support is decided once per backend: a backend implements one primitive,
+``_check_supported(model) -> None | reason``, which really converts/compiles a one-node model; the base
+class caches its answers on disk under ``cache_dir()/support/<backend>-<version>.json`` keyed by
+``graph.fingerprint([node_id])`` (so a second run asks nothing), answers ``supports``,
+``supports_all`` (one cache write for a whole graph) and ``support_reason``, and turns a failed
+``compile`` into an ``UnsupportedError`` naming the node that cannot be taken (``_raise_compile_error``).
 
 Backends are stateless apart from caches and can be used from one thread at a time.
 """
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+import json
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 import numpy as np
 import onnx
 
+from collage.errors import CompileError, UnsupportedError
+from collage.util import cache_dir, sha256_bytes
+
 if TYPE_CHECKING:
     from collage.graph import Graph
+
+log = logging.getLogger(__name__)
+
+#: Version of the on-disk support cache layout (part of the file name).
+SUPPORT_CACHE_SCHEMA = 1
 
 
 class Compiled(abc.ABC):
@@ -40,6 +63,8 @@ class Compiled(abc.ABC):
     backend: str
     input_names: list[str]
     output_names: list[str]
+    #: True when ``run`` returns the backend's own buffers, overwritten by the next ``run``.
+    reuses_outputs: ClassVar[bool] = False
 
     @abc.abstractmethod
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -63,11 +88,94 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def available(self) -> str | None: ...
 
-    @abc.abstractmethod
-    def supports(self, graph: Graph, node_id: int) -> bool: ...
+    # ------------------------------------------------------------------ support
+    def _check_supported(self, model: onnx.ModelProto) -> str | None:
+        """The one support primitive: really convert/compile ``model`` (one node); None or the reason.
+
+        Must not raise for an op the backend rejects; it returns the runtime's message instead.
+        """
+        raise NotImplementedError(f"{type(self).__name__} implements neither supports() nor _check_supported()")
+
+    def supports(self, graph: Graph, node_id: int) -> bool:
+        return self.support_reason(graph, node_id) is None
+
+    def support_reason(self, graph: Graph, node_id: int) -> str | None:
+        """None when the backend takes node ``node_id``, else why not (cached on disk)."""
+        return self.support_reasons(graph, [node_id])[node_id]
 
     def supports_all(self, graph: Graph) -> dict[int, bool]:
-        return {i: self.supports(graph, i) for i in range(len(graph))}
+        if type(self).supports is not Backend.supports:  # a backend that answers supports() itself
+            return {i: self.supports(graph, i) for i in range(len(graph))}
+        return {i: r is None for i, r in self.support_reasons(graph, range(len(graph))).items()}
+
+    def support_reasons(self, graph: Graph, node_ids: Iterable[int]) -> dict[int, str | None]:
+        """``support_reason`` for many nodes: each distinct signature is checked once, the cache written once."""
+        cache = self._support_cache()
+        by_fp: dict[str, list[int]] = {}
+        for i in node_ids:
+            by_fp.setdefault(graph.fingerprint([i]), []).append(i)
+        fresh: dict[str, str | None] = {}
+        for fp, ids in by_fp.items():
+            if fp in cache:
+                continue
+            try:
+                reason = self._check_supported(graph.extract([ids[0]]))
+            except NotImplementedError:
+                raise
+            except Exception as e:  # a primitive that raises still answers "no", with the reason
+                reason = f"{type(e).__name__}: {e}"
+            if reason is not None:
+                reason = _one_line(reason)
+                log.debug("%s does not take %s: %s", self.name, graph.node_label(ids[0]), reason)
+            fresh[fp] = cache[fp] = reason
+        if fresh:
+            self._write_support_cache(fresh)
+        return {i: cache[fp] for fp, ids in by_fp.items() for i in ids}
+
+    def support_cache_path(self) -> Path:
+        """The file holding this backend version's support answers."""
+        version = self.version()
+        slug = re.sub(r"[^A-Za-z0-9._+-]+", "_", f"{self.name}-{version}")[:80]
+        digest = sha256_bytes(f"{self.name}|{version}|{self.device}".encode())[:10]
+        return cache_dir() / "support" / f"{slug}-{digest}-v{SUPPORT_CACHE_SCHEMA}.json"
+
+    def _support_cache(self) -> dict[str, str | None]:
+        mem = self.__dict__.get("_support_mem")
+        path = self.support_cache_path()
+        if mem is None or mem[0] != path:
+            mem = (path, _read_json(path))
+            self.__dict__["_support_mem"] = mem
+        return mem[1]
+
+    def _write_support_cache(self, fresh: Mapping[str, str | None]) -> None:
+        """Merge ``fresh`` into the file (re-read first: other processes may have written) atomically."""
+        path = self.support_cache_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        merged = _read_json(path)
+        merged.update(fresh)
+        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(merged, f, indent=0, sort_keys=True)
+            os.replace(tmp, path)
+        except OSError as e:  # a read-only cache must not stop the work; it only costs a re-check
+            log.warning("cannot write support cache %s: %s", path, e)
+            Path(tmp).unlink(missing_ok=True)
+        self._support_cache().update(merged)
+
+    def _raise_compile_error(self, model: onnx.ModelProto, error: BaseException, what: str = "compile") -> NoReturn:
+        """Raise UnsupportedError naming the first node this backend cannot take, else CompileError from ``error``."""
+        from collage.backends.support import find_unsupported_node
+
+        message = _one_line(str(error))
+        found = find_unsupported_node(model, self._check_supported, message)
+        if found is not None:
+            node, reason = found
+            raise UnsupportedError(
+                f"{self.name} cannot take op {_op_name(node)} (node {node.name or node.output[0]!r} of model "
+                f"{model.graph.name!r}): {_one_line(reason)}") from error
+        raise CompileError(f"{self.name} failed to {what} model {model.graph.name!r} "
+                           f"({len(model.graph.node)} nodes): {type(error).__name__}: {message}") from error
 
     @abc.abstractmethod
     def compile(self, model: onnx.ModelProto) -> Compiled: ...
@@ -82,3 +190,24 @@ class Backend(abc.ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}/{self.device}>"
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        log.warning("ignoring unreadable support cache %s: %s", path, e)
+        return {}
+
+
+def _one_line(text: str, limit: int = 400) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _op_name(node: onnx.NodeProto) -> str:
+    return f"{node.domain}:{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type

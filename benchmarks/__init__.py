@@ -1,0 +1,1 @@
+"""Benchmarks that write the Markdown tables under results/ (``python -m benchmarks.NAME``)."""

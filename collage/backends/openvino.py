@@ -1,0 +1,252 @@
+"""OpenVINO on CPU (the oneDNN-based CPU plugin).
+
+Settings (RUNTIME-FACTS.md): ``INFERENCE_PRECISION_HINT`` f32 unless ``precision`` asks otherwise
+(the plugin's default on AMX/avx512_bf16 CPUs is bf16, which changes results), ``PERFORMANCE_HINT``
+LATENCY, ``NUM_STREAMS`` 1, ``INFERENCE_NUM_THREADS`` = ``threads`` (default
+``collage.util.physical_cores()``). One ``ov.Core`` per process (:func:`core`).
+
+Hand-over: with ``pinning=False`` (the default) the plugin does not pin its worker threads to cores
+(``ENABLE_CPU_PINNING`` NO), so when another runtime's partition runs next the OS can give it the
+cores at once; ``pinning=True`` is the plugin's own default for LATENCY on Linux.
+
+Artifact format: OpenVINO IR (``.xml`` + ``.bin`` written by ``ov.save_model`` without fp16
+compression), not a compiled blob (``export_model``). The IR is portable across CPU models and
+OpenVINO patch releases and the compile settings above are applied again at load, so a loaded
+partition computes exactly what a fresh compile does; a blob is tied to the exact OpenVINO build, the
+CPU's ISA and the config it was compiled with. The price is a compile at load (milliseconds for a
+layer, about a second for BERT-base).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from collage.backends.base import Backend, Compiled
+from collage.errors import ArtifactError, BackendUnavailable, CollageError
+from collage.util import physical_cores, sha256_bytes
+
+log = logging.getLogger(__name__)
+
+_PRECISIONS = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
+
+_core_lock = threading.Lock()
+_core: Any = None
+
+
+def _ov():  # lazy import: importing collage.backends never loads a runtime
+    try:
+        import openvino
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise BackendUnavailable("openvino is not installed: pip install openvino") from e
+    return openvino
+
+
+def core() -> Any:
+    """The process's one ``openvino.Core``."""
+    global _core
+    with _core_lock:
+        if _core is None:
+            _core = _ov().Core()
+        return _core
+
+
+class OVCompiled(Compiled):
+    """An OpenVINO compiled model with one infer request.
+
+    ``run`` is the fast path: output tensors are numpy buffers pre-set on the request
+    (``set_output_tensor`` with ``ov.Tensor(array, shared_memory=True)``); an input tensor is re-set
+    only when a different array object is passed (zero-copy when it is C-contiguous with the right
+    dtype, else one conversion); then a bare ``infer()`` without inputs.
+
+    **The returned arrays are this object's output buffers and are OVERWRITTEN by the next ``run``**
+    (``reuses_outputs = True``): copy any output you keep past the next call (the runtime copies
+    graph outputs). Input arrays are read in place during the call, never written.
+    """
+
+    reuses_outputs = True
+
+    def __init__(self, backend: OpenVINOBackend, compiled: Any, source: onnx.ModelProto | Path,
+                 input_names: list[str] | None = None, output_names: list[str] | None = None) -> None:
+        ov = _ov()
+        self.backend = backend.name
+        self._backend = backend
+        self._compiled = compiled
+        self._source = source
+        self._request = compiled.create_infer_request()
+        self.input_names = list(input_names or [_port_name(p) for p in compiled.inputs])
+        self.output_names = list(output_names or [_port_name(p) for p in compiled.outputs])
+        self._in_specs: list[tuple[int, str, np.dtype, tuple[int, ...]]] = []
+        for name, k in zip(self.input_names, _ports(compiled.inputs, self.input_names, "input")):
+            p = compiled.inputs[k]
+            self._in_specs.append((k, name, np.dtype(p.get_element_type().to_dtype()), _static(p, name)))
+        self._outputs: dict[str, np.ndarray] = {}
+        self._keep: list[Any] = []
+        for name, k in zip(self.output_names, _ports(compiled.outputs, self.output_names, "output")):
+            p = compiled.outputs[k]
+            arr = np.empty(_static(p, name), dtype=p.get_element_type().to_dtype())
+            tensor = ov.Tensor(arr, shared_memory=True)
+            self._request.set_output_tensor(k, tensor)
+            self._outputs[name] = arr
+            self._keep.append(tensor)
+        self._tensor = ov.Tensor
+        self._bound: dict[str, Any] = {}
+        self._in_tensors: dict[str, Any] = {}
+
+    def _bind(self, k: int, name: str, dtype: np.dtype, shape: tuple[int, ...], arr: Any) -> None:
+        original = arr
+        if (not isinstance(arr, np.ndarray) or arr.dtype != dtype or not arr.flags.c_contiguous
+                or not arr.flags.writeable):
+            arr = np.array(arr, dtype=dtype, order="C", copy=True)
+        if arr.shape != shape:
+            raise CollageError(f"openvino: input {name!r} has shape {arr.shape}, the partition expects {shape}")
+        tensor = self._tensor(arr, shared_memory=True)
+        self._request.set_input_tensor(k, tensor)
+        self._in_tensors[name] = (tensor, arr)  # keeps the memory alive while set
+        self._bound[name] = original
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        bound = self._bound
+        for k, name, dtype, shape in self._in_specs:
+            try:
+                arr = feeds[name]
+            except KeyError:
+                raise CollageError(f"openvino: missing input {name!r} (expected {self.input_names})") from None
+            if arr is not bound.get(name):
+                self._bind(k, name, dtype, shape, arr)
+        # share_outputs: results already sit in our pre-set buffers; do not copy them again
+        self._request.infer(share_outputs=True)
+        return dict(self._outputs)
+
+    def save(self, directory: Path) -> dict[str, Any]:
+        """Write OpenVINO IR (.xml + .bin, fp32 weights kept as they are)."""
+        ov = _ov()
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        if isinstance(self._source, Path):
+            model = core().read_model(str(self._source))
+            stem = f"openvino-{sha256_bytes(self._source.read_bytes())[:16]}"
+        else:
+            data = self._source.SerializeToString()
+            model = self._backend._read(data)
+            stem = f"openvino-{sha256_bytes(data)[:16]}"
+        try:
+            ov.save_model(model, str(directory / f"{stem}.xml"), compress_to_fp16=False)
+        except Exception as e:  # noqa: BLE001
+            raise ArtifactError(f"{directory / stem}.xml: openvino could not write the partition: {e}") from e
+        return {"backend": self.backend, "files": [f"{stem}.xml", f"{stem}.bin"], "format": "openvino IR",
+                "version": self._backend.version(), "options": self._backend.options,
+                "inputs": self.input_names, "outputs": self.output_names}
+
+
+def _port_name(port: Any) -> str:
+    try:
+        return port.get_any_name()
+    except RuntimeError:  # pragma: no cover - unnamed port
+        return ""
+
+
+def _ports(ports: Any, names: list[str], kind: str) -> list[int]:
+    """Index of the port carrying each ONNX tensor name (OpenVINO may add names, or reorder)."""
+    out = []
+    for name in names:
+        hits = [k for k, p in enumerate(ports) if name in p.get_names()]
+        if not hits:
+            raise CollageError(f"openvino: the compiled partition has no {kind} named {name!r} "
+                               f"(it has {[sorted(p.get_names()) for p in ports]})")
+        out.append(hits[0])
+    return out
+
+
+def _static(port: Any, name: str) -> tuple[int, ...]:
+    ps = port.get_partial_shape()
+    if ps.is_dynamic:
+        raise CollageError(f"openvino: tensor {name!r} has dynamic shape {ps}; fix input shapes first")
+    return tuple(int(d) for d in port.get_shape())
+
+
+class OpenVINOBackend(Backend):
+    """OpenVINO CPU plugin (see the module docstring for its settings)."""
+
+    name = "openvino"
+    device = "cpu"
+
+    def __init__(self, threads: int | None = None, precision: str = "fp32", pinning: bool = False,
+                 hint: str = "LATENCY") -> None:
+        if precision not in _PRECISIONS:
+            raise CollageError(f"openvino: precision must be one of {sorted(_PRECISIONS)}, not {precision!r}")
+        self.threads = int(threads or physical_cores())
+        self.precision = precision
+        self.pinning = bool(pinning)
+        self.hint = hint
+
+    def available(self) -> str | None:
+        try:
+            devices = core().available_devices
+        except BackendUnavailable as e:
+            return str(e)
+        except Exception as e:  # noqa: BLE001 - a broken install says why
+            return f"openvino cannot start: {e}"
+        if "CPU" not in devices:
+            return f"openvino sees no CPU device (devices: {devices})"
+        return None
+
+    def version(self) -> str:
+        return f"openvino-{_ov().get_version().split('-')[0]}-{self.precision}-t{self.threads}"
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """Constructor keywords: ``get_backend("openvino", **options)`` rebuilds this backend (streams: 1)."""
+        return {"precision": self.precision, "threads": self.threads, "hint": self.hint, "pinning": self.pinning}
+
+    def config(self) -> dict[str, str]:
+        """The CPU plugin's compile config."""
+        return {
+            "INFERENCE_PRECISION_HINT": _PRECISIONS[self.precision],
+            "PERFORMANCE_HINT": self.hint,
+            "NUM_STREAMS": "1",
+            "INFERENCE_NUM_THREADS": str(self.threads),
+            "ENABLE_CPU_PINNING": "YES" if self.pinning else "NO",
+        }
+
+    def _read(self, data: bytes) -> Any:
+        return core().read_model(data, b"")
+
+    def _compile(self, model: Any) -> Any:
+        return core().compile_model(model, "CPU", self.config())
+
+    def _check_supported(self, model: onnx.ModelProto) -> str | None:
+        try:
+            self._compile(self._read(model.SerializeToString()))
+        except Exception as e:  # noqa: BLE001 - the runtime's message is the answer
+            return f"{type(e).__name__}: {e}"
+        return None
+
+    def compile(self, model: onnx.ModelProto) -> OVCompiled:
+        try:
+            compiled = self._compile(self._read(model.SerializeToString()))
+        except Exception as e:  # noqa: BLE001 - classified below
+            self._raise_compile_error(model, e)
+        inits = {t.name for t in model.graph.initializer}
+        return OVCompiled(self, compiled, model, [i.name for i in model.graph.input if i.name not in inits],
+                          [o.name for o in model.graph.output])
+
+    def load(self, directory: Path, entry: Mapping[str, Any]) -> OVCompiled:
+        """Read the IR and compile it with this backend's settings."""
+        xml = Path(directory) / entry["files"][0]
+        for name in entry["files"]:
+            if not (Path(directory) / name).is_file():
+                raise ArtifactError(f"{Path(directory) / name}: openvino partition file is missing")
+        saved = entry.get("version")
+        if saved and saved != self.version():
+            log.warning("%s: saved by %s, loading with %s", xml, saved, self.version())
+        try:
+            compiled = self._compile(core().read_model(str(xml)))
+        except Exception as e:  # noqa: BLE001
+            raise ArtifactError(f"{xml}: openvino cannot load this partition: {e}") from e
+        return OVCompiled(self, compiled, xml, entry.get("inputs"), entry.get("outputs"))

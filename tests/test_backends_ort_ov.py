@@ -1,0 +1,209 @@
+"""ONNX Runtime and OpenVINO specifics: the fast call path's contract (buffers reused, zero-copy
+inputs, conversions only when needed), thread and precision settings, the registry and
+``collage backends``, the support report, and how compile failures are classified."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper
+
+from collage import backends, zoo
+from collage.backends import backend_names, get_backend, support_report, unavailable_reason
+from collage.errors import CollageError, CompileError
+from collage.util import physical_cores
+
+NAMES = ["onnxruntime", "openvino"]
+
+
+@pytest.fixture(params=NAMES)
+def backend(request):
+    reason = unavailable_reason(request.param)
+    if reason is not None:
+        pytest.skip(f"backend {request.param} unavailable: {reason}")
+    return get_backend(request.param)
+
+
+def _add_mul(shape=(2, 3, 4)) -> onnx.ModelProto:
+    g = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["s"], name="add"), helper.make_node("Mul", ["s", "a"], ["y"], name="mul")],
+        "add_mul", [helper.make_tensor_value_info("a", T.FLOAT, list(shape)),
+                    helper.make_tensor_value_info("b", T.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", T.FLOAT, list(shape)), helper.make_tensor_value_info("s", T.FLOAT, list(shape))])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _feeds(seed=0, shape=(2, 3, 4)):
+    rng = np.random.default_rng(seed)
+    return {"a": rng.standard_normal(shape).astype(np.float32), "b": rng.standard_normal(shape).astype(np.float32)}
+
+
+def _expect(f):
+    s = f["a"] + f["b"]
+    return {"s": s, "y": s * f["a"]}
+
+
+# ---------------------------------------------------------------------- fast path
+def test_outputs_are_reused_buffers(backend):
+    c = backend.compile(_add_mul())
+    assert c.reuses_outputs is True
+    assert sorted(c.input_names) == ["a", "b"] and sorted(c.output_names) == ["s", "y"]
+    f1, f2 = _feeds(1), _feeds(2)
+    out1 = c.run(f1)
+    first_y = out1["y"].copy()
+    np.testing.assert_allclose(first_y, _expect(f1)["y"], rtol=1e-6)
+    out2 = c.run(f2)
+    assert out2["y"] is out1["y"]  # same buffer...
+    np.testing.assert_allclose(out1["y"], _expect(f2)["y"], rtol=1e-6)  # ...overwritten by the next call
+    assert not np.allclose(first_y, out1["y"])
+
+
+def test_inputs_are_read_in_place_and_converted_only_when_needed(backend):
+    c = backend.compile(_add_mul())
+    f = _feeds(3)
+    c.run(f)
+    f["a"][...] = 1.0  # the same array object, changed in place: zero-copy means the next call sees it
+    np.testing.assert_allclose(c.run(f)["y"], _expect(f)["y"], rtol=1e-6)
+    # non-contiguous and float64 inputs are converted (a copy), results still right, inputs untouched
+    big = np.random.default_rng(4).standard_normal((2, 3, 8)).astype(np.float32)
+    odd = {"a": big[:, :, ::2], "b": _feeds(5)["b"].astype(np.float64)}
+    before = odd["b"].copy()
+    want = _expect({"a": np.ascontiguousarray(odd["a"]), "b": odd["b"].astype(np.float32)})
+    np.testing.assert_allclose(c.run(odd)["y"], want["y"], rtol=1e-6)
+    np.testing.assert_array_equal(odd["b"], before)
+
+
+def test_bad_feeds_name_the_input(backend):
+    c = backend.compile(_add_mul())
+    with pytest.raises(CollageError, match="'b'"):
+        c.run({"a": _feeds()["a"]})
+    with pytest.raises(CollageError, match=r"'a'.*\(5, 5\)"):
+        c.run({"a": np.zeros((5, 5), np.float32), "b": _feeds()["b"]})
+
+
+def test_compile_failure_that_is_not_an_unsupported_op_is_a_compile_error(backend, monkeypatch):
+    monkeypatch.setattr(backend, "_check_supported", lambda model: None)  # every node alone is fine
+    attr = "_session" if backend.name == "onnxruntime" else "_compile"
+
+    def boom(*a, **k):
+        raise RuntimeError("runtime fell over")
+    monkeypatch.setattr(backend, attr, boom)
+    with pytest.raises(CompileError, match="runtime fell over") as info:
+        backend.compile(_add_mul())
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_version_and_options_name_what_changes_results(backend):
+    opts = backend.options
+    assert opts["precision"] == "fp32" and opts["threads"] == physical_cores()
+    v = backend.version()
+    assert backend.name in v and "fp32" in v and f"t{physical_cores()}" in v
+    same = get_backend(backend.name, **opts)  # options are constructor keywords (what artifacts record)
+    assert same.version() == v and same.options == opts
+    other = get_backend(backend.name, threads=physical_cores() + 1)
+    assert other.version() != v and other.support_cache_path() != backend.support_cache_path()
+
+
+# ---------------------------------------------------------------------- settings
+def test_onnxruntime_shares_one_pool_and_stops_spinning():
+    from collage.backends import onnxruntime as ortb
+
+    b = get_backend("onnxruntime")
+    b.compile(_add_mul())
+    assert ortb.global_pool_threads() == physical_cores()
+    so = b.session_options()
+    assert so.use_per_session_threads is False
+    assert so.get_session_config_entry("session.force_spinning_stop") == "1"
+    assert so.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    spin = get_backend("onnxruntime", spin=True).session_options()
+    assert spin.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    assert so.graph_optimization_level.name == "ORT_ENABLE_ALL"
+    # plain sessions (reference runs) still work in a process that has the shared pool
+    sess = ortb.make_session(_add_mul())
+    f = _feeds(6)
+    np.testing.assert_allclose(sess.run(["y"], f)[0], _expect(f)["y"], rtol=1e-6)
+    # ...and so do sessions built by code that knows nothing of the shared pool
+    import onnxruntime as ort
+
+    own = ort.SessionOptions()
+    own.intra_op_num_threads = 1
+    plain = ort.InferenceSession(_add_mul().SerializeToString(), own, providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(plain.run(["y"], f)[0], _expect(f)["y"], rtol=1e-6)
+    with pytest.raises(CollageError, match="shared pool"):
+        get_backend("onnxruntime", threads=physical_cores() + 1).compile(_add_mul())
+
+
+def test_openvino_compiles_f32_latency_one_stream_unpinned():
+    from collage.backends import openvino as ovb
+
+    if (reason := unavailable_reason("openvino")) is not None:
+        pytest.skip(reason)
+    c = get_backend("openvino").compile(_add_mul())
+    cm = c._compiled
+    assert "float32" in str(cm.get_property("INFERENCE_PRECISION_HINT"))
+    assert int(cm.get_property("INFERENCE_NUM_THREADS")) == physical_cores()
+    assert int(cm.get_property("NUM_STREAMS")) == 1
+    assert "LATENCY" in str(cm.get_property("PERFORMANCE_HINT"))
+    assert cm.get_property("ENABLE_CPU_PINNING") is False
+    assert ovb.core() is ovb.core()
+    bf16 = get_backend("openvino", precision="bf16")
+    assert bf16.config()["INFERENCE_PRECISION_HINT"] == "bf16" and bf16.version() != get_backend("openvino").version()
+    with pytest.raises(CollageError, match="precision"):
+        get_backend("openvino", precision="int3")
+
+
+def test_loaded_partition_saves_again(backend, tmp_path):
+    c = backend.compile(_add_mul())
+    entry = c.save(tmp_path / "one")
+    loaded = backend.load(tmp_path / "one", entry)
+    f = _feeds(7)
+    np.testing.assert_allclose(loaded.run(f)["y"], _expect(f)["y"], rtol=1e-6)
+    entry2 = loaded.save(tmp_path / "two")
+    assert backend.load(tmp_path / "two", entry2).run(f)["y"].shape == (2, 3, 4)
+    (tmp_path / "one" / entry["files"][0]).unlink()
+    with pytest.raises(CollageError, match=entry["files"][0]):
+        backend.load(tmp_path / "one", entry)
+
+
+# ---------------------------------------------------------------------- registry and CLI
+def test_registry_names_and_errors(monkeypatch):
+    assert backend_names("cpu")[:3] == ["onnxruntime", "openvino", "tvm"]
+    assert "tensorrt" in backend_names("cuda") and "tensorrt" not in backend_names("cpu")
+    assert set(backend_names(None)) == set(backends.REGISTRY)
+    with pytest.raises(CollageError, match="unknown backend 'nope'.*onnxruntime.*openvino"):
+        get_backend("nope")
+    # only the two runtimes this file is about, plus one whose module does not exist (TVM imports slowly)
+    registry = {k: backends.REGISTRY[k] for k in ("onnxruntime", "openvino", "tensorrt")}
+    registry["ghost"] = ("collage.backends.ghost_backend:Ghost", "cpu")
+    monkeypatch.setattr(backends, "REGISTRY", registry)
+    assert "ghost_backend" in unavailable_reason("ghost")
+    assert [b.name for b in backends.available_backends("cpu")] == ["onnxruntime", "openvino"]
+
+
+def test_collage_backends_command(capsys, monkeypatch):
+    from collage.cli import main
+
+    registry = {k: backends.REGISTRY[k] for k in ("onnxruntime", "openvino", "tensorrt")}
+    registry["ghost"] = ("collage.backends.ghost_backend:Ghost", "cpu")
+    monkeypatch.setattr(backends, "REGISTRY", registry)
+    assert main(["backends", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert " yes " in lines["onnxruntime"] and "fp32" in lines["onnxruntime"]
+    assert " no " in lines["ghost"] and "ghost_backend" in lines["ghost"]
+    assert "tensorrt" not in lines
+    assert main(["backends", "--json"]) == 0
+    assert '"name": "openvino"' in capsys.readouterr().out
+
+
+def test_support_report_table(monkeypatch):
+    monkeypatch.setitem(backends.REGISTRY, "ghost", ("collage.backends.ghost_backend:Ghost", "cpu"))
+    graph = zoo.load_graph("zoo:tiny-bert")
+    text = support_report(graph, ["onnxruntime", "openvino", "ghost"])
+    lines = text.splitlines()
+    assert lines[0] == "| op type | count | onnxruntime | openvino | ghost |"
+    row = next(line for line in lines if line.startswith("| LayerNormalization |"))
+    assert row.split("|")[2].strip() == str(sum(graph.op_type(i) == "LayerNormalization" for i in range(len(graph))))
+    assert "| yes | yes | unavailable |" in row
+    assert len(lines) == 2 + len({graph.op_type(i) for i in range(len(graph))})
