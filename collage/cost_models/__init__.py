@@ -1,0 +1,29 @@
+"""Measured costs: isolated, crash-safe, noise-controlled measurement and a persistent cost database.
+
+    db.py           Cost, CostKey, key_for, CostDB (contract), SQLiteCostDB, get_db
+    measure.py      Measurer (one worker process), measure_candidates (dedup, DB reuse, budget, progress)
+    worker.py       what runs inside the worker: inputs, compile, timing until the median is stable
+    transitions.py  transition costs measured as real alternation between backends; transition_model
+    cli.py          ``collage measure MODEL``
+
+Names are imported lazily (``from collage.cost_models import get_db`` works without importing the
+measurement machinery until it is used).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Cost": "db", "CostKey": "db", "CostDB": "db", "SQLiteCostDB": "db", "get_db": "db", "key_for": "db",
+    "Measurer": "measure", "Measurement": "measure", "measure_candidates": "measure", "CostTable": "measure",
+    "transition_model": "transitions", "measure_transition": "transitions",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"collage.cost_models.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'collage.cost_models' has no attribute {name!r}")

@@ -1,0 +1,170 @@
+"""Transition costs between backends, and how well parts + transitions predict a stitched chain.
+
+    python -m benchmarks.transitions            # ORT <-> OpenVINO, 3 sizes, BERT-base chain (~10-15 min, 2 cores)
+    python -m benchmarks.transitions --quick    # 2 sizes, tiny-bert chain (~1-2 min)
+
+Writes results/transitions.md (results/transitions-quick.md with --quick):
+
+1. Per backend pair, fixed and per-byte transition cost (``collage.cost_models.transitions``: real
+   alternation A, B, A, ... of small Add+Relu pieces minus the same-backend chains), with the fast
+   hand-over settings (ONNX Runtime spin off, OpenVINO pinning off: collage's defaults) and with the
+   runtimes' own defaults (spin on, pinning on).
+2. Prediction check: the model cut into its layers (embeddings + one piece per encoder layer); each
+   piece measured alone (as the tuner does); chains all-A, all-B and alternating layer by layer
+   measured end to end (interleaved, in a worker process); predicted = sum of the parts' costs
+   (+ transitions) against measured.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import logging
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from collage import zoo
+from collage.backends import unavailable_reason
+from collage.cost_models.db import SQLiteCostDB
+from collage.cost_models.measure import Measurer, measure_candidates
+from collage.cost_models.transitions import (FAST_HANDOVER, QUICK_SIZES, SIZES, SLOW_HANDOVER, measure_transition,
+                                             transition_model)
+from collage.errors import CollageError
+from collage.graph import Graph
+from collage.util import human_bytes, machine_id, physical_cores
+
+log = logging.getLogger("benchmarks.transitions")
+
+
+def layer_pieces(graph: Graph) -> list[tuple[str, tuple[int, ...]]]:
+    """Cut a BERT-like graph by its node names (``...layer.N...``): embeddings, then one piece per layer."""
+    pieces: dict[str, list[int]] = {}
+    order: list[str] = []
+    last = "embeddings"
+    for i in range(len(graph)):
+        m = re.search(r"layer\.(\d+)\.", graph.op(i).name)
+        label = f"layer {int(m.group(1))}" if m else (last if last != "embeddings" else "embeddings")
+        if label not in pieces:
+            pieces[label] = []
+            order.append(label)
+        pieces[label].append(i)
+        last = label
+    out = [(label, tuple(pieces[label])) for label in order]
+    for label, nodes in out:
+        if not graph.is_convex(nodes):
+            raise CollageError(f"{graph.name}: piece {label!r} is not convex; this cut only fits BERT-like models")
+    return out
+
+
+def _predict(graph: Graph, pieces, assign: list[str], costs, transition) -> tuple[float, float]:
+    owner = {i: k for k, (_, nodes) in enumerate(pieces) for i in nodes}
+    parts = sum(costs[(nodes, b)].median_ms for (_, nodes), b in zip(pieces, assign))
+    trans = 0.0
+    for k, ((_, nodes), b) in enumerate(zip(pieces, assign)):
+        by_src: dict[str, int] = {}
+        for t in graph.boundary(nodes)[0]:
+            p = graph.producer(t)
+            if p is None:
+                continue
+            src = assign[owner[p]]
+            if src != b:
+                by_src[src] = by_src.get(src, 0) + graph.tensor(t).nbytes
+        trans += sum(transition(src, b, nbytes) for src, nbytes in by_src.items())
+    return parts, parts + trans
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="2 sizes, tiny-bert chain (a smoke run)")
+    ap.add_argument("--backends", default="onnxruntime,openvino")
+    ap.add_argument("--model", default=None, help="BERT-like zoo model for the prediction check (default bert-base)")
+    ap.add_argument("--cap", type=float, default=None, help="timing cap per size / per chain set, seconds")
+    ap.add_argument("--db", default=None, help="cost DB to use (default: a fresh temporary one)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    backends = [b for b in args.backends.split(",") if b and not unavailable_reason(b)]
+    if len(backends) < 2:
+        raise SystemExit(f"need two available backends among {args.backends}")
+    model = args.model or ("tiny-bert" if args.quick else "bert-base")
+    sizes = QUICK_SIZES if args.quick else SIZES
+    cap = args.cap if args.cap is not None else (0.5 if args.quick else 3.0)
+    out = Path(args.out or ("results/transitions-quick.md" if args.quick else "results/transitions.md"))
+    db = SQLiteCostDB(args.db or Path(tempfile.mkdtemp(prefix="collage-transitions-")) / "costs.sqlite")
+    t0 = time.time()
+
+    fits = []
+    for i, a in enumerate(backends):
+        for b in backends[i + 1:]:
+            for label, settings in (("fast hand-over", FAST_HANDOVER), ("runtime defaults", SLOW_HANDOVER)):
+                opts = {k: v for k, v in settings.items() if k in (a, b)}
+                print(f"transition {a} <-> {b}, {label} ...", file=sys.stderr)
+                fixed, per_byte, rows = measure_transition(a, b, db, backend_options=opts, sizes=sizes, cap_s=cap)
+                fits.append((a, b, label, opts, fixed, per_byte, rows))
+
+    graph = zoo.load_graph(f"zoo:{model}")
+    pieces = layer_pieces(graph)
+    a, b = backends[0], backends[1]
+    whole = tuple(range(len(graph)))
+    items = [(nodes, x) for _, nodes in pieces for x in (a, b)] + [(whole, a), (whole, b)]
+    costs = measure_candidates(graph, items, db=db, cap_s=cap, progress=True)
+    transition = transition_model([a, b], db)  # collage's default options = the fast hand-over settings
+    chains = {f"all {a}": [a] * len(pieces), f"all {b}": [b] * len(pieces),
+              f"alternating, {a} first": [(a, b)[k % 2] for k in range(len(pieces))],
+              f"alternating, {b} first": [(b, a)[k % 2] for k in range(len(pieces))]}
+    blobs = [graph.extract(nodes).SerializeToString() for _, nodes in pieces]
+    feeds = zoo.random_inputs(graph)
+    print(f"timing {len(chains)} chains of {len(pieces)} pieces ...", file=sys.stderr)
+    with Measurer() as m:
+        measured = m.call("collage.cost_models.transitions:chain_timings",
+                          {"pieces": blobs, "chains": {n: list(enumerate(bs)) for n, bs in chains.items()},
+                           "feeds": feeds, "cap_s": cap * 4}, timeout_s=1800)
+    check = []
+    for name, assign in chains.items():
+        parts, with_t = _predict(graph, pieces, assign, costs, transition)
+        check.append((name, measured[name]["median_ms"], parts, with_t))
+    elapsed = time.time() - t0
+    write(out, args, sizes, fits, model, pieces, costs, whole, (a, b), check, elapsed)
+    print(f"wrote {out} in {elapsed:.0f} s")
+    return 0
+
+
+def write(out, args, sizes, fits, model, pieces, costs, whole, pair, check, elapsed) -> None:
+    cmd = "python -m benchmarks.transitions" + (" " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
+    lines = [f"# Transition costs{' (quick smoke run)' if args.quick else ''}", "",
+             f"Command: `{cmd}` ({elapsed:.0f} s). Machine: {machine_id()}, {physical_cores()} cores; "
+             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC.", "",
+             "Per transition = (alternating chain - mean of the two same-backend chains) / (pieces - 1); chains of "
+             "Add+Relu pieces on [1, n] float32, timed interleaved. An alternating chain holds as many A->B as B->A "
+             "hand-overs: the fit is their mean, stored for both directions.", "",
+             "## Fits: fixed + per byte", "",
+             "| pair | settings | fixed ms | per MB ms | " + " | ".join(f"{human_bytes(s)} ms/transition" for s in sizes) + " |",
+             "|---|---|---:|---:|" + "---:|" * len(sizes)]
+    for a, b, label, opts, fixed, per_byte, rows in fits:
+        lines.append(f"| {a} <-> {b} | {label} `{opts}` | {fixed:.4f} | {per_byte * 2**20:.4f} | "
+                     + " | ".join(f"{r['per_transition_ms']:.4f}" for r in rows) + " |")
+    lines += ["", "Chains behind the fits (median ms of the whole chain):", "",
+              "| pair | settings | size | all A | all B | alternating | rounds |", "|---|---|---|---:|---:|---:|---:|"]
+    for a, b, label, _, _, _, rows in fits:
+        for r in rows:
+            lines.append(f"| {a} <-> {b} | {label} | {human_bytes(r['nbytes'])} | {r['all_a_ms']:.3f} | "
+                         f"{r['all_b_ms']:.3f} | {r['alternating_ms']:.3f} | {r['rounds']} |")
+    a, b = pair
+    lines += ["", f"## Prediction check: {model} cut into {len(pieces)} pieces (embeddings + layers)", "",
+              f"Each piece measured alone (worker process, as the tuner does): sum on {a} "
+              f"{sum(costs[(n, a)].median_ms for _, n in pieces):.2f} ms, on {b} "
+              f"{sum(costs[(n, b)].median_ms for _, n in pieces):.2f} ms; whole model on {a} "
+              f"{costs[(whole, a)].median_ms:.2f} ms, on {b} {costs[(whole, b)].median_ms:.2f} ms.", "",
+              "| chain | measured ms | predicted: parts only | error | predicted: parts + transitions | error |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for name, meas, parts, with_t in check:
+        lines.append(f"| {name} | {meas:.2f} | {parts:.2f} | {(parts - meas) / meas:+.1%} | {with_t:.2f} | "
+                     f"{(with_t - meas) / meas:+.1%} |")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

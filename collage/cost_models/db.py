@@ -1,0 +1,389 @@
+"""The cost database: every measurement collage takes, kept so that nothing is measured twice.
+
+Contract (``CostDB``), in the style of Optuna's storages:
+
+* A **cost** (``Cost``) is one measurement of one candidate: its median latency of a full call, spread
+  (p10/p90), sample count, compile time, or a failure with its error text. It is keyed by
+  ``CostKey`` = (fingerprint, backend, backend version, device, options, machine): everything that can
+  change the number. ``options`` is canonical JSON (``canonical_json``) of the backend's options.
+* Costs are **immutable once written** in spirit: ``put`` of an existing key replaces the row (used
+  only to re-measure on purpose). ``put`` commits immediately: a process killed right after ``put``
+  returns has lost nothing.
+* A **transition** row is the fitted cost of handing a tensor from backend ``src`` to ``dst``
+  (``fixed_ms + per_byte_ms * nbytes``) under some hand-over ``settings`` (canonical JSON) on a
+  ``machine``.
+* A **claim** (``claim(key, owner, ttl_s)``) says "this owner is measuring this key now", so that two
+  processes sharing one database never measure the same key at once. ``claim`` returns False while a
+  live claim by another owner exists. A claim expires after ``ttl_s`` seconds, or at once when its
+  owner is a process on this host that no longer exists (owners made by ``default_owner()`` carry
+  host and pid). ``release(key, owner)`` drops it.
+* Methods raise ``CollageError`` subclasses only for unusable locations (``get_db``); reading a
+  missing key returns ``None``.
+* **Thread and process safety**: ``SQLiteCostDB`` may be shared by threads of one process (one
+  connection per thread) and by any number of processes on one machine (SQLite WAL mode with a busy
+  timeout; every write is its own transaction). It must not live on a network file system.
+
+``get_db(None | url | path | instance)`` hides the default: ``None`` is
+``collage.util.cache_dir()/"costs.sqlite"``; ``"sqlite:///rel/path.sqlite"`` (relative),
+``"sqlite:////abs/path.sqlite"`` (absolute, SQLAlchemy/Optuna convention) or a plain path name a file; a ``CostDB`` instance is returned as is.
+"""
+from __future__ import annotations
+
+import abc
+import json
+import os
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from collage.errors import CollageError
+from collage.util import cache_dir, machine_id
+
+if TYPE_CHECKING:
+    from collage.backends.base import Backend
+
+#: Bumped whenever a table's layout or a stored number's meaning changes; table names carry it.
+SCHEMA_VERSION = 1
+
+
+def canonical_json(value: Any) -> str:
+    """Stable JSON text (sorted keys, no spaces) used for options and settings in keys."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+class CostKey(NamedTuple):
+    """Everything that can change a measured number."""
+
+    fingerprint: str
+    backend: str
+    version: str
+    device: str
+    options: str  # canonical JSON
+    machine: str
+
+
+def key_for(backend: Backend, fingerprint: str) -> CostKey:
+    """The key of ``fingerprint`` measured on ``backend`` on this machine."""
+    return CostKey(fingerprint, backend.name, backend.version(), backend.device,
+                   canonical_json(backend.options), machine_id())
+
+
+@dataclass
+class Cost:
+    """One measurement (or failed attempt) of one candidate; see the module docstring."""
+
+    fingerprint: str
+    backend: str
+    version: str
+    device: str
+    options: str
+    machine: str
+    median_ms: float | None
+    p10_ms: float | None = None
+    p90_ms: float | None = None
+    samples: int = 0
+    compile_s: float | None = None
+    error: str | None = None
+    created: float = field(default_factory=time.time)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.median_ms is not None
+
+    @property
+    def key(self) -> CostKey:
+        return CostKey(self.fingerprint, self.backend, self.version, self.device, self.options, self.machine)
+
+    @classmethod
+    def from_key(cls, key: CostKey, **fields: Any) -> Cost:
+        fields.setdefault("median_ms", None)
+        return cls(*key, **fields)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A fitted transition cost ``fixed_ms + per_byte_ms * nbytes`` from ``src`` to ``dst``."""
+
+    src: str
+    dst: str
+    fixed_ms: float
+    per_byte_ms: float
+    settings: str
+    machine: str
+    created: float = 0.0
+
+    def ms(self, nbytes: int) -> float:
+        return max(0.0, self.fixed_ms + self.per_byte_ms * nbytes)
+
+
+def default_owner() -> str:
+    """A claim owner naming this process: ``host:pid:thread``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+def _owner_dead(owner: str) -> bool:
+    """True when ``owner`` is a process on this host that no longer exists."""
+    parts = owner.split(":")
+    if len(parts) < 2 or parts[0] != socket.gethostname():
+        return False
+    try:
+        pid = int(parts[1])
+    except ValueError:
+        return False
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+class CostDB(abc.ABC):
+    """Abstract cost database (contract in the module docstring)."""
+
+    @abc.abstractmethod
+    def get(self, key: CostKey) -> Cost | None:
+        """The cost stored under ``key``, or None."""
+
+    @abc.abstractmethod
+    def put(self, cost: Cost) -> None:
+        """Store ``cost`` under ``cost.key`` (replacing any row there); committed on return."""
+
+    @abc.abstractmethod
+    def all(self) -> list[Cost]:
+        """Every stored cost."""
+
+    @abc.abstractmethod
+    def put_transition(self, src: str, dst: str, fixed_ms: float, per_byte_ms: float,
+                       settings: str, machine: str) -> None:
+        """Store a fitted transition (replacing one with the same src, dst, settings, machine)."""
+
+    @abc.abstractmethod
+    def get_transition(self, src: str, dst: str, settings: str, machine: str) -> Transition | None:
+        """The stored transition, or None."""
+
+    @abc.abstractmethod
+    def all_transitions(self) -> list[Transition]:
+        """Every stored transition."""
+
+    @abc.abstractmethod
+    def claim(self, key: CostKey, owner: str, ttl_s: float = 600.0) -> bool:
+        """Claim ``key`` for ``owner``; False while another owner's live claim exists."""
+
+    @abc.abstractmethod
+    def release(self, key: CostKey, owner: str) -> None:
+        """Drop ``owner``'s claim on ``key`` (no-op if it holds none)."""
+
+    # derived queries, written once on top of the primitives
+    def get_many(self, keys: Iterable[CostKey]) -> dict[CostKey, Cost]:
+        """The stored costs of ``keys`` (keys without one are absent)."""
+        out: dict[CostKey, Cost] = {}
+        for k in keys:
+            c = self.get(k)
+            if c is not None:
+                out[k] = c
+        return out
+
+    def __contains__(self, key: CostKey) -> bool:
+        return self.get(key) is not None
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (connections); the object may not be used afterwards."""
+
+
+_KEY_COLS = ("fingerprint", "backend", "version", "device", "options", "machine")
+_COST_COLS = _KEY_COLS + ("median_ms", "p10_ms", "p90_ms", "samples", "compile_s", "error", "created")
+
+
+class SQLiteCostDB(CostDB):
+    """The default store: one SQLite file in WAL mode (see the module docstring for safety)."""
+
+    costs_table = f"costs_v{SCHEMA_VERSION}"
+    transitions_table = f"transitions_v{SCHEMA_VERSION}"
+    claims_table = f"claims_v{SCHEMA_VERSION}"
+
+    def __init__(self, path: str | os.PathLike, *, busy_timeout_s: float = 60.0) -> None:
+        self.path = Path(path).expanduser()
+        self.busy_timeout_s = busy_timeout_s
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CollageError(f"cost database {self.path}: cannot create its directory ({e})") from e
+        self._local = threading.local()
+        self._init_schema()
+
+    # connection per thread (and per process: a forked child opens its own)
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None or getattr(self._local, "pid", None) != os.getpid():
+            try:
+                conn = sqlite3.connect(str(self.path), timeout=self.busy_timeout_s, isolation_level=None)
+                conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+            except sqlite3.Error as e:
+                raise CollageError(f"cost database {self.path}: cannot open it as SQLite ({e}); move the file "
+                                   "away or pass another --db") from e
+            self._local.conn, self._local.pid = conn, os.getpid()
+        return conn
+
+    def _write(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            cur = conn.execute(sql, params)
+            conn.execute("COMMIT")
+            return cur
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _init_schema(self) -> None:
+        key = ", ".join(f"{c} TEXT NOT NULL" for c in _KEY_COLS)
+        pk = ", ".join(_KEY_COLS)
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(f"""CREATE TABLE IF NOT EXISTS {self.costs_table} ({key},
+                median_ms REAL, p10_ms REAL, p90_ms REAL, samples INTEGER NOT NULL, compile_s REAL,
+                error TEXT, created REAL NOT NULL, PRIMARY KEY ({pk}))""")
+            conn.execute(f"""CREATE TABLE IF NOT EXISTS {self.transitions_table} (src TEXT NOT NULL,
+                dst TEXT NOT NULL, settings TEXT NOT NULL, machine TEXT NOT NULL, fixed_ms REAL NOT NULL,
+                per_byte_ms REAL NOT NULL, created REAL NOT NULL, PRIMARY KEY (src, dst, settings, machine))""")
+            conn.execute(f"""CREATE TABLE IF NOT EXISTS {self.claims_table} ({key}, owner TEXT NOT NULL,
+                expires REAL NOT NULL, PRIMARY KEY ({pk}))""")
+            conn.execute("CREATE TABLE IF NOT EXISTS collage_meta (name TEXT PRIMARY KEY, value TEXT)")
+            conn.execute("INSERT OR IGNORE INTO collage_meta VALUES ('created_by', 'collage')")
+            conn.execute("INSERT OR REPLACE INTO collage_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            conn.execute("COMMIT")
+        except sqlite3.DatabaseError as e:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            raise CollageError(f"cost database {self.path}: not a usable SQLite file ({e}); "
+                               "move it away or pass another --db") from e
+
+    # costs -----------------------------------------------------------------
+    def get(self, key: CostKey) -> Cost | None:
+        where = " AND ".join(f"{c}=?" for c in _KEY_COLS)
+        row = self._conn().execute(f"SELECT {', '.join(_COST_COLS)} FROM {self.costs_table} WHERE {where}",
+                                   tuple(key)).fetchone()
+        return Cost(*row) if row else None
+
+    def get_many(self, keys: Iterable[CostKey]) -> dict[CostKey, Cost]:
+        wanted = {CostKey(*k) for k in keys}
+        out: dict[CostKey, Cost] = {}
+        # group by everything but the fingerprint: one query per (backend, version, ...) combination
+        groups: dict[tuple, list[str]] = {}
+        for k in wanted:
+            groups.setdefault(tuple(k[1:]), []).append(k.fingerprint)
+        conn = self._conn()
+        for rest, fps in groups.items():
+            for i in range(0, len(fps), 500):
+                chunk = fps[i:i + 500]
+                marks = ",".join("?" * len(chunk))
+                rows = conn.execute(
+                    f"SELECT {', '.join(_COST_COLS)} FROM {self.costs_table} WHERE backend=? AND version=? AND "
+                    f"device=? AND options=? AND machine=? AND fingerprint IN ({marks})", (*rest, *chunk)).fetchall()
+                for row in rows:
+                    c = Cost(*row)
+                    out[c.key] = c
+        return out
+
+    def put(self, cost: Cost) -> None:
+        marks = ",".join("?" * len(_COST_COLS))
+        values = [getattr(cost, c) for c in _COST_COLS]
+        self._write(f"INSERT OR REPLACE INTO {self.costs_table} ({', '.join(_COST_COLS)}) VALUES ({marks})", values)
+
+    def all(self) -> list[Cost]:
+        rows = self._conn().execute(f"SELECT {', '.join(_COST_COLS)} FROM {self.costs_table}").fetchall()
+        return [Cost(*r) for r in rows]
+
+    def schema_version(self) -> int:
+        row = self._conn().execute("SELECT value FROM collage_meta WHERE name='schema_version'").fetchone()
+        return int(row[0])
+
+    # transitions -------------------------------------------------------------
+    def put_transition(self, src: str, dst: str, fixed_ms: float, per_byte_ms: float,
+                       settings: str, machine: str) -> None:
+        self._write(f"INSERT OR REPLACE INTO {self.transitions_table} VALUES (?,?,?,?,?,?,?)",
+                    (src, dst, settings, machine, float(fixed_ms), float(per_byte_ms), time.time()))
+
+    def get_transition(self, src: str, dst: str, settings: str, machine: str) -> Transition | None:
+        row = self._conn().execute(
+            f"SELECT src, dst, fixed_ms, per_byte_ms, settings, machine, created FROM {self.transitions_table} "
+            "WHERE src=? AND dst=? AND settings=? AND machine=?", (src, dst, settings, machine)).fetchone()
+        return Transition(*row) if row else None
+
+    def all_transitions(self) -> list[Transition]:
+        rows = self._conn().execute(
+            f"SELECT src, dst, fixed_ms, per_byte_ms, settings, machine, created FROM {self.transitions_table}").fetchall()
+        return [Transition(*r) for r in rows]
+
+    # claims ----------------------------------------------------------------
+    def claim(self, key: CostKey, owner: str, ttl_s: float = 600.0) -> bool:
+        where = " AND ".join(f"{c}=?" for c in _KEY_COLS)
+        conn = self._conn()
+        now = time.time()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = conn.execute(f"SELECT owner, expires FROM {self.claims_table} WHERE {where}", tuple(key)).fetchone()
+            if row is not None and row[0] != owner and row[1] > now and not _owner_dead(row[0]):
+                conn.execute("COMMIT")
+                return False
+            conn.execute(f"INSERT OR REPLACE INTO {self.claims_table} VALUES ({','.join('?' * 8)})",
+                         (*key, owner, now + ttl_s))
+            conn.execute("COMMIT")
+            return True
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def release(self, key: CostKey, owner: str) -> None:
+        where = " AND ".join(f"{c}=?" for c in _KEY_COLS)
+        self._write(f"DELETE FROM {self.claims_table} WHERE {where} AND owner=?", (*key, owner))
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    def __repr__(self) -> str:
+        return f"SQLiteCostDB({str(self.path)!r})"
+
+
+def default_db_path() -> Path:
+    return cache_dir() / "costs.sqlite"
+
+
+def get_db(db: None | str | os.PathLike | CostDB = None) -> CostDB:
+    """The cost database named by ``db``: None (default file), ``sqlite:///path``, a path, or an instance."""
+    if isinstance(db, CostDB):
+        return db
+    if db is None:
+        return SQLiteCostDB(default_db_path())
+    text = os.fspath(db)
+    if "://" in text:
+        scheme, _, rest = text.partition("://")
+        if scheme != "sqlite":
+            raise CollageError(f"cost database {text!r}: unknown scheme {scheme!r}; use sqlite:///path/to/costs.sqlite "
+                               "or a plain file path")
+        # SQLAlchemy/Optuna convention: sqlite:///rel.sqlite is relative, sqlite:////abs/costs.sqlite absolute
+        path = rest[1:] if rest.startswith("/") else rest
+        if not path:
+            raise CollageError(f"cost database {text!r}: no file path after sqlite:///")
+        return SQLiteCostDB(path)
+    return SQLiteCostDB(text)

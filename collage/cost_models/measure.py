@@ -1,0 +1,463 @@
+"""Isolated, crash-safe, noise-controlled measurement of candidates.
+
+* Every compile and timed run happens in a **worker process** (a fresh ``python -m
+  collage.cost_models.worker`` talking over a socket pair; its output goes to a temp file whose tail
+  is quoted when it crashes), owned by a
+  ``Measurer``. A worker that aborts, raises or passes its timeout turns the candidate into a failed
+  measurement with the reason (``"worker crashed (SIGABRT) during compile"``, ``"timeout after 60 s
+  during run"``, the exception text); the worker is replaced and the job goes on.
+* **Noise control**: warm-up, then single timed calls until the distribution-free 95% confidence
+  interval of the median is within 2% of it, or ``cap_s`` seconds of timing pass (at least 10 samples;
+  fewer, down to 1, when a single call takes a sizeable part of ``cap_s``). ``timeout_s`` catches
+  hangs: a candidate whose first call returned gets the time its remaining calls need. Inputs are seeded
+  random arrays of the model's dtypes and shapes (integer indices kept in range of what they index).
+* **One measurement at a time** on this machine: compile and timing hold an exclusive file lock
+  (``cache_dir()/"measure.lock"``), shared by every process using the same cache directory.
+* ``measure_candidates`` deduplicates candidates by structural fingerprint, never measures a key the
+  cost database already holds, claims each key in the database before measuring it (two processes
+  sharing a DB do not duplicate work), commits each cost as soon as it is taken (a ``kill -9`` loses
+  at most the one in flight), and stops cleanly at its budget keeping what it finished.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from multiprocessing.connection import Connection
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from collage.cost_models.db import Cost, CostDB, CostKey, default_owner, get_db, key_for
+from collage.cost_models.worker import resolve_backend
+from collage.errors import BackendUnavailable, CollageError, MeasurementError
+from collage.util import cache_dir
+
+if TYPE_CHECKING:
+    import onnx
+
+    from collage.graph import Graph
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 120.0
+DEFAULT_CAP_S = 2.0
+#: Allowance for starting a worker and importing a backend's runtime (before ``timeout_s`` starts).
+LOAD_TIMEOUT_S = 120.0
+#: How far a candidate whose calls are slow (not hung: its first call returned) may run past timeout_s.
+MAX_EXTENSION_S = 3600.0
+
+
+@dataclass
+class Measurement:
+    """What one measurement gives: the ``Cost`` fields minus the key, plus spread statistics."""
+
+    median_ms: float | None = None
+    p10_ms: float | None = None
+    p90_ms: float | None = None
+    samples: int = 0
+    compile_s: float | None = None
+    error: str | None = None
+    cv: float | None = None
+    mean_ms: float | None = None
+    ci: float | None = None  # relative half-width of the median's 95% CI
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.median_ms is not None
+
+    def to_cost(self, key: CostKey) -> Cost:
+        return Cost.from_key(key, median_ms=self.median_ms, p10_ms=self.p10_ms, p90_ms=self.p90_ms,
+                             samples=self.samples, compile_s=self.compile_s, error=self.error)
+
+
+@contextlib.contextmanager
+def machine_lock(timeout_s: float | None = None) -> Iterator[None]:
+    """Exclusive lock so that no two measurements (in any process) overlap on this machine's cores."""
+    path = cache_dir() / "measure.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() > deadline:
+                    raise MeasurementError(f"another process held {path} for over {timeout_s:.0f} s; "
+                                           "is a measurement job stuck? (remove nothing: the lock frees itself "
+                                           "when that process ends)") from None
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _signal_name(code: int | None) -> str:
+    if code is None:
+        return "unknown exit"
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+class Measurer:
+    """Owns one worker process; ``measure`` runs one candidate in it (context manager)."""
+
+    def __init__(self, *, lock: bool = True) -> None:
+        self._proc: subprocess.Popen | None = None
+        self._conn: Connection | None = None
+        self._log: Any = None
+        self.lock = lock
+        self.restarts = 0
+        self._runtime: str | None = None
+
+    def __enter__(self) -> Measurer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        # a fresh interpreter (not multiprocessing): works whatever the parent's __main__ is
+        ours, theirs = socket.socketpair()
+        self._log = tempfile.TemporaryFile()
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "collage.cost_models.worker", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, env=env)
+        finally:
+            theirs.close()
+        self._conn = Connection(ours.detach())
+
+    def _alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def _log_tail(self, limit: int = 600) -> str:
+        if self._log is None:
+            return ""
+        try:
+            self._log.seek(0, os.SEEK_END)
+            size = self._log.tell()
+            self._log.seek(max(0, size - limit))
+            text = self._log.read().decode(errors="replace").strip()
+        except OSError:
+            return ""
+        return " ".join(text.split())[-limit:]
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            if self._alive():
+                self._proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(5)
+            self._cleanup()
+            self.restarts += 1
+
+    def _cleanup(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        if self._log is not None:
+            self._log.close()
+        self._proc = self._conn = self._log = None
+
+    def close(self) -> None:
+        """Stop the worker (politely, then by force)."""
+        if self._proc is not None:
+            with contextlib.suppress(OSError, BrokenPipeError, ValueError):
+                self._conn.send(None)
+            try:
+                self._proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(5)
+            self._cleanup()
+
+    def _job(self, job: tuple, timeout_s: float) -> tuple[str, Any, str]:
+        """Send a job; return (kind, payload, last phase) with kind in result|error|crash|timeout."""
+        if not self._alive():
+            if self._proc is not None:
+                self._kill()
+            self._start()
+        phase = "start"
+        try:
+            self._conn.send(job)
+        except (BrokenPipeError, OSError):
+            self._kill()
+            return "crash", "worker gone before the job was sent", phase
+        # starting the worker and importing the runtime get their own allowance; timeout_s runs from compile
+        deadline = time.monotonic() + max(timeout_s, LOAD_TIMEOUT_S)
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                ready = left > 0 and self._conn.poll(min(left, 1.0))
+            except (EOFError, OSError):
+                ready = True
+            if not ready:
+                if time.monotonic() >= deadline:
+                    self._kill()
+                    return "timeout", f"timeout after {timeout_s:.0f} s during {phase} (worker killed)", phase
+                if not self._alive():
+                    ready = True
+                else:
+                    continue
+            try:
+                kind, payload = self._conn.recv()
+            except (EOFError, OSError):
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(5)
+                code = self._proc.returncode
+                tail = self._log_tail()
+                self._kill()
+                return "crash", (f"worker crashed ({_signal_name(code)}) during {phase}"
+                                 + (f"; its last output: {tail}" if tail else "")), phase
+            if kind == "phase":
+                phase = payload
+                if phase == "compile":
+                    deadline = time.monotonic() + timeout_s
+                continue
+            if kind == "estimate":  # a slow but working candidate gets the time it needs, within reason
+                deadline = max(deadline, time.monotonic() + min(2.0 * payload + 10.0, MAX_EXTENSION_S))
+                continue
+            return kind, payload, phase
+
+    def measure(self, model: onnx.ModelProto, backend: str, options: Mapping[str, Any] | None = None, *,
+                timeout_s: float = DEFAULT_TIMEOUT_S, cap_s: float = DEFAULT_CAP_S, seed: int = 0,
+                feeds: Mapping[str, np.ndarray] | None = None, lock_timeout_s: float | None = None) -> Measurement:
+        """Measure ``model`` on ``backend`` (registry name or ``module:Class``) in the worker.
+
+        Inputs not in ``feeds`` are seeded random arrays (integer indices in range of what they index).
+        Waits for the machine lock (another process measuring) up to ``lock_timeout_s`` (None: no
+        limit), then raises ``MeasurementError``; every other failure is returned as ``error``.
+        """
+        if self._runtime not in (None, backend):
+            self.close()  # one runtime per worker process: no idle thread pool of another runtime around
+        self._runtime = backend
+        job = ("measure", model.SerializeToString(), backend, dict(options or {}), float(cap_s), int(seed),
+               dict(feeds or {}))
+        t0 = time.perf_counter()
+        with machine_lock(lock_timeout_s) if self.lock else contextlib.nullcontext():
+            kind, payload, _ = self._job(job, timeout_s)
+        wall = time.perf_counter() - t0
+        if kind == "result":
+            return Measurement(median_ms=payload["median_ms"], p10_ms=payload["p10_ms"], p90_ms=payload["p90_ms"],
+                               samples=payload["samples"], compile_s=payload["compile_s"], cv=payload["cv"],
+                               mean_ms=payload["mean_ms"], ci=payload["ci"], wall_s=wall)
+        text = payload[0] if kind == "error" else payload
+        return Measurement(error=str(text), wall_s=wall)
+
+    def call(self, target: str, kwargs: Mapping[str, Any], *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
+        """Run ``module:function(**kwargs)`` in a fresh worker under the machine lock; MeasurementError on failure."""
+        self.close()
+        self._runtime = None
+        with machine_lock() if self.lock else contextlib.nullcontext():
+            kind, payload, _ = self._job(("call", target, dict(kwargs)), timeout_s)
+        if kind == "result":
+            return payload
+        text = payload[0] if kind == "error" else payload
+        raise MeasurementError(f"{target}: {text}")
+
+
+# ---------------------------------------------------------------------- many candidates
+class CostTable(dict):
+    """``measure_candidates``' result: a dict ``(nodes, backend) -> Cost`` with the job's counts as attributes.
+
+    ``candidates`` items asked, ``distinct`` fingerprint keys among them, ``reused`` keys found in the
+    DB, ``measured`` keys measured now (``failed`` of them failed, reasons in ``failures``),
+    ``unmeasured`` keys left when the budget ran out.
+    """
+
+    def __init__(self, *, candidates: int = 0, distinct: int = 0) -> None:
+        super().__init__()
+        self.candidates = candidates
+        self.distinct = distinct
+        self.reused = 0
+        self.measured = 0
+        self.failed = 0
+        self.unmeasured = 0
+        self.elapsed_s = 0.0
+        self.failures: dict[CostKey, str] = {}
+
+    def summary(self) -> str:
+        return (f"{self.candidates} candidates, {self.distinct} distinct fingerprints: {self.reused} reused from the "
+                f"cost DB, {self.measured} measured now ({self.failed} failed), {self.unmeasured} left unmeasured; "
+                f"{self.elapsed_s:.1f} s")
+
+
+def reference_int_values(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Values every integer/bool tensor of ``graph`` takes in a reference run (ONNX Runtime).
+
+    Used as the inputs of cut subgraphs that read such tensors (shapes, indices, masks): random
+    integers there would measure a failing Reshape or an out-of-range Gather. Graph inputs take
+    ``zoo.random_inputs`` values (token ids in the embedding's range, masks). Empty when the
+    reference run cannot be made (the subgraphs then get random values in a safe range).
+    """
+    from collage import zoo
+
+    feeds = zoo.random_inputs(graph, seed=seed)
+    wanted = [t for i in range(len(graph)) for t in graph.op(i).output
+              if t and graph.consumers(t) and graph.tensor(t).dtype.kind in "iub"]
+    out = {k: v for k, v in feeds.items() if v.dtype.kind in "iub"}
+    if not wanted:
+        return out
+    try:
+        from collage.backends.onnxruntime import make_session
+
+        sess = make_session(graph.with_outputs(wanted))
+        names = [o.name for o in sess.get_outputs()]
+        values = sess.run(names, feeds)
+        out.update({n: v for n, v in zip(names, values) if n in set(wanted)})
+    except Exception as e:  # noqa: BLE001 - only makes inputs more realistic; never stops measuring
+        log.warning("%s: reference run for integer tensors failed (%s); cut subgraphs get random integers",
+                    graph.name, e)
+    return out
+
+
+def _resolve_all(names: Sequence[str], backend_options: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    out = {}
+    for name in names:
+        b = resolve_backend(name, backend_options.get(name, {}))
+        why = b.available()
+        if why:
+            raise BackendUnavailable(f"backend {name!r} cannot run here: {why}")
+        out[name] = b
+    return out
+
+
+def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]], *,
+                       db: None | str | CostDB = None,
+                       backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+                       budget_s: float | None = None, progress: bool = True,
+                       timeout_s: float = DEFAULT_TIMEOUT_S, cap_s: float = DEFAULT_CAP_S,
+                       retry_failed: bool = False, claim_wait_s: float | None = None) -> CostTable:
+    """Measure ``items`` (node ids, backend name) of ``graph``; return ``{(nodes, backend): Cost}``.
+
+    Deduplicated by ``graph.fingerprint(nodes)``; a key already in ``db`` is reused, never re-measured
+    (failed ones too, unless ``retry_failed``). Each cost is committed as it finishes. Keys another
+    process has claimed are left to it and picked up from the DB when it commits them (waiting up to
+    ``claim_wait_s``, default ``timeout_s``; a dead owner's claim is taken over at once). Keys are
+    measured in the order of ``items`` (one worker process per backend). At
+    ``budget_s`` the job stops before starting another measurement; unmeasured items are absent.
+    Backend names may be registry names or ``module:Class`` specs; ``backend_options`` maps a name to
+    its constructor options.
+    """
+    from tqdm import tqdm
+
+    t_start = time.monotonic()
+    store = get_db(db)
+    opts = {k: dict(v) for k, v in (backend_options or {}).items()}
+    backends = _resolve_all(sorted({b for _, b in items}), opts)
+    fp_cache: dict[tuple[int, ...], str] = {}
+    item_key: dict[tuple[tuple[int, ...], str], CostKey] = {}
+    rep: dict[CostKey, tuple[tuple[int, ...], str]] = {}
+    for nodes, bname in items:
+        nodes = tuple(nodes)
+        if nodes not in fp_cache:
+            fp_cache[nodes] = graph.fingerprint(nodes)
+        key = key_for(backends[bname], fp_cache[nodes])
+        item_key[(nodes, bname)] = key
+        rep.setdefault(key, (nodes, bname))
+    table = CostTable(candidates=len(item_key), distinct=len(rep))
+    known: dict[CostKey, Cost] = store.get_many(rep)
+    if retry_failed:
+        known = {k: c for k, c in known.items() if c.ok}
+    table.reused = len(known)
+    # the caller's order (tune puts whole-model and single-node candidates first, so that a budget cut
+    # still leaves a cover); one worker per backend keeps each runtime warm whatever the order
+    todo = [k for k in rep if k not in known]
+    owner = default_owner()
+    wait_s = timeout_s if claim_wait_s is None else claim_wait_s
+    bar = tqdm(total=len(rep), initial=len(known), desc=f"measuring {graph.name}", unit="cand",
+               disable=not progress, dynamic_ncols=True, leave=True)
+    deferred: list[CostKey] = []
+    deferred_since: dict[CostKey, float] = {}
+
+    def over_budget() -> bool:
+        return budget_s is not None and time.monotonic() - t_start >= budget_s
+
+    workers: dict[str, Measurer] = {}
+    int_values: dict[str, np.ndarray] | None = None
+    try:
+        with contextlib.ExitStack() as stack:
+            queue = list(todo)
+            while queue or deferred:
+                if over_budget():
+                    log.info("budget of %.0f s reached; stopping with %d keys unmeasured", budget_s,
+                             len(queue) + len(deferred))
+                    break
+                if not queue:  # only keys other processes are measuring: wait for them
+                    time.sleep(0.2)
+                    queue, deferred = deferred, []
+                key = queue.pop(0)
+                done = store.get(key)
+                if done is not None and (done.ok or not retry_failed):
+                    known[key] = done
+                    table.reused += 1
+                    bar.update(1)
+                    continue
+                if not store.claim(key, owner, ttl_s=timeout_s + LOAD_TIMEOUT_S + MAX_EXTENSION_S):
+                    first = deferred_since.setdefault(key, time.monotonic())
+                    if time.monotonic() - first > wait_s + 120:
+                        log.warning("key %s stays claimed by another process; leaving it unmeasured", key.fingerprint)
+                        continue
+                    deferred.append(key)
+                    continue
+                nodes, bname = rep[key]
+                try:
+                    model = graph.extract(nodes)
+                except CollageError as e:  # a cutting problem, not a measurement: reported, not stored
+                    cost = Cost.from_key(key, error=f"cannot extract the subgraph: {e}")
+                    store.release(key, owner)
+                else:
+                    if bname not in workers:
+                        workers[bname] = stack.enter_context(Measurer())
+                    entering = [t for t in graph.boundary(nodes)[0] if graph.tensor(t).dtype.kind in "iub"]
+                    if entering and int_values is None:
+                        int_values = reference_int_values(graph)
+                    given = {t: int_values[t] for t in entering if int_values and t in int_values}
+                    left = None if budget_s is None else max(0.0, budget_s - (time.monotonic() - t_start))
+                    try:
+                        res = workers[bname].measure(model, bname, opts.get(bname, {}), timeout_s=timeout_s,
+                                                     cap_s=cap_s, feeds=given, lock_timeout_s=left)
+                    except MeasurementError as e:  # the budget ran out waiting for another process's measurement
+                        log.info("%s", e)
+                        break
+                    else:
+                        cost = res.to_cost(key)
+                        store.put(cost)
+                    finally:
+                        store.release(key, owner)
+                known[key] = cost
+                table.measured += 1
+                if not cost.ok:
+                    table.failed += 1
+                    table.failures[key] = cost.error or "?"
+                    log.warning("%s on %s (nodes %s): %s", graph.name, bname, _short(nodes), cost.error)
+                bar.update(1)
+                bar.set_postfix(failed=table.failed, refresh=False)
+    finally:
+        bar.close()
+    for item, key in item_key.items():
+        if key in known:
+            table[item] = known[key]
+    table.unmeasured = table.distinct - len(known)
+    table.elapsed_s = time.monotonic() - t_start
+    return table
+
+
+def _short(nodes: Sequence[int]) -> str:
+    return str(list(nodes)) if len(nodes) <= 6 else f"[{nodes[0]}..{nodes[-1]}] ({len(nodes)} nodes)"

@@ -1,0 +1,248 @@
+"""Transition costs: what handing a tensor from one backend to the next really costs.
+
+A transition is not just bytes: the two runtimes' thread pools hand the cores over (ONNX Runtime's
+spinning threads, OpenVINO's pinned ones), and a piece's weights are colder in a chain than in a timing
+loop (DESIGN.md, "Stitching"). So it is measured as **real alternation**, never modelled from bytes:
+
+* Small real pieces (``y = Relu(x + b)`` on a ``[1, n]`` float tensor, two compiled per backend and
+  used in turn) make chains of ``K`` calls back to back on the backends' fast call paths, each output
+  feeding the next piece: all-A, all-B and alternating A, B, A, B, ...; the three chains are timed
+  interleaved (round robin) to cancel drift.
+* per transition = (alternating - (all-A + all-B) / 2) / (K - 1), at a few tensor sizes, fitted as
+  ``fixed_ms + per_byte_ms * nbytes`` (least squares) and stored in the cost DB.
+* An alternating chain holds as many A->B as B->A hand-overs, so it measures their mean: the fit is
+  stored for both ordered pairs (A, B) and (B, A).
+
+The measurement runs in a measurement worker process under the machine lock (``Measurer.call``).
+``settings`` (part of the DB key) is canonical JSON of both backends' versions and options, so the
+hand-over settings (ONNX Runtime ``spin``, OpenVINO ``pinning``) are measured and stored apart.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from collage.cost_models.db import CostDB, canonical_json, get_db
+from collage.util import machine_id
+
+log = logging.getLogger(__name__)
+
+#: Tensor sizes (bytes, float32) the fit is taken at.
+SIZES = (4 << 10, 256 << 10, 4 << 20)
+QUICK_SIZES = (4 << 10, 1 << 20)
+#: Pieces per chain (even: the alternating chain has as many pieces on A as on B).
+PIECES = 8
+
+#: Backend options that make a runtime hand the cores over quickly, and those that do not (the
+#: runtimes' own defaults); benchmarks measure both.
+FAST_HANDOVER: dict[str, dict[str, Any]] = {"onnxruntime": {"spin": False}, "openvino": {"pinning": False}}
+SLOW_HANDOVER: dict[str, dict[str, Any]] = {"onnxruntime": {"spin": True}, "openvino": {"pinning": True}}
+
+
+def piece_model(n: int, seed: int = 0):
+    """``y = Relu(x + b)`` on ``[1, n]`` float32: a small real subgraph every backend takes."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    b = np.random.default_rng(seed).standard_normal((1, n)).astype(np.float32) * 0.1
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "b"], ["t"]), helper.make_node("Relu", ["t"], ["y"])], f"piece{seed}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])], initializer=[numpy_helper.from_array(b, "b")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = min(model.ir_version, onnx.IR_VERSION)
+    return model
+
+
+def time_chains(chains: Mapping[str, Sequence[tuple[Any, Mapping[str, str], Sequence[str]]]],
+                feeds: Mapping[str, np.ndarray], *, cap_s: float, min_rounds: int = 15,
+                max_rounds: int = 5000, rel_ci: float = 0.02) -> dict[str, dict[str, float]]:
+    """Time named chains interleaved; each chain is ``[(compiled, {piece input: env name}, outputs)]``.
+
+    Every piece reads its inputs from an environment that starts as ``feeds`` and holds every output
+    so far (outputs keep their names). Returns per chain ``median_ms``, ``p10_ms``, ``p90_ms``, ``rounds``.
+    """
+    from collage.cost_models.worker import median_ci_halfwidth
+
+    def run_chain(chain) -> None:
+        env = dict(feeds)
+        for compiled, inputs, outputs in chain:
+            out = compiled.run({k: env[v] for k, v in inputs.items()})
+            for name in outputs:
+                env[name] = out[name]
+
+    for chain in chains.values():  # warm-up
+        for _ in range(3):
+            run_chain(chain)
+    samples: dict[str, list[float]] = {name: [] for name in chains}
+    names = list(chains)
+    start = time.perf_counter()
+    rounds = 0
+    while rounds < max_rounds:
+        order = names[rounds % len(names):] + names[:rounds % len(names)]  # rotate who goes first
+        for name in order:
+            t0 = time.perf_counter_ns()
+            run_chain(chains[name])
+            samples[name].append((time.perf_counter_ns() - t0) / 1e6)
+        rounds += 1
+        if rounds >= min_rounds and (rounds % 5 == 0):
+            if time.perf_counter() - start >= cap_s:
+                break
+            if all(median_ci_halfwidth(sorted(s)) <= rel_ci for s in samples.values()):
+                break
+    out = {}
+    for name, s in samples.items():
+        s = sorted(s)
+        n = len(s)
+        out[name] = {"median_ms": s[n // 2], "p10_ms": s[int(0.1 * (n - 1))], "p90_ms": s[int(0.9 * (n - 1))],
+                     "rounds": n}
+    return out
+
+
+def alternation_timings(a: str, b: str, options_a: Mapping[str, Any], options_b: Mapping[str, Any],
+                        sizes: Sequence[int] = SIZES, pieces: int = PIECES, cap_s: float = 1.0) -> list[dict[str, Any]]:
+    """(Runs in the worker.) For each size: all-A, all-B and alternating chain medians, and per transition ms."""
+    from collage.cost_models.worker import resolve_backend
+
+    ba, bb = resolve_backend(a, options_a), resolve_backend(b, options_b)
+    rows = []
+    for nbytes in sizes:
+        n = max(1, nbytes // 4)
+        # two compiled pieces per backend, used in turn: compiles stay cheap (TVM), and no piece ever
+        # reads its own output buffer (backends whose outputs are reused buffers)
+        models = [piece_model(n, seed=k) for k in range(2)]
+        on_a = [ba.compile(m) for m in models]
+        on_b = [bb.compile(m) for m in models]
+        picks = {"AA": lambda k: on_a[k % 2], "BB": lambda k: on_b[k % 2],
+                 "AB": lambda k: (on_a if k % 2 == 0 else on_b)[(k // 2) % 2]}
+        # piece k reads what piece k-1 wrote (published as y{k-1})
+        chains = {name: [(_Renamed(pick(k), f"y{k}"), {"x": "x" if k == 0 else f"y{k - 1}"}, [f"y{k}"])
+                         for k in range(pieces)] for name, pick in picks.items()}
+        feeds = {"x": np.random.default_rng(0).standard_normal((1, n)).astype(np.float32)}
+        t = time_chains(chains, feeds, cap_s=cap_s)
+        per = (t["AB"]["median_ms"] - (t["AA"]["median_ms"] + t["BB"]["median_ms"]) / 2) / (pieces - 1)
+        rows.append({"nbytes": n * 4, "all_a_ms": t["AA"]["median_ms"], "all_b_ms": t["BB"]["median_ms"],
+                     "alternating_ms": t["AB"]["median_ms"], "per_transition_ms": per,
+                     "rounds": t["AB"]["rounds"]})
+        del on_a, on_b, chains
+    return rows
+
+
+class _Renamed:
+    """A compiled piece whose single output ``y`` is published under another name."""
+
+    def __init__(self, compiled: Any, name: str) -> None:
+        self.compiled, self.name = compiled, name
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {self.name: self.compiled.run(feeds)["y"]}
+
+
+def chain_timings(pieces: Sequence[bytes], chains: Mapping[str, Sequence[tuple[int, str]]],
+                  feeds: Mapping[str, np.ndarray], backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+                  cap_s: float = 5.0) -> dict[str, dict[str, float]]:
+    """(Runs in the worker.) Time stitched chains of real partitions, interleaved.
+
+    ``pieces``: serialized partition models whose tensor names are the original graph's.
+    ``chains``: name -> ``[(piece index, backend), ...]`` in execution order. ``feeds``: the graph's
+    inputs. Each (piece, backend) is compiled once and shared between chains.
+    """
+    import onnx
+
+    from collage.cost_models.worker import resolve_backend
+
+    opts = {k: dict(v) for k, v in (backend_options or {}).items()}
+    backends: dict[str, Any] = {}
+    compiled: dict[tuple[int, str], Any] = {}
+    built = {}
+    for name, steps in chains.items():
+        seq = []
+        for idx, bname in steps:
+            if (idx, bname) not in compiled:
+                if bname not in backends:
+                    backends[bname] = resolve_backend(bname, opts.get(bname, {}))
+                compiled[(idx, bname)] = backends[bname].compile(onnx.load_from_string(pieces[idx]))
+            c = compiled[(idx, bname)]
+            seq.append((c, {t: t for t in c.input_names}, list(c.output_names)))
+        built[name] = seq
+    return time_chains(built, feeds, cap_s=cap_s)
+
+
+def fit_linear(rows: Sequence[Mapping[str, float]]) -> tuple[float, float]:
+    """Least-squares ``fixed_ms + per_byte_ms * nbytes`` over rows with ``nbytes``, ``per_transition_ms``."""
+    x = np.array([r["nbytes"] for r in rows], dtype=np.float64)
+    y = np.array([r["per_transition_ms"] for r in rows], dtype=np.float64)
+    if len(rows) == 1 or np.ptp(x) == 0:
+        return float(y.mean()), 0.0
+    slope, intercept = np.polyfit(x, y, 1)
+    return float(intercept), float(slope)
+
+
+def pair_settings(a: Any, b: Any) -> str:
+    """The DB ``settings`` of a backend pair: both versions and options, in a fixed order."""
+    return canonical_json({x.name: {"version": x.version(), "options": x.options} for x in sorted((a, b), key=lambda x: x.name)})
+
+
+def measure_transition(a: str, b: str, db: None | str | CostDB = None, *,
+                       backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+                       sizes: Sequence[int] = SIZES, pieces: int = PIECES, cap_s: float = 1.0,
+                       timeout_s: float = 600.0) -> tuple[float, float, list[dict[str, Any]]]:
+    """Measure the pair (in a worker), store the fit for (a, b) and (b, a); return (fixed, per_byte, rows)."""
+    from collage.cost_models.measure import Measurer
+    from collage.cost_models.worker import resolve_backend
+
+    store = get_db(db)
+    opts = {k: dict(v) for k, v in (backend_options or {}).items()}
+    oa, ob = opts.get(a, {}), opts.get(b, {})
+    with Measurer() as m:
+        rows = m.call("collage.cost_models.transitions:alternation_timings",
+                      {"a": a, "b": b, "options_a": oa, "options_b": ob, "sizes": tuple(sizes), "pieces": pieces,
+                       "cap_s": cap_s}, timeout_s=timeout_s)
+    fixed, per_byte = fit_linear(rows)
+    settings = pair_settings(resolve_backend(a, oa), resolve_backend(b, ob))
+    for src, dst in ((a, b), (b, a)):
+        store.put_transition(src, dst, fixed, per_byte, settings, machine_id())
+    log.info("transition %s <-> %s: %.4f ms + %.3g ms/byte", a, b, fixed, per_byte)
+    return fixed, per_byte, rows
+
+
+def transition_model(backends: list[str], db: None | str | CostDB = None, measure_missing: bool = True, *,
+                     backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+                     sizes: Sequence[int] = SIZES, cap_s: float = 1.0) -> Callable[[str, str, int], float]:
+    """``f(src, dst, nbytes) -> ms``: 0 for the same backend, else the stored fit (clamped at 0).
+
+    Pairs missing from the DB are measured now when ``measure_missing`` (about 5-15 s a pair on CPU), else
+    they cost 0 and a warning says the prediction ignores them.
+    """
+    from collage.cost_models.worker import resolve_backend
+
+    store = get_db(db)
+    opts = {k: dict(v) for k, v in (backend_options or {}).items()}
+    inst = {name: resolve_backend(name, opts.get(name, {})) for name in backends}
+    table: dict[tuple[str, str], tuple[float, float]] = {}
+    for a, b in itertools.combinations(sorted(backends), 2):
+        settings = pair_settings(inst[a], inst[b])
+        for src, dst in ((a, b), (b, a)):
+            t = store.get_transition(src, dst, settings, machine_id())
+            if t is None and measure_missing:
+                measure_transition(a, b, store, backend_options=opts, sizes=sizes, cap_s=cap_s)
+                t = store.get_transition(src, dst, settings, machine_id())
+            if t is None:
+                log.warning("no transition cost for %s -> %s on this machine: counted as 0 ms "
+                            "(run with measure_missing=True to measure it)", src, dst)
+                table[(src, dst)] = (0.0, 0.0)
+            else:
+                table[(src, dst)] = (t.fixed_ms, t.per_byte_ms)
+
+    def cost(src: str, dst: str, nbytes: int) -> float:
+        if src == dst:
+            return 0.0
+        fixed, per_byte = table.get((src, dst), (0.0, 0.0))
+        return max(0.0, fixed + per_byte * nbytes)
+
+    return cost

@@ -1,0 +1,261 @@
+"""What runs inside the measurement worker process: compile, warm up, time until the median is stable.
+
+The parent (``collage.cost_models.measure.Measurer``) starts ``python -m collage.cost_models.worker FD``
+(``serve`` on the socket ``FD``) and sends
+jobs over a pipe; the worker answers with ``("phase", name)`` messages while it works (so the parent
+can say whether a crash happened in compile or run) and ends every job with ``("result", dict)`` or
+``("error", text)``. A worker that aborts or hangs is the parent's problem: it kills and replaces it.
+
+Backends are named by their registry name (``collage.backends.get_backend(name, **options)``) or,
+for tests and experiments, by ``"package.module:Class"`` or ``"/path/to/file.py:Class"``; the class is
+instantiated with ``**options``.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import onnx
+
+#: ops whose integer inputs index into another input, as (index input position, data input position)
+_INDEX_INPUTS = {"Gather": (1, 0), "GatherElements": (1, 0), "GatherND": (1, 0),
+                 "ScatterElements": (1, 0), "ScatterND": (1, 0)}
+
+
+def resolve_backend(spec: str, options: Mapping[str, Any] | None = None) -> Any:
+    """A Backend instance from a registry name, ``module:Class`` or ``/path/file.py:Class``."""
+    options = dict(options or {})
+    if ":" in spec:
+        where, _, cls_name = spec.rpartition(":")
+        if where.endswith(".py"):
+            mod_name = "_collage_ext_" + str(abs(hash(where)))
+            loc = importlib.util.spec_from_file_location(mod_name, where)
+            if loc is None or loc.loader is None:
+                raise ImportError(f"cannot import backend file {where}")
+            module = importlib.util.module_from_spec(loc)
+            loc.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+        return getattr(module, cls_name)(**options)
+    from collage.backends import get_backend
+    return get_backend(spec, **options)
+
+
+# ---------------------------------------------------------------------- inputs
+def _elem_dtype(vi: onnx.ValueInfoProto) -> np.dtype:
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+
+
+def _shape(vi: onnx.ValueInfoProto) -> tuple[int, ...]:
+    return tuple(max(1, d.dim_value) for d in vi.type.tensor_type.shape.dim)
+
+
+def index_bounds(model: onnx.ModelProto) -> dict[str, int]:
+    """Exclusive upper bounds for integer graph inputs used as indices (Gather and friends)."""
+    g = model.graph
+    shapes: dict[str, tuple[int, ...]] = {t.name: tuple(t.dims) for t in g.initializer}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            shapes.setdefault(vi.name, _shape(vi))
+    bounds: dict[str, int] = {}
+    for node in g.node:
+        pos = _INDEX_INPUTS.get(node.op_type)
+        if pos is None or len(node.input) <= max(pos):
+            continue
+        idx, data = node.input[pos[0]], node.input[pos[1]]
+        dshape = shapes.get(data)
+        if not dshape:
+            bound = 1
+        elif node.op_type == "GatherND":
+            bound = min(dshape)
+        else:
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+            bound = dshape[axis % len(dshape)]
+        bounds[idx] = max(1, min(bounds.get(idx, bound), bound))
+    return bounds
+
+
+def make_feeds(model: onnx.ModelProto, seed: int = 0,
+               given: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Seeded random inputs of the right dtype and shape; integer indices kept in range.
+
+    ``given`` supplies real values for some inputs (the parent passes the values integer tensors take
+    in a reference run of the whole model: shapes, indices, masks).
+    """
+    rng = np.random.default_rng(seed)
+    inits = {t.name for t in model.graph.initializer}
+    bounds = index_bounds(model)
+    given = given or {}
+    feeds: dict[str, np.ndarray] = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        if vi.name in given:
+            feeds[vi.name] = np.ascontiguousarray(given[vi.name])
+            continue
+        dtype, shape = _elem_dtype(vi), _shape(vi)
+        if dtype.kind == "f":
+            arr = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            arr = rng.integers(0, 2, shape).astype(bool)
+        elif dtype.kind in "iu":
+            arr = rng.integers(0, bounds.get(vi.name, 2), shape).astype(dtype)
+        else:
+            raise TypeError(f"input {vi.name!r} has dtype {dtype}, which collage cannot generate")
+        feeds[vi.name] = np.ascontiguousarray(arr)
+    return feeds
+
+
+# ---------------------------------------------------------------------- timing
+def median_ci_halfwidth(sorted_ms: list[float]) -> float:
+    """Relative half-width of the distribution-free 95% confidence interval of the median."""
+    n = len(sorted_ms)
+    if n < 5:
+        return math.inf
+    half = 0.98 * math.sqrt(n)  # 1.96 * sqrt(n) / 2
+    lo = max(0, int(math.floor(n / 2 - half)))
+    hi = min(n - 1, int(math.ceil(n / 2 + half)))
+    med = sorted_ms[n // 2]
+    return (sorted_ms[hi] - sorted_ms[lo]) / (2 * med) if med > 0 else math.inf
+
+
+def time_calls(call: Callable[[], Any], *, cap_s: float, rel_ci: float = 0.02, min_samples: int = 10,
+               warmup_s: float = 0.2, min_warmup: int = 3, max_samples: int = 100_000,
+               on_estimate: Callable[[float], None] | None = None) -> dict[str, Any]:
+    """Warm up, then time single calls until the median's CI is within ``rel_ci`` or ``cap_s`` passes.
+
+    Slow calls scale the effort down: when one call takes a sizeable part of ``cap_s``, a single
+    warm-up call is made and ``min_samples`` drops to what fits in ``cap_s`` (at least 1).
+    ``on_estimate(seconds)`` is told how long the timed part will take at least, so that the parent
+    can tell a slow candidate from a hung one.
+    """
+    t0 = time.perf_counter()
+    call()
+    first = time.perf_counter() - t0
+    if first > 0.1 * cap_s:
+        min_warmup = 1
+        min_samples = max(1, min(min_samples, int(cap_s / max(first, 1e-9))))
+    if on_estimate is not None:
+        on_estimate(first * (min_warmup + min_samples))
+    t_end = time.perf_counter() + warmup_s
+    k = 1
+    while k < min_warmup or (time.perf_counter() < t_end and k < 1000 and first < 0.1 * cap_s):
+        call()
+        k += 1
+    samples: list[float] = []
+    start = time.perf_counter()
+    check_at = min_samples
+    while True:
+        t0 = time.perf_counter_ns()
+        call()
+        samples.append((time.perf_counter_ns() - t0) / 1e6)
+        if len(samples) >= check_at:
+            s = sorted(samples)
+            if median_ci_halfwidth(s) <= rel_ci and len(samples) >= min_samples:
+                break
+            if time.perf_counter() - start >= cap_s or len(samples) >= max_samples:
+                break
+        elif len(samples) >= min_samples and time.perf_counter() - start >= cap_s:
+            break
+            check_at = len(samples) + max(1, len(samples) // 4)
+    s = sorted(samples)
+    arr = np.asarray(samples)
+    n = len(s)
+    return {"median_ms": s[n // 2], "p10_ms": s[int(0.1 * (n - 1))], "p90_ms": s[int(0.9 * (n - 1))],
+            "samples": n, "cv": float(arr.std() / arr.mean()) if arr.mean() > 0 else 0.0,
+            "ci": median_ci_halfwidth(s), "mean_ms": float(arr.mean())}
+
+
+def measure_model(send: Callable[[tuple], None], model_bytes: bytes, backend: str, options: Mapping[str, Any],
+                  cap_s: float, seed: int, given: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:
+    """One job: build the backend, compile, make inputs, time. Raises on failure."""
+    send(("phase", "load"))
+    b = resolve_backend(backend, options)
+    model = onnx.load_from_string(model_bytes)
+    feeds = make_feeds(model, seed, given)
+    send(("phase", "compile"))
+    t0 = time.perf_counter()
+    compiled = b.compile(model)
+    compile_s = time.perf_counter() - t0
+    send(("phase", "run"))
+    stats = time_calls(lambda: compiled.run(feeds), cap_s=cap_s, on_estimate=lambda s: send(("estimate", s)))
+    stats["compile_s"] = compile_s
+    del compiled
+    return stats
+
+
+def call_function(send: Callable[[tuple], None], target: str, kwargs: Mapping[str, Any]) -> Any:
+    """A generic job: import ``module:function`` and call it with ``kwargs`` (transitions use it)."""
+    module, _, fn = target.partition(":")
+    send(("phase", target))
+    return getattr(importlib.import_module(module), fn)(**kwargs)
+
+
+def serve(conn: Any) -> None:
+    """The worker's main loop (target of the spawned process)."""
+    send = conn.send
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, KeyboardInterrupt):
+            return
+        if job is None:
+            return
+        kind = job[0]
+        try:
+            if kind == "measure":
+                result = measure_model(send, *job[1:])
+            elif kind == "call":
+                result = call_function(send, *job[1:])
+            elif kind == "ping":
+                result = "pong"
+            else:
+                raise ValueError(f"unknown job {kind!r}")
+            send(("result", result))
+        except BaseException as e:  # noqa: BLE001 - every failure is reported to the parent
+            if isinstance(e, KeyboardInterrupt):
+                return
+            tb = traceback.format_exc(limit=-3)
+            text = f"{type(e).__name__}: {str(e).strip() or '(no message)'}"
+            send(("error", (text[:2000], tb[-4000:])))
+
+
+def _watch_parent(period_s: float = 1.0) -> None:
+    """Exit when the parent dies (kill -9 of a tuning job must not leave a worker spinning on)."""
+    import os
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(period_s)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=watch, name="collage-parent-watch", daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``python -m collage.cost_models.worker FD`` serves jobs on the socket ``FD``."""
+    import sys
+    from multiprocessing.connection import Connection
+
+    args = sys.argv[1:] if argv is None else argv
+    conn = Connection(int(args[0]))
+    _watch_parent()
+    try:
+        serve(conn)
+    finally:
+        conn.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,196 @@
+"""The cost database: conformance suite (parametrised over implementations), get_db variants, claims,
+schema version, and "a fingerprint measured once is never measured again" on real repeated blocks."""
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from collage.cost_models.db import (SCHEMA_VERSION, Cost, CostDB, CostKey, SQLiteCostDB, canonical_json,
+                                    default_owner, get_db, key_for)
+from collage.errors import CollageError
+
+
+def _key(fp: str = "abc", backend: str = "onnxruntime") -> CostKey:
+    return CostKey(fp, backend, "1.0-fp32", "cpu", canonical_json({"threads": 2, "precision": "fp32"}), "x86|cpu|2c")
+
+
+IMPLS = {"sqlite": lambda tmp: SQLiteCostDB(tmp / "costs.sqlite")}
+
+
+@pytest.fixture(params=sorted(IMPLS))
+def db(request, tmp_path) -> CostDB:
+    store = IMPLS[request.param](tmp_path)
+    yield store
+    store.close()
+
+
+def test_round_trip(db):
+    k = _key()
+    assert db.get(k) is None and k not in db
+    c = Cost.from_key(k, median_ms=1.25, p10_ms=1.0, p90_ms=1.5, samples=40, compile_s=0.3)
+    db.put(c)
+    got = db.get(k)
+    assert got == c and got.ok and got.key == k
+    failed = Cost.from_key(_key("def"), error="worker crashed (SIGABRT) during compile")
+    db.put(failed)
+    got = db.get(failed.key)
+    assert not got.ok and got.error.startswith("worker crashed") and got.median_ms is None
+    assert {x.fingerprint for x in db.all()} == {"abc", "def"}
+    assert set(db.get_many([k, failed.key, _key("zzz")])) == {k, failed.key}
+    # replace on purpose
+    db.put(Cost.from_key(k, median_ms=2.0, samples=3))
+    assert db.get(k).median_ms == 2.0 and len(db.all()) == 2
+
+
+def test_key_parts_all_matter(db):
+    k = _key()
+    db.put(Cost.from_key(k, median_ms=1.0, samples=1))
+    for i in range(len(k)):
+        other = CostKey(*(v + "!" if j == i else v for j, v in enumerate(k)))
+        assert db.get(other) is None, f"key field {k._fields[i]} is ignored"
+
+
+def test_transitions(db):
+    assert db.get_transition("onnxruntime", "openvino", "{}", "m") is None
+    db.put_transition("onnxruntime", "openvino", 0.05, 1e-7, "{}", "m")
+    db.put_transition("onnxruntime", "openvino", 0.5, 1e-6, '{"spin":true}', "m")
+    t = db.get_transition("onnxruntime", "openvino", "{}", "m")
+    assert (t.fixed_ms, t.per_byte_ms) == (0.05, 1e-7)
+    assert t.ms(1_000_000) == pytest.approx(0.15)
+    assert db.get_transition("openvino", "onnxruntime", "{}", "m") is None  # ordered
+    assert len(db.all_transitions()) == 2
+
+
+def test_claims(db):
+    k = _key()
+    assert db.claim(k, "a", ttl_s=60)
+    assert not db.claim(k, "b", ttl_s=60)
+    assert db.claim(k, "a", ttl_s=60)  # re-claim by the owner
+    db.release(k, "b")  # not b's: no effect
+    assert not db.claim(k, "b", ttl_s=60)
+    db.release(k, "a")
+    assert db.claim(k, "b", ttl_s=0.2)
+    time.sleep(0.3)
+    assert db.claim(k, "a", ttl_s=60), "an expired claim must be taken over"
+
+
+def test_claim_of_dead_process_is_stale(db):
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    host = default_owner().split(":")[0]
+    k = _key()
+    assert db.claim(k, f"{host}:{p.pid}:1", ttl_s=3600)
+    assert db.claim(k, default_owner()), "a claim whose owner process is gone must not block"
+    assert not db.claim(k, f"otherhost:{p.pid}:1")
+
+
+def test_threads_share_one_instance(db):
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            for i in range(25):
+                db.put(Cost.from_key(_key(f"t{t}-{i}"), median_ms=float(i), samples=1))
+                assert db.get(_key(f"t{t}-{i}")).median_ms == float(i)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors and len(db.all()) == 100
+
+
+def test_sqlite_schema_version_and_wal(tmp_path):
+    path = tmp_path / "c.sqlite"
+    db = SQLiteCostDB(path)
+    db.put(Cost.from_key(_key(), median_ms=1.0, samples=1))
+    assert db.schema_version() == SCHEMA_VERSION
+    conn = sqlite3.connect(path)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {f"costs_v{SCHEMA_VERSION}", f"transitions_v{SCHEMA_VERSION}", f"claims_v{SCHEMA_VERSION}"} <= tables
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+    # committed immediately: a second instance (another process would be the same) sees it
+    assert SQLiteCostDB(path).get(_key()).median_ms == 1.0
+
+
+def test_sqlite_put_is_visible_to_another_process(tmp_path):
+    path = tmp_path / "c.sqlite"
+    code = ("from collage.cost_models.db import *; import sys\n"
+            f"db = SQLiteCostDB({str(path)!r})\n"
+            "db.put(Cost.from_key(CostKey('p', 'b', 'v', 'cpu', '{}', 'm'), median_ms=3.0, samples=2))\n"
+            "import os; os._exit(0)\n")  # no close, no cleanup: like a kill right after put
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert SQLiteCostDB(path).get(CostKey("p", "b", "v", "cpu", "{}", "m")).median_ms == 3.0
+
+
+def test_get_db_variants(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLLAGE_CACHE", str(tmp_path / "cache"))
+    default = get_db(None)
+    assert isinstance(default, SQLiteCostDB) and default.path == tmp_path / "cache" / "costs.sqlite"
+    assert get_db(default) is default
+    assert get_db(str(tmp_path / "plain.sqlite")).path == tmp_path / "plain.sqlite"
+    assert get_db(tmp_path / "p2.sqlite").path == tmp_path / "p2.sqlite"
+    assert get_db(f"sqlite:///{tmp_path}/abs.sqlite").path.resolve() == (tmp_path / "abs.sqlite").resolve()
+    monkeypatch.chdir(tmp_path)
+    rel = get_db("sqlite:///rel.sqlite")
+    rel.put(Cost.from_key(_key(), median_ms=1.0, samples=1))
+    assert (tmp_path / "rel.sqlite").exists()
+    with pytest.raises(CollageError, match="unknown scheme"):
+        get_db("postgresql://host/db")
+    bad = tmp_path / "not-a-db.sqlite"
+    bad.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(CollageError, match="not-a-db.sqlite"):
+        get_db(str(bad))
+
+
+def test_key_for_uses_backend_identity():
+    pytest.importorskip("onnxruntime")
+    from collage.backends import get_backend
+    from collage.util import machine_id
+
+    b = get_backend("onnxruntime")
+    k = key_for(b, "fp")
+    assert k.backend == "onnxruntime" and k.version == b.version() and k.device == "cpu"
+    assert k.options == canonical_json(b.options) and k.machine == machine_id()
+    assert key_for(get_backend("onnxruntime", threads=1), "fp") != k
+
+
+def _ort_or_skip():
+    from collage.backends import unavailable_reason
+
+    why = unavailable_reason("onnxruntime")
+    if why:
+        pytest.skip(f"onnxruntime backend unavailable: {why}")
+
+
+@pytest.mark.parametrize("model", ["tiny-resnet", "tiny-bert"])
+def test_repeated_blocks_measured_once(model, tmp_path):
+    _ort_or_skip()
+    from collage import zoo
+    from collage.cost_models.measure import measure_candidates
+
+    g = zoo.load_graph(f"zoo:{model}")
+    items = [((i,), "onnxruntime") for i in range(len(g))]
+    fps = {g.fingerprint([i]) for i in range(len(g))}
+    assert len(fps) < len(g), f"{model} should repeat blocks"
+    db = SQLiteCostDB(tmp_path / "c.sqlite")
+    res = measure_candidates(g, items, db=db, cap_s=0.02, progress=False)
+    assert res.distinct == len(fps) and res.measured == len(fps) and len(res) == len(g)
+    assert len(db.all()) == len(fps)
+    assert res.failed == 0, res.failures
+    res2 = measure_candidates(g, items, db=db, cap_s=0.02, progress=False)
+    assert res2.measured == 0 and res2.reused == len(fps) and len(db.all()) == len(fps)
+
+
+if os.name != "posix":  # pragma: no cover
+    pytest.skip("the cost DB's process tests need POSIX", allow_module_level=True)
