@@ -170,6 +170,44 @@ def _diverging_partition(graph: Graph, plan: Plan, feeds, tolerance) -> str:
     return "no single partition diverges on its own (the error accumulates across partitions)"
 
 
+def calibrate_partition_overhead(graph: Graph, costs: Mapping[Any, float], transition: Callable[[str, str, int], float],
+                                 backends: Sequence[str], feeds: Mapping[str, np.ndarray], work: Path, *,
+                                 target: str = "cpu", progress: bool = True) -> dict[str, float]:
+    """Measured ms that one more partition costs on each backend, beyond the parts' own measured costs.
+
+    Each candidate is timed alone, in a loop: its weights are hot and the runtime's threads awake. In a
+    chain neither holds, and the sum of parts under-predicts the chain (DESIGN.md, "Stitching"). So for
+    each backend the cheapest plan on that backend alone (usually many partitions) is stitched, run and
+    measured end to end; (measured - predicted) / partitions is charged to every candidate of that
+    backend, so the search stops splitting where splitting does not pay.
+    """
+    from collage.artifact import export
+    from collage.runtime import load as load_artifact
+    from collage.search.dp import search
+
+    overhead: dict[str, float] = {}
+    for name in backends:
+        own = {c: v for c, v in costs.items() if c.backend == name}
+        try:
+            chain = _fill_boundaries(graph, search(graph, own, transition))
+        except CollageError:
+            continue  # the backend cannot cover the graph alone
+        k = len(chain.partitions)
+        if k < 2 or chain.predicted_ms is None:
+            overhead[name] = 0.0
+            continue
+        art = load_artifact(export(graph, chain, work / f"chain-{name}", target=target))
+        measured_ms = measure_interleaved({"chain": lambda: art.run(feeds)}, rounds=3)["chain"]
+        overhead[name] = max(0.0, (measured_ms - chain.predicted_ms) / k)
+        _say(progress, "%s: a %d-partition chain measured %.3f ms vs %.3f ms predicted: %.3f ms per partition",
+             name, k, measured_ms, chain.predicted_ms, overhead[name])
+    if overhead:
+        fallback = statistics.median(overhead.values())
+        for name in backends:
+            overhead.setdefault(name, fallback)
+    return overhead
+
+
 def _fill_boundaries(graph: Graph, plan: Plan) -> Plan:
     parts = []
     for p in plan.partitions:
@@ -232,15 +270,18 @@ def tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
         else:
             failures += 1
     transition = transition_model(names, cost_db)
-    # 4. search
+    feeds = zoo.random_inputs(graph, seed=seed)
+    work = Path(tempfile.mkdtemp(prefix="collage-tune-"))
+    # 4. calibrate what one more partition costs on each backend, then search with it
+    overhead = calibrate_partition_overhead(graph, costs, transition, names, feeds, work, target=target,
+                                            progress=progress)
     t0 = time.perf_counter()
-    plan = _fill_boundaries(graph, search(graph, costs, transition))
+    charged = {c: v + overhead.get(c.backend, 0.0) for c, v in costs.items()}
+    plan = _fill_boundaries(graph, search(graph, charged, transition))
     search_s = time.perf_counter() - t0
     _say(progress, "search: %s in %.2f s", plan.describe(), search_s)
 
     # 5. verify: stitched plan vs each single backend, interleaved, same run
-    feeds = zoo.random_inputs(graph, seed=seed)
-    work = Path(tempfile.mkdtemp(prefix="collage-tune-"))
     plan_dir = export(graph, plan, work / "plan", target=target)
     artifact = load_artifact(plan_dir)
     # A backend whose whole-model cost is already known to be far behind (untuned TVM: 30-600x) is
@@ -277,7 +318,7 @@ def tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
             return measure_interleaved({"p": lambda: a.run(feeds)}, rounds=3)["p"]
 
         storage = getattr(cost_db, "url", None)
-        res = refine(graph, plan, costs, evaluate, storage=storage,
+        res = refine(graph, plan, charged, evaluate, storage=storage,
                      study_name=f"refine-{graph.fingerprint(range(n))}-{'-'.join(names)}", n_trials=refine_trials)
         if res.plan is not plan and res.measured_ms < plan_ms:
             plan = _fill_boundaries(graph, res.plan)
@@ -315,6 +356,7 @@ def tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
         "numerics": numerics,
         "notes": list(plan.notes),
         "candidates": counts,
+        "partition_overhead_ms": overhead,
         "measurements": {"candidates": len(cands), "with_cost": len(costs), "failed_candidates": failures,
                          "distinct_keys": getattr(measured, "distinct", None),
                          "reused": getattr(measured, "reused", None),
