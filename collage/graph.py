@@ -181,9 +181,13 @@ class Graph:
         for vi in list(g.value_info):
             g.value_info.remove(vi)
         try:
-            model = shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+            # on a skeleton: inferring on the full model serialises every weight twice (7 s for VGG-19)
+            inferred = shape_inference.infer_shapes(_skeleton(model), strict_mode=True, data_prop=True)
         except Exception as e:
             raise ModelError(f"{self.source}: shape inference failed: {str(e).strip().splitlines()[0]}") from e
+        g.value_info.extend(inferred.graph.value_info)
+        del g.output[:]
+        g.output.extend(inferred.graph.output)
         return model
 
     def _collect_tensor_info(self) -> None:
@@ -443,7 +447,7 @@ class Graph:
                 raise ModelError(f"{self.source}: tensor {data['tensor']!r} between {self.node_label(u)} and "
                                  f"{self.node_label(v)} has no static shape; pass --shape overrides")
         try:
-            onnx.checker.check_model(self.model)
+            onnx.checker.check_model(_skeleton(self.model))
         except onnx.checker.ValidationError as e:
             raise ModelError(f"{self.source}: ONNX checker: {str(e).strip().splitlines()[0]}") from e
 
@@ -456,6 +460,30 @@ def _copy_model(model: onnx.ModelProto) -> onnx.ModelProto:
     m = onnx.ModelProto()
     m.CopyFrom(model)
     return m
+
+
+def _skeleton(model: onnx.ModelProto, keep_elems: int = 4096) -> onnx.ModelProto:
+    """The model without its large initializers, which become typed graph inputs instead: what shape
+    inference and the checker need (small initializers, e.g. Reshape targets, keep their values),
+    without serialising the weights."""
+    g = model.graph
+    skel = onnx.ModelProto()
+    skel.ir_version = model.ir_version
+    skel.opset_import.extend(model.opset_import)
+    skel.functions.extend(model.functions)
+    sg = skel.graph
+    sg.name = g.name
+    sg.node.extend(g.node)
+    sg.input.extend(g.input)
+    sg.output.extend(g.output)
+    sg.value_info.extend(g.value_info)
+    listed = {i.name for i in g.input}
+    for t in g.initializer:
+        if int(np.prod(t.dims, dtype=np.int64)) <= keep_elems or t.data_location == onnx.TensorProto.EXTERNAL:
+            sg.initializer.append(t)
+        elif t.name not in listed:
+            sg.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    return skel
 
 
 def _tensor_info(vi: onnx.ValueInfoProto) -> TensorInfo | None:
