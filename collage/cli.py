@@ -53,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"collage {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `collage report OUT | head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

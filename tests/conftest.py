@@ -5,12 +5,17 @@ Set COLLAGE_TEST_CACHE to reuse a cache between local runs (the zoo's bert-base 
 """
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
 
-_cache = os.environ.get("COLLAGE_TEST_CACHE") or tempfile.mkdtemp(prefix="collage-test-cache-")
+_cache = os.environ.get("COLLAGE_TEST_CACHE")
+if not _cache:
+    _cache = tempfile.mkdtemp(prefix="collage-test-cache-")
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)  # the zoo's big models weigh ~1.8 GB
 os.environ["COLLAGE_CACHE"] = _cache
 
 
