@@ -20,7 +20,15 @@ optional; the report shows what is there)::
       "notes": ["never worse: fell back to onnxruntime", ...],
       "candidates": {"total": 812, "onnxruntime": 406, ...}, # counts by kind, free-form
       "measurements": {"candidates": 812, "with_cost": 800, "failed": 12, ...},
-      "search_s": 0.4, "tune_s": 512.0
+      "search_s": 0.4, "tune_s": 512.0,
+      "precision": {                    # only under --accuracy (collage.precision.PrecisionTuner.report)
+        "budget": {"min_cos": 0.999, "max_rel": 0.01}, "budget_text": "cos>=0.999, rel<=0.01",
+        "calibration": {"source": "inputs.npz", "samples": 8, "hash": "...", "random": false},
+        "partitions": [{"index": 0, "backend": "openvino-bf16", "precision": "bf16", "rel": 2e-3,
+                        "cos": 0.99999, "finite": true, "budget_share": 0.2}],
+        "end_to_end": {"rel": 3e-3, "cos": 0.99998, "finite": true, "within_budget": true},
+        "rounds": [{"lambda": 0.0, "low_partitions": 3, "predicted_ms": 5.1, "ok": true, "error": {...}}],
+        "fallback_fp32": false, "notes": ["..."]}
     }
 
 A partition's "ms" is its measured cost as the search used it (``cost_ms`` in the manifest: the
@@ -127,7 +135,7 @@ def _op_summary(ops: list[str], top: int = 4) -> str:
 # ---------------------------------------------------------------------- tables
 def partition_table(source: Any, report: dict | None = None) -> pd.DataFrame:
     """One row per partition: index, backend, ops, op types, ms, runner-up and its ms, share (%)."""
-    manifest, _ = _sources(source, report)
+    manifest, report = _sources(source, report)
     rows = []
     for p in manifest["partitions"]:
         ru = p.get("runner_up") or None
@@ -140,6 +148,13 @@ def partition_table(source: Any, report: dict | None = None) -> pd.DataFrame:
     df["runner_up_ms"] = pd.to_numeric(df["runner_up_ms"], errors="coerce")
     total = df["ms"].sum(min_count=1)
     df["share_pct"] = df["ms"] / total * 100.0 if total and total > 0 else float("nan")
+    prec = (report or {}).get("precision") or {}
+    if prec.get("partitions"):  # precision + measured error per partition (collage.precision)
+        by_index = {int(q["index"]): q for q in prec["partitions"]}
+        df["precision"] = [by_index.get(int(k), {}).get("precision", "fp32") for k in df["partition"]]
+        df["rel_err"] = pd.to_numeric([_num(by_index.get(int(k), {}).get("rel")) if by_index.get(int(k), {}).get("finite")
+                                       is not False else float("inf") for k in df["partition"]], errors="coerce")
+        df["cos"] = pd.to_numeric([_num(by_index.get(int(k), {}).get("cos")) for k in df["partition"]], errors="coerce")
     return df
 
 
@@ -217,7 +232,9 @@ def render_markdown(out_dir: Any) -> str:
     """The report as Markdown (headline, partitions, baselines, prediction, numerics, notes)."""
     manifest, report = _sources(out_dir)
     s = summary(manifest, report)
-    parts = partition_table(manifest)
+    parts = partition_table(manifest, report)
+    if "rel_err" in parts:  # errors span decades: scientific notation
+        parts["rel_err"] = [_sci(v) if pd.notna(v) else "–" for v in parts["rel_err"]]
     lines = [f"# collage report: {s['model']} on {s['target']}", ""]
     head = f"Plan: {s['partitions']} partition(s) on {', '.join(s['backends'])}"
     if s["plan_ms"] is not None:
@@ -226,7 +243,8 @@ def render_markdown(out_dir: Any) -> str:
         head += (f"; best single backend {s['best_baseline']} {s['best_baseline_ms']:.3f} ms"
                  + (f" (plan is {s['speedup']:.2f}x)" if s["speedup"] else ""))
     lines += [head + ".", "", "## Partitions", "",
-              _md_table(parts, {"share_pct": 1}), "", "## Whole model on one backend", ""]
+              _md_table(parts, {"share_pct": 1, "rel_err": 6, "cos": 6}), "", *_precision_lines(report),
+              "## Whole model on one backend", ""]
     base = baselines_table(manifest, report)
     lines += [_md_table(base, {"plan_speedup": 2}) if len(base) else "(no baselines recorded)", ""]
     lines += ["## Predicted vs measured", "",
@@ -249,6 +267,33 @@ def render_markdown(out_dir: Any) -> str:
     if s["notes"]:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in s["notes"]]
     return "\n".join(lines) + "\n"
+
+
+def _precision_lines(report: dict) -> list[str]:
+    """The accuracy budget, its calibration inputs and the end-to-end error against it (collage.precision)."""
+    prec = report.get("precision")
+    if not prec:
+        return []
+    cal = prec.get("calibration") or {}
+    e2e = prec.get("end_to_end") or {}
+    lines = ["## Precision (accuracy budget)", "",
+             f"- budget: {prec.get('budget_text') or '–'} (per output: cosine similarity, max error / output range)",
+             f"- judged on: {cal.get('source', '–')}, {cal.get('samples', '–')} sample(s)"
+             + (" — random inputs, not representative data" if cal.get("random") else "")]
+    if e2e:
+        verdict = "within budget" if e2e.get("within_budget") else "OVER BUDGET"
+        err = "NaN/inf outputs" if e2e.get("finite") is False else f"rel {_sci(_num(e2e.get('rel')))}, cos {_fmt(_num(e2e.get('cos')), 6)}"
+        lines.append(f"- end to end (stitched artifact vs fp32 reference): {err}: **{verdict}**")
+    if prec.get("fallback_fp32"):
+        lines.append("- no plan with lower-precision partitions met the budget: the plan is fp32")
+    lines += [f"- {n}" for n in prec.get("notes") or []]
+    for k, r in enumerate(prec.get("rounds") or []):
+        e = r.get("error") or {}
+        lines.append(f"  - round {k}: lambda {_sci(_num(r.get('lambda')))}, {r.get('low_partitions')} lower-precision "
+                     f"partition(s), predicted {_fmt(_num(r.get('predicted_ms')))} ms"
+                     + (f", rel {_sci(_num(e.get('rel')))}, cos {_fmt(_num(e.get('cos')), 6)}" if e else "")
+                     + (": ok" if r.get("ok") else ": over budget"))
+    return lines + [""]
 
 
 # ---------------------------------------------------------------------- HTML + SVG
@@ -395,7 +440,7 @@ def render_html(out_dir: str | os.PathLike) -> Path:
     manifest, report = _sources(root)
     s = summary(manifest, report)
     e = html.escape
-    parts = partition_table(manifest)
+    parts = partition_table(manifest, report)
     base = baselines_table(manifest, report)
     fmt = {c: (lambda v: _fmt(v)) for c in ("ms", "runner_up_ms")} | {"share_pct": lambda v: _fmt(v, 1),
                                                                       "plan_speedup": lambda v: _fmt(v, 2)}
@@ -405,6 +450,7 @@ def render_html(out_dir: str | os.PathLike) -> Path:
             f"{_fmt(s['best_baseline_ms'])} ms" + (f" (plan is {s['speedup']:.2f}x)" if s["speedup"] else "") + ".</p>",
             "<h2>Partitions</h2>", parts.to_html(index=False, na_rep="–", formatters=fmt, escape=True),
             "<h2>Graph, coloured by backend</h2>", f'<div class="figure">{render_svg(manifest)}</div>',
+            *([f"<pre>{e(chr(10).join(_precision_lines(report)))}</pre>"] if report.get("precision") else []),
             "<h2>Whole model on one backend</h2>",
             base.to_html(index=False, na_rep="–", formatters=fmt, escape=True) if len(base) else "<p>(none recorded)</p>",
             "<h2>Predicted vs measured</h2><ul>",

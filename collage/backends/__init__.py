@@ -39,6 +39,14 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "torch": ("collage.backends.torch_cuda:TorchBackend", "cuda"),
 }
 
+#: Lower-precision variants (collage.precision), name -> ("module:Class", device). ``get_backend`` finds
+#: them, but ``backend_names`` / ``available_backends`` do not list them: they change results and are
+#: used only when named in --backends together with an accuracy budget (--accuracy).
+VARIANTS: dict[str, tuple[str, str]] = {
+    "openvino-bf16": ("collage.precision:OpenVINOBF16Backend", "cpu"),
+    "openvino-fp16": ("collage.precision:OpenVINOFP16Backend", "cpu"),
+}
+
 
 def register(name: str, target: str, device: str = "cpu") -> None:
     """Add (or replace) a backend: ``target`` is ``"module:Class"``."""
@@ -54,9 +62,10 @@ def backend_names(device: str | None = "cpu") -> list[str]:
 
 def backend_class(name: str) -> type[Backend]:
     """The class registered as ``name``; BackendUnavailable (with the reason) when it cannot be imported."""
-    if name not in REGISTRY:
-        raise CollageError(f"unknown backend {name!r}; known backends: {', '.join(REGISTRY)}")
-    target = REGISTRY[name][0]
+    if name not in REGISTRY and name not in VARIANTS:
+        raise CollageError(f"unknown backend {name!r}; known backends: {', '.join(REGISTRY)} "
+                           f"(lower precision, with --accuracy: {', '.join(VARIANTS)})")
+    target = (REGISTRY.get(name) or VARIANTS[name])[0]
     module_name, _, cls_name = target.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -156,7 +165,7 @@ class BackendStatus:
 
 
 def backend_status(name: str) -> BackendStatus:
-    device = REGISTRY[name][1]
+    device = (REGISTRY.get(name) or VARIANTS[name])[1]
     try:
         backend = get_backend(name)
     except (BackendUnavailable, CollageError) as e:
@@ -180,6 +189,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     device = None if args.device == "all" else args.device
     statuses = [backend_status(n) for n in backend_names(device)]
+    statuses += [backend_status(n) for n, (_, d) in VARIANTS.items() if device is None or d == device]
     if args.json:
         print(json.dumps([asdict(s) for s in statuses], indent=2))
         return 0

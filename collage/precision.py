@@ -1,0 +1,351 @@
+"""Precision as a searched dimension: lower-precision partitions under a user's accuracy budget.
+
+A lower-precision *backend variant* (``openvino-bf16``: OpenVINO's CPU plugin with
+``INFERENCE_PRECISION_HINT`` bf16; ``openvino-fp16``) is a backend like any other: its own registry
+name, version and cost keys, its candidates measured on the normal measuring path. What it adds is an
+error, so it is only used under an accuracy budget (``--accuracy cos=0.999,rel=0.01``, see
+``collage.cost_models.accuracy``); without one, naming such a backend is refused: plans stay
+fp32-faithful.
+
+The budgeted search (:meth:`PrecisionTuner.search`):
+
+1. Each lower-precision candidate faster than every fp32 candidate on the same nodes gets a measured
+   error (its outputs vs the ONNX Runtime fp32 reference, fed the reference tensors; cached in the
+   cost DB keyed by the calibration inputs). The others cannot pay off and are dropped, as are those
+   whose own error breaks the budget or is NaN/inf.
+2. A Lagrangian loop over the exact DP: each kept candidate costs ``latency + lambda * score``, where
+   ``score`` is the share of the budget its own error uses (1 = at the limit). Round 0 has
+   ``lambda = 0`` (the fastest plan of admissible pieces).
+3. Errors compound across partitions, so each round's plan is stitched and its end-to-end error
+   MEASURED on the calibration inputs. Within budget: done. Else lower precision is excluded where the
+   plan's worst lower-precision partition is (every candidate overlapping its nodes) and lambda is
+   raised, and the search runs again (a lambda that prices out every lower-precision piece is retried
+   once at 0, with the exclusions kept).
+4. When no round meets the budget, the plan is the fp32 one (a note says so).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from collage.backends.openvino import OpenVINOBackend, core
+from collage.cost_models.accuracy import (Budget, Calibration, ErrorMeasure, compare, load_calibration,
+                                          measure_errors, parse_accuracy, reference_runs)
+from collage.errors import CollageError
+from collage.plan import Plan
+
+log = logging.getLogger(__name__)
+
+#: registry names of the lower-precision variants and the precision each runs
+VARIANTS = {"openvino-bf16": "bf16", "openvino-fp16": "fp16"}
+MAX_ROUNDS = 8
+
+
+# ---------------------------------------------------------------------- backend variants
+def native_support(kind: str) -> str | None:
+    """None when OpenVINO's CPU plugin runs ``kind`` ("BF16"/"FP16") natively here, else why not."""
+    try:
+        caps = core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    except Exception as e:  # noqa: BLE001 - the runtime's message is the answer
+        return f"cannot ask OpenVINO for the CPU's capabilities: {e}"
+    if kind not in caps:
+        return (f"this CPU has no native {kind.lower()} support (OpenVINO OPTIMIZATION_CAPABILITIES: "
+                f"{', '.join(caps)}); OpenVINO would silently compute in f32")
+    return None
+
+
+class OpenVINOBF16Backend(OpenVINOBackend):
+    """OpenVINO CPU in bf16 (AMX / avx512_bf16): a lower-precision variant, used only under --accuracy."""
+
+    name = "openvino-bf16"
+
+    def __init__(self, threads: int | None = None, precision: str = "bf16", pinning: bool = False,
+                 hint: str = "LATENCY") -> None:
+        super().__init__(threads=threads, precision=precision, pinning=pinning, hint=hint)
+
+    def available(self) -> str | None:
+        return super().available() or native_support("BF16")
+
+
+class OpenVINOFP16Backend(OpenVINOBackend):
+    """OpenVINO CPU in fp16 (avx512_fp16 / AMX-FP16): a lower-precision variant, used only under --accuracy."""
+
+    name = "openvino-fp16"
+
+    def __init__(self, threads: int | None = None, precision: str = "fp16", pinning: bool = False,
+                 hint: str = "LATENCY") -> None:
+        super().__init__(threads=threads, precision=precision, pinning=pinning, hint=hint)
+
+    def available(self) -> str | None:
+        return super().available() or native_support("FP16")
+
+
+def cpu_bf16_reason() -> str | None:
+    """None when this CPU runs bf16 natively (/proc/cpuinfo flags or OpenVINO), else why not (for test skips)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+        if "avx512_bf16" in flags or "amx_bf16" in flags:
+            return None
+    except OSError:
+        pass
+    return native_support("BF16")
+
+
+def precision_of(backend: Any) -> str:
+    return str(getattr(backend, "precision", "fp32") or "fp32")
+
+
+def check_backends(backends: Sequence[Any], budget: Budget | None) -> list[str]:
+    """Names of the lower-precision backends among ``backends``; CollageError if any is named without a budget."""
+    low = [b.name for b in backends if precision_of(b) != "fp32"]
+    if low and budget is None:
+        raise CollageError(
+            f"backend(s) {', '.join(low)} compute in lower precision and change the model's outputs; collage "
+            "keeps plans fp32-faithful unless you give an accuracy budget: add e.g. --accuracy cos=0.999,rel=0.01 "
+            "(and --calibration inputs.npz with representative inputs), or drop them from --backends")
+    if budget is not None and len(low) == len(backends):
+        raise CollageError(f"--backends {', '.join(low)} are all lower precision: add an fp32 backend "
+                           "(e.g. onnxruntime) so that a plan within the accuracy budget always exists")
+    return low
+
+
+# ---------------------------------------------------------------------- the budgeted search
+@dataclass
+class Round:
+    lam: float
+    excluded: int
+    low_partitions: int
+    predicted_ms: float | None
+    error: ErrorMeasure | None
+    ok: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"lambda": self.lam, "excluded": self.excluded, "low_partitions": self.low_partitions,
+                "predicted_ms": self.predicted_ms, "ok": self.ok,
+                "error": None if self.error is None else {k: v for k, v in self.error.to_dict().items()
+                                                          if k != "per_tensor"}}
+
+
+@dataclass
+class PrecisionTuner:
+    """The precision part of one tuning job (module docstring); ``tune`` calls setup, search, check, report."""
+
+    graph: Any
+    budget: Budget
+    calib: Calibration
+    backends: dict[str, Any]
+    low: set[str]
+    db: Any = None
+    target: str = "cpu"
+    work: Path | None = None
+    progress: bool = True
+    errors: dict[Any, ErrorMeasure] = field(default_factory=dict)
+    rounds: list[Round] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    fallback: bool = False
+    final_error: ErrorMeasure | None = None
+    _refs: list[dict[str, np.ndarray]] | None = None
+
+    @classmethod
+    def setup(cls, graph: Any, backends: Sequence[Any], accuracy: str | Budget | None,
+              calibration: str | Path | None = None, *, seed: int = 0, db: Any = None, target: str = "cpu",
+              work: Path | None = None, progress: bool = True) -> PrecisionTuner | None:
+        """None when no budget is given (refusing lower-precision backends then), else a tuner."""
+        budget = accuracy if isinstance(accuracy, Budget) or accuracy is None else parse_accuracy(accuracy)
+        low = check_backends(backends, budget)
+        if budget is None:
+            if calibration is not None:
+                log.warning("--calibration is only used with --accuracy; ignored")
+            return None
+        if not low:
+            log.warning("--accuracy %s given, but no lower-precision backend among %s: the plan is fp32 "
+                        "(add e.g. openvino-bf16 to --backends)", budget.describe(), [b.name for b in backends])
+        calib = load_calibration(graph, calibration, seed=seed)
+        tuner = cls(graph, budget, calib, {b.name: b for b in backends}, set(low), db, target, work, progress)
+        if calib.random:
+            tuner.notes.append(f"accuracy judged on {len(calib.samples)} seeded random input sample(s), not on "
+                               "representative data: pass --calibration inputs.npz")
+        return tuner
+
+    def _say(self, msg: str, *args: object) -> None:
+        log.info(msg, *args)
+        if self.progress:
+            print("collage: " + (msg % args if args else msg), file=sys.stderr, flush=True)
+
+    # ------------------------------------------------------------------ end-to-end error
+    def reference(self) -> list[dict[str, np.ndarray]]:
+        if self._refs is None:
+            self._refs = reference_runs(self.graph, self.calib)
+        return self._refs
+
+    def artifact_error(self, artifact: Any) -> ErrorMeasure:
+        """A loaded artifact's outputs vs the fp32 reference on every calibration sample."""
+        err = ErrorMeasure()
+        for feeds, ref in zip(self.calib.samples, self.reference()):
+            got = {k: np.array(v, copy=True) for k, v in artifact.run(dict(feeds)).items()}
+            compare(got, ref, self.graph.outputs, err)
+        return err
+
+    def end_to_end(self, plan: Plan, tag: str) -> ErrorMeasure:
+        """Stitch ``plan`` into an artifact (the real runtime path), run it, compare with the reference."""
+        from collage.artifact import export
+        from collage.runtime import load
+
+        work = self.work or Path(tempfile.mkdtemp(prefix="collage-precision-"))
+        where = export(self.graph, plan, work / f"precision-{tag}", target=self.target)
+        try:
+            return self.artifact_error(load(where))
+        finally:  # a round's artifact is only measured (BERT-base writes ~0.4 GB a round)
+            shutil.rmtree(where, ignore_errors=True)
+
+    # ------------------------------------------------------------------ search
+    def search(self, costs: Mapping[Any, float], transition: Callable[[str, str, int], float] | None,
+               *, max_rounds: int = MAX_ROUNDS) -> Plan:
+        """The fastest plan whose measured end-to-end error is within budget (module docstring)."""
+        from collage.search.candidates import Candidate
+        from collage.search.dp import plan_from_parts, search
+
+        graph = self.graph
+        # tune may search more than once (re-charged overheads): each call starts afresh, errors stay cached
+        self.rounds, self.fallback, self.final_error = [], False, None
+        self.notes = [n for n in self.notes if not n.startswith("precision:")]
+        fp32 = {c: v for c, v in costs.items() if c.backend not in self.low}
+        low = {c: v for c, v in costs.items() if c.backend in self.low}
+        try:
+            fp32_plan = plan_from_parts(graph, _parts(search(graph, fp32, transition)), fp32, transition)
+        except CollageError as e:
+            raise CollageError(f"the fp32 backends ({sorted({c.backend for c in fp32})}) cannot cover "
+                               f"{graph.name} alone ({e}); add onnxruntime to --backends") from e
+        if not low:
+            return fp32_plan
+        best32: dict[tuple[int, ...], float] = {}
+        for c, v in fp32.items():
+            best32[c.nodes] = min(best32.get(c.nodes, math.inf), v)
+        worth = [c for c, v in low.items() if v < best32.get(c.nodes, math.inf)]
+        self._say("precision: measuring the error of %d of %d lower-precision candidates (the others are "
+                  "not faster than fp32 on the same nodes) on %d calibration sample(s)",
+                  len(worth), len(low), len(self.calib.samples))
+        self.errors.update(measure_errors(graph, worth, self.backends, self.calib, self.db, progress=self.progress))
+        scores = {c: self.budget.score(self.errors[c]) for c in worth if c in self.errors}
+        admissible = {c for c, s in scores.items() if s <= 1.0}
+        broken = sum(1 for s in scores.values() if not math.isfinite(s))
+        self._say("precision: %d candidates within budget on their own, %d over it (%d with NaN/inf outputs)",
+                  len(admissible), len(scores) - len(admissible), broken)
+        lam, excluded, retried = 0.0, set(), False
+        for k in range(max_rounds):
+            allowed = admissible - excluded
+            if not allowed:
+                break
+            charged = dict(fp32)
+            charged.update({c: low[c] + lam * scores[c] for c in allowed})
+            chosen = _parts(search(graph, charged, transition))
+            plan = plan_from_parts(graph, chosen, costs, transition)
+            lows = [Candidate(p.nodes, p.backend) for p in plan.partitions if p.backend in self.low]
+            if not lows:
+                self.rounds.append(Round(lam, len(excluded), 0, plan.predicted_ms, None, True))
+                if lam > 0 and not retried:  # lambda priced every lower-precision piece out: try without it
+                    lam, retried = 0.0, True
+                    continue
+                break
+            err = self.end_to_end(plan, str(k))
+            ok = self.budget.allows(err)
+            self.rounds.append(Round(lam, len(excluded), len(lows), plan.predicted_ms, err, ok))
+            self._say("precision round %d (lambda %.3g): %d lower-precision partition(s), predicted %.3f ms, "
+                      "end to end %s: %s", k, lam, len(lows), plan.predicted_ms or math.nan, err.describe(),
+                      "within budget" if ok else "over budget")
+            if ok:
+                self.final_error = err
+                self.notes.append(f"precision: {len(lows)} lower-precision partition(s) within the accuracy budget "
+                                  f"({self.budget.describe()}): measured end to end {err.describe()}")
+                plan.notes.extend(self.notes)
+                return plan
+            # tighten: no lower precision where the worst partition is, and a higher price on error
+            worst = set(max(lows, key=lambda c: (scores[c], -low[c])).nodes)
+            excluded |= {c for c in allowed if worst.intersection(c.nodes)}
+            total = sum(scores[c] for c in lows)
+            gain = (fp32_plan.predicted_ms or 0.0) - (plan.predicted_ms or 0.0)
+            lam = max(lam * 2.0, 0.25 * gain / total if total > 0 else 0.0)
+        tried = sum(1 for r in self.rounds if r.low_partitions)
+        if tried:
+            self.fallback = True
+            note = (f"precision: no plan with lower-precision partitions met the accuracy budget "
+                    f"({self.budget.describe()}) end to end in {tried} measured round(s); the plan is fp32")
+        elif scores and not admissible:
+            self.fallback = True
+            note = (f"precision: every measured lower-precision candidate ({len(scores)}, {broken} with NaN/inf "
+                    f"outputs) breaks the accuracy budget ({self.budget.describe()}) on its own; the plan is fp32")
+        else:
+            note = (f"precision: {len(admissible)} lower-precision candidate(s) are within the accuracy budget on their "
+                    "own, but none makes the plan faster; the plan is fp32")
+        self._say(note)
+        self.notes.append(note)
+        fp32_plan.notes.extend(self.notes)
+        return fp32_plan
+
+    # ------------------------------------------------------------------ verification and report
+    def is_low(self, plan: Plan) -> bool:
+        return any(p.backend in self.low for p in plan.partitions)
+
+    def check(self, plan: Plan, artifact: Any, fp32_numerics: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Numerics of the final artifact against the budget (report "numerics").
+
+        A plan with lower-precision partitions over budget raises CollageError; for an fp32 plan
+        (``fp32_numerics``: tune's tolerance check, already passed) the budget figures are only added.
+        """
+        err = self.artifact_error(artifact)
+        self.final_error = err
+        ok = self.budget.allows(err)
+        figures = {"rel": err.rel, "cos": err.cos, "finite": err.finite, "budget": self.budget.describe(),
+                   "within_budget": ok}
+        if fp32_numerics is not None:
+            return {**fp32_numerics, **figures}
+        if not ok:
+            raise CollageError(f"the final plan's outputs are over the accuracy budget ({self.budget.describe()}): "
+                               f"{err.describe()}; re-run with a looser --accuracy or without lower-precision backends")
+        worst = 0.0
+        per: dict[str, Any] = {name: dict(err.per_tensor.get(name, {})) for name in self.graph.outputs}
+        got = artifact.run(dict(self.calib.samples[0]))
+        ref = self.reference()[0]
+        for name in self.graph.outputs:
+            d = float(np.max(np.abs(np.asarray(got[name], np.float64) - ref[name]))) if ref[name].size else 0.0
+            per[name]["max_abs_err"] = d
+            worst = max(worst, d)
+        return {"max_abs_err": worst, "tolerance": {"accuracy": self.budget.describe()}, "ok": ok,
+                "per_output": per, **figures}
+
+    def report(self, plan: Plan) -> dict[str, Any]:
+        """report.json "precision": budget, calibration, per-partition precision and error, end to end, rounds."""
+        from collage.search.candidates import Candidate
+
+        cands = [Candidate(p.nodes, p.backend) for p in plan.partitions]
+        missing = [c for c in cands if c not in self.errors and c.backend in self.backends]
+        if missing:
+            self.errors.update(measure_errors(self.graph, missing, self.backends, self.calib, self.db))
+        parts = []
+        for k, c in enumerate(cands):
+            e = self.errors.get(c)
+            parts.append({"index": k, "backend": c.backend, "precision": precision_of(self.backends.get(c.backend)),
+                          "rel": None if e is None else e.rel, "cos": None if e is None else e.cos,
+                          "finite": None if e is None else e.finite,
+                          "budget_share": None if e is None else self.budget.score(e)})
+        e2e = self.final_error
+        return {"budget": self.budget.to_dict(), "budget_text": self.budget.describe(),
+                "calibration": self.calib.to_dict(), "low_precision_backends": sorted(self.low),
+                "partitions": parts,
+                "end_to_end": None if e2e is None else {"rel": e2e.rel, "cos": e2e.cos, "finite": e2e.finite,
+                                                        "within_budget": self.budget.allows(e2e)},
+                "rounds": [r.to_dict() for r in self.rounds], "fallback_fp32": self.fallback,
+                "errors_measured": len(self.errors), "notes": list(self.notes)}
+
+
+def _parts(plan: Plan) -> list[tuple[tuple[int, ...], str]]:
+    return [(tuple(p.nodes), p.backend) for p in plan.partitions]

@@ -1,0 +1,283 @@
+"""Precision as a searched dimension: accuracy budgets, measured errors, the budgeted search."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from collage import precision as P
+from collage.backends import backend_names, get_backend
+from collage.cost_models.accuracy import (Budget, Calibration, ErrorMeasure, ErrorStore, load_calibration,
+                                          measure_errors, parse_accuracy, tensor_error)
+from collage.errors import CollageError
+from collage.graph import Graph
+from collage.search.candidates import Candidate, Limits, enumerate_candidates
+
+
+def _bf16_reason() -> str | None:
+    why = get_backend("openvino").available()
+    return why or P.cpu_bf16_reason() or get_backend("openvino-bf16").available()
+
+
+needs_bf16 = pytest.mark.skipif(_bf16_reason() is not None, reason=f"no bf16 here: {_bf16_reason()}")
+
+
+def _chain(n: int = 4, width: int = 64, seed: int = 0) -> onnx.ModelProto:
+    """x -> (MatMul W_k) x n: every candidate holds a MatMul, so bf16 always moves the outputs."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, prev = [], [], "x"
+    for k in range(n):
+        w = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{k}"))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{k}"], [f"h{k}"], name=f"mm{k}"))
+        prev = f"h{k}"
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, width])],
+                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [4, width])], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def attention_block() -> onnx.ModelProto:
+    """Layer 0's attention of zoo:tiny-bert, additive mask included (Cast, 1 - mask, * -big, + scores,
+    Softmax), with the mask constant set to float32's lowest value as exporters of HF models write it."""
+    from collage import zoo
+
+    g = zoo.load_graph("zoo:tiny-bert")
+    nodes = [i for i in range(len(g)) if 4 <= i <= 26]
+    assert [g.op_type(i) for i in (4, 23)] == ["Cast", "Softmax"]
+    m = g.extract(nodes, name="tiny_bert_attention")
+    for init in m.graph.initializer:
+        if init.name == "const_1" and float(numpy_helper.to_array(init)) < -1000:
+            init.CopyFrom(numpy_helper.from_array(np.array(np.finfo(np.float32).min, np.float32), "const_1"))
+    return m
+
+
+# ---------------------------------------------------------------------- budget and error figures
+def test_parse_accuracy():
+    assert parse_accuracy("cos=0.999,rel=0.01") == Budget(0.999, 0.01)
+    assert parse_accuracy(" rel = 1e-3 ") == Budget(None, 1e-3)
+    assert parse_accuracy("cos=0.99") == Budget(0.99, None)
+    assert parse_accuracy(None) is None and parse_accuracy("") is None
+    for bad, word in [("cos", "cos=MIN_COSINE"), ("abs=1", "cos=MIN_COSINE"), ("cos=x", "not a number"),
+                      ("cos=2", "[-1, 1]"), ("rel=-1", ">= 0"), ("rel=1,rel=2", "twice"), (",", "empty"),
+                      ("rel=nan", "finite")]:
+        with pytest.raises(CollageError, match=word.replace("[", r"\[").replace("]", r"\]")):
+            parse_accuracy(bad)
+
+
+def test_error_figures_and_budget_score():
+    ref = np.linspace(-1, 1, 100, dtype=np.float32)
+    rel, cos, finite = tensor_error(ref + 0.02, ref)
+    assert finite and rel == pytest.approx(0.01, rel=1e-3) and 0.99 < cos < 1
+    bad = ref.copy()
+    bad[3] = np.nan
+    assert tensor_error(bad, ref) == (math.inf, -math.inf, False)
+    b = Budget(0.99, 0.02)
+    e = ErrorMeasure()
+    e.add("y", ref + 0.02, ref)
+    assert b.score(e) == pytest.approx(0.5, rel=1e-2) and b.allows(e)
+    e.add("z", bad, ref)
+    assert not e.finite and b.score(e) == math.inf and not b.allows(e)
+    assert Budget(None, 0.0).score(ErrorMeasure(rel=0.0)) == 0.0
+    assert ErrorMeasure.from_dict(e.to_dict()).rel == math.inf
+
+
+def test_calibration_file(tmp_path):
+    g = Graph.load(_chain(2))
+    x = np.random.default_rng(1).standard_normal((3, 4, 64)).astype(np.float32)
+    np.savez(tmp_path / "cal.npz", x=x)
+    cal = load_calibration(g, tmp_path / "cal.npz")
+    assert len(cal.samples) == 3 and not cal.random and np.array_equal(cal.samples[2]["x"], x[2])
+    np.savez(tmp_path / "one.npz", x=x[0])
+    assert len(load_calibration(g, tmp_path / "one.npz").samples) == 1
+    np.savez(tmp_path / "bad.npz", y=x)
+    with pytest.raises(CollageError, match="lacks input"):
+        load_calibration(g, tmp_path / "bad.npz")
+    np.savez(tmp_path / "shape.npz", x=x[:, :2])
+    with pytest.raises(CollageError, match="has shape"):
+        load_calibration(g, tmp_path / "shape.npz")
+    with pytest.raises(CollageError, match="does not exist"):
+        load_calibration(g, tmp_path / "nope.npz")
+    rnd = load_calibration(g, None)
+    assert rnd.random and "random" in rnd.source
+
+
+# ---------------------------------------------------------------------- variants and the fp32 default
+def test_variants_are_named_apart_and_not_listed():
+    b = get_backend("openvino-bf16")
+    assert b.name == "openvino-bf16" and b.precision == "bf16" and b.options["precision"] == "bf16"
+    assert "bf16" in b.version() and get_backend("openvino").precision == "fp32"
+    assert get_backend("openvino-bf16", **b.options).name == "openvino-bf16"  # the runtime rebuilds it so
+    assert "openvino-bf16" not in backend_names("cpu") and "openvino-bf16" not in backend_names(None)
+
+
+def test_lower_precision_refused_without_budget():
+    bks = [get_backend("onnxruntime"), get_backend("openvino-bf16")]
+    with pytest.raises(CollageError, match=r"openvino-bf16 .*--accuracy"):
+        P.check_backends(bks, None)
+    assert P.check_backends(bks[:1], None) == []
+    assert P.check_backends(bks, Budget(0.999, None)) == ["openvino-bf16"]
+    with pytest.raises(CollageError, match="add an fp32 backend"):
+        P.check_backends(bks[1:], Budget(0.999, None))
+
+
+def test_tune_refuses_bf16_without_accuracy(tmp_path):
+    from collage.tune import tune
+
+    if get_backend("openvino").available():
+        pytest.skip("openvino unavailable")
+    with pytest.raises(CollageError, match="fp32-faithful"):
+        tune(_chain(2), tmp_path / "out", backends=["onnxruntime", "openvino-bf16"], progress=False)
+
+
+# ---------------------------------------------------------------------- the Lagrangian loop (synthetic)
+def _synthetic(monkeypatch, errs: dict[tuple[int, ...], float], n: int = 4):
+    """A chain of n MatMuls; bf16 is 4x faster; its error per candidate is given; end to end = sum."""
+    g = Graph.load(_chain(n))
+    bks = [get_backend("onnxruntime"), get_backend("openvino-bf16")]
+    cands = enumerate_candidates(g, {b.name: {i: True for i in range(n)} for b in bks}, Limits(max_nodes=n))
+    costs = {c: len(c.nodes) * (1.0 if c.backend == "onnxruntime" else 0.25) + 0.01 for c in cands}
+
+    def fake_errors(graph, cs, backends, calib, db=None, progress=False):
+        return {c: ErrorMeasure(rel=errs.get(c.nodes, sum(errs.get((i,), 0.0) for i in c.nodes))) for c in cs}
+
+    monkeypatch.setattr(P, "measure_errors", fake_errors)
+    cal = Calibration([{"x": np.zeros((4, 64), np.float32)}], "h", "test", False)
+    tuner = P.PrecisionTuner(g, Budget(None, 1.0), cal, {b.name: b for b in bks}, {"openvino-bf16"}, progress=False)
+
+    def fake_e2e(plan, tag):
+        return ErrorMeasure(rel=sum(errs.get(p.nodes, sum(errs.get((i,), 0.0) for i in p.nodes))
+                                    for p in plan.partitions if p.backend == "openvino-bf16"))
+
+    monkeypatch.setattr(tuner, "end_to_end", fake_e2e)
+    return tuner, costs
+
+
+def test_budgeted_search_tightens_until_within_budget(monkeypatch):
+    # each node alone uses 40% of the budget; any three together break it
+    tuner, costs = _synthetic(monkeypatch, {(0,): 0.4, (1,): 0.4, (2,): 0.4, (3,): 0.4})
+    plan = tuner.search(costs, None)
+    lows = [p for p in plan.partitions if p.backend == "openvino-bf16"]
+    assert sum(len(p.nodes) for p in lows) == 2, plan.describe()
+    assert tuner.rounds[-1].ok and not tuner.rounds[0].ok and len(tuner.rounds) >= 2
+    assert not tuner.fallback and any("within the accuracy budget" in n for n in plan.notes)
+
+
+def test_budgeted_search_falls_back_to_fp32(monkeypatch):
+    tuner, costs = _synthetic(monkeypatch, {(0,): 2.0, (1,): 2.0, (2,): 2.0, (3,): 2.0})
+    plan = tuner.search(costs, None)
+    assert plan.backends == ["onnxruntime"] and tuner.fallback
+    assert any("the plan is fp32" in n for n in plan.notes)
+
+
+def test_nan_candidates_are_excluded(monkeypatch):
+    tuner, costs = _synthetic(monkeypatch, {(0,): math.inf, (1,): 0.1, (2,): 0.1, (3,): 0.1})
+    plan = tuner.search(costs, None)
+    owner = plan.node_backend()
+    assert owner[0] == "onnxruntime" and owner[3] == "openvino-bf16" and tuner.rounds[-1].ok
+
+
+# ---------------------------------------------------------------------- real bf16 errors
+@needs_bf16
+def test_errors_measured_and_cached(tmp_path):
+    from collage.cost_models.db import get_db
+
+    g = Graph.load(_chain(3))
+    bks = {"openvino-bf16": get_backend("openvino-bf16"), "openvino": get_backend("openvino")}
+    cal = load_calibration(g, None)
+    cands = [Candidate((0, 1, 2), "openvino-bf16"), Candidate((1,), "openvino-bf16"), Candidate((0, 1, 2), "openvino")]
+    db = get_db(tmp_path / "costs.sqlite")
+    errs = measure_errors(g, cands, bks, cal, db)
+    assert errs[cands[0]].rel > 1e-4 and errs[cands[2]].rel < 1e-5  # bf16 moves outputs, fp32 does not
+    assert ErrorStore(db).count() == 3
+    again = measure_errors(g, cands, bks, cal, get_db(tmp_path / "costs.sqlite"))
+    assert again[cands[0]].rel == errs[cands[0]].rel
+
+
+@needs_bf16
+def test_attention_block_gets_plan_within_budget():
+    """All-bf16 on the masked attention breaks rel=1e-3; the budgeted plan keeps bf16 where it is safe."""
+    g = Graph.load(attention_block())
+    bks = [get_backend("onnxruntime"), get_backend("openvino-bf16")]
+    cands = enumerate_candidates(g, {b.name: b.supports_all(g) for b in bks}, Limits(max_nodes=3))
+    whole = Candidate(tuple(range(len(g))), "openvino-bf16")
+    cands.append(whole)
+    # synthetic latencies (this test is about the search): bf16 3x faster, so all-bf16 is the fastest plan
+    costs = {c: len(c.nodes) * (1.0 if c.backend == "onnxruntime" else 0.3) + 0.05 for c in cands}
+    tuner = P.PrecisionTuner.setup(g, bks, "rel=1e-3", None, progress=False)
+    plan = tuner.search(costs, None)
+    whole_err = tuner.errors[whole]
+    assert not tuner.budget.allows(whole_err), whole_err.describe()  # all-bf16 breaks the budget
+    assert tuner.rounds and tuner.rounds[-1].ok and not tuner.fallback
+    assert "openvino-bf16" in plan.backends and "onnxruntime" in plan.backends
+    err = tuner.end_to_end(plan, "check")  # measured again, on the stitched artifact
+    assert tuner.budget.allows(err), err.describe()
+
+
+@needs_bf16
+def test_impossible_budget_falls_back_to_fp32():
+    g = Graph.load(_chain(3))
+    bks = [get_backend("onnxruntime"), get_backend("openvino-bf16")]
+    cands = enumerate_candidates(g, {b.name: b.supports_all(g) for b in bks}, Limits(max_nodes=3))
+    costs = {c: len(c.nodes) * (1.0 if c.backend == "onnxruntime" else 0.3) for c in cands}
+    tuner = P.PrecisionTuner.setup(g, bks, "rel=1e-9", None, progress=False)
+    plan = tuner.search(costs, None)
+    assert plan.backends == ["onnxruntime"] and tuner.fallback
+    assert any("the plan is fp32" in n for n in plan.notes)
+    assert tuner.report(plan)["fallback_fp32"] is True
+
+
+# ---------------------------------------------------------------------- end to end through tune
+@needs_bf16
+@pytest.mark.slow
+def test_tune_with_accuracy_on_attention(tmp_path):
+    import json
+
+    from collage.report import partition_table, render_markdown
+    from collage.tune import tune
+
+    m = attention_block()
+    g = Graph.load(m)
+    from collage import zoo
+
+    np.savez(tmp_path / "cal.npz", **zoo.random_inputs(g, seed=7))
+    res = tune(m, tmp_path / "out", backends=["onnxruntime", "openvino-bf16"], accuracy="cos=0.9999,rel=1e-3",
+               calibration=tmp_path / "cal.npz", limits=Limits(max_nodes=3), db=tmp_path / "costs.sqlite",
+               progress=False)
+    rep = json.loads((res.out_dir / "report.json").read_text())
+    prec = rep["precision"]
+    assert prec["calibration"]["random"] is False and prec["budget"] == {"min_cos": 0.9999, "max_rel": 1e-3}
+    assert prec["end_to_end"]["within_budget"] is True
+    assert rep["numerics"]["within_budget"] is True
+    assert "openvino-bf16" not in rep["baselines"]  # lower precision is no fp32 baseline
+    table = partition_table(res.out_dir)
+    assert {"precision", "rel_err", "cos"} <= set(table.columns)
+    assert set(table["precision"]) <= {"fp32", "bf16"}
+    md = render_markdown(res.out_dir)
+    assert "## Precision (accuracy budget)" in md and "within budget" in md
+    if "bf16" in set(table["precision"]):  # the artifact runs again as tuned, bf16 partitions included
+        from collage.runtime import load
+
+        art = load(res.out_dir)
+        assert any(p.backend == "openvino-bf16" for p in art.partitions)
+
+
+@pytest.mark.slow
+def test_tune_without_accuracy_is_fp32(tmp_path):
+    import json
+
+    from collage.tune import tune
+
+    if get_backend("openvino").available():
+        pytest.skip("openvino unavailable")
+    res = tune(_chain(2), tmp_path / "out", backends=["onnxruntime", "openvino"], db=tmp_path / "c.sqlite",
+               progress=False)
+    manifest = json.loads((res.out_dir / "manifest.json").read_text())
+    assert all(p.backend in ("onnxruntime", "openvino") for p in res.plan.partitions)
+    assert all((info.get("settings") or {}).get("precision", "fp32") == "fp32"
+               for info in manifest["backends"].values())
+    assert "precision" not in json.loads((res.out_dir / "report.json").read_text())
