@@ -24,10 +24,7 @@ log = logging.getLogger(__name__)
 def bench(models: Sequence[str], *, backends: Sequence[str], target: str = "cpu", db: Any = None,
           budget_s: float | None = None, max_nodes: int | None = None, out_dir: str | Path = "results",
           artifacts_dir: str | Path | None = None, command: str = "") -> list[dict[str, Any]]:
-    import pandas as pd
-
     from collage.tune import tune
-    from collage.util import markdown_table
 
     limits = None
     if max_nodes:
@@ -43,6 +40,7 @@ def bench(models: Sequence[str], *, backends: Sequence[str], target: str = "cpu"
         except Exception as e:  # a model that fails is a row, not the end of the benchmark
             log.error("%s: %s", spec, e)
             rows.append({"model": name, "error": f"{type(e).__name__}: {e}"})
+            _write(rows, out_dir, target, command)
             continue
         best, best_ms = res.best_single if res.baselines else ("", math.nan)
         row: dict[str, Any] = {
@@ -64,17 +62,29 @@ def bench(models: Sequence[str], *, backends: Sequence[str], target: str = "cpu"
             "notes": " / ".join(res.plan.notes),
         })
         rows.append(row)
+        _write(rows, out_dir, target, command)
         print(f"{name}: plan {row['plan_ms']} ms, best single {best} {best_ms:.3f} ms "
               f"({row['speedup_vs_best']}x)", file=sys.stderr, flush=True)
+    return rows
+
+
+def _write(rows: list[dict[str, Any]], out_dir: str | Path, target: str, command: str) -> Path:
+    """(Re)write results/<date>-<target>.md and .csv with the rows so far."""
+    import pandas as pd
+
+    from collage import __version__
+    from collage.util import machine_id, markdown_table
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"{_dt.date.today().isoformat()}-{target}"
-    df = pd.DataFrame(rows)
-    df.to_csv(stem.with_suffix(".csv"), index=False)
+    pd.DataFrame(rows).to_csv(stem.with_suffix(".csv"), index=False)
     header = [
         f"# collage bench: tuned plan vs every single backend ({target})",
         "",
         f"Command: `{command}`" if command else "",
+        "",
+        f"Machine: {machine_id()}; collage {__version__}; {_dt.datetime.now().isoformat(timespec='minutes')}.",
         "",
         "Every number is a median in ms measured in the same run: the stitched plan (the deployable artifact) and",
         "each backend running the whole model, interleaved. `speedup_vs_best` = best single backend / plan",
@@ -82,7 +92,7 @@ def bench(models: Sequence[str], *, backends: Sequence[str], target: str = "cpu"
         "",
     ]
     stem.with_suffix(".md").write_text("\n".join(header) + markdown_table(rows))
-    return rows
+    return stem
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -120,3 +120,16 @@ def test_cli_tune_and_report(tmp_path):
     assert rep.returncode == 0, rep.stderr
     assert "onnxruntime" in rep.stdout or "openvino" in rep.stdout
     assert (out / "report.html").exists()
+
+
+@pytest.mark.slow
+def test_bench_writes_ratios(tmp_path):
+    from collage.bench import bench
+
+    rows = bench(["zoo:tiny-resnet"], backends=BACKENDS, db=str(tmp_path / "c.sqlite"), max_nodes=1,
+                 out_dir=tmp_path / "results")
+    assert rows[0]["model"] == "tiny-resnet" and "error" not in rows[0]
+    assert rows[0]["speedup_vs_best"] >= 1.0  # never worse: a mixed plan is kept only when faster
+    md = next((tmp_path / "results").glob("*-cpu.md")).read_text()
+    assert "tiny-resnet" in md and "speedup_vs_best" in md
+    assert next((tmp_path / "results").glob("*-cpu.csv")).exists()
