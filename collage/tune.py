@@ -170,6 +170,26 @@ def _diverging_partition(graph: Graph, plan: Plan, feeds, tolerance) -> str:
     return "no single partition diverges on its own (the error accumulates across partitions)"
 
 
+#: a cost-DB whole-model cost this far (either way) from the same configuration measured now is stale
+STALE_RATIO = 1.5
+
+
+def stale_costs(db_ms: Mapping[str, float], now_ms: Mapping[str, float]) -> str | None:
+    """A warning when the cost DB's whole-model costs disagree with this run's fresh measurement.
+
+    Costs are cached for good: ones taken while the machine was busy (another job, a build) stay in the
+    DB and mislead every later search on it. The whole model on each backend is measured anew in every
+    tune, so it is the check.
+    """
+    off = {k: (db_ms[k], now_ms[k]) for k in now_ms if k in db_ms and now_ms[k] > 0
+           and not (1 / STALE_RATIO <= db_ms[k] / now_ms[k] <= STALE_RATIO)}
+    if not off:
+        return None
+    what = ", ".join(f"{k} {a:.3f} ms in the DB vs {b:.3f} ms now" for k, (a, b) in off.items())
+    return (f"cost DB disagrees with this run by more than {STALE_RATIO}x ({what}): its costs were probably "
+            "measured while the machine was busy; the plan may be off. Re-tune with a fresh --db on a quiet machine")
+
+
 def calibrate_partition_overhead(graph: Graph, costs: Mapping[Any, float], transition: Callable[[str, str, int], float],
                                  backends: Sequence[str], feeds: Mapping[str, np.ndarray], work: Path, *,
                                  target: str = "cpu", progress: bool = True) -> dict[str, float]:
@@ -337,6 +357,9 @@ def tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
         singles[b.name] = b.compile(graph.model)
     first = measure_interleaved({k: (lambda c=c: c.run(feeds)) for k, c in singles.items()}, rounds=3)
     best_single_ms = min(first.values(), default=float("inf"))
+    stale = stale_costs(whole_ms, first)
+    if stale:
+        log.warning("%s", stale)
 
     # 5. search with a measured per-partition overhead, and correct it where the stitched plan says so
     overhead = calibrate_partition_overhead(graph, costs, transition, names, feeds, work, target=target,
@@ -352,6 +375,8 @@ def tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
     _say(progress, "search: %s (%d attempt(s), %.2f s)", plan.describe(), attempts, search_s)
 
     # 6. verify: stitched plan vs each single backend, interleaved, same run
+    if stale:
+        plan.notes.append(stale)
     plan_dir = export(graph, plan, work / "plan", target=target)
     artifact = load_artifact(plan_dir)
     runners = {"plan": lambda: artifact.run(feeds)}
@@ -402,8 +427,9 @@ def tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
                     f"{best} alone ({best_ms:.3f} ms); the plan is {best} on the whole model")
             _say(progress, note)
             whole = measured.get((tuple(range(n)), best))
+            kept = [x for x in plan.notes if not x.startswith("refined by")]  # facts of the run, not of the mix
             plan = _fill_boundaries(graph, Plan.single(best, n, whole.median_ms if whole and whole.ok else None))
-            plan.notes.append(note)
+            plan.notes.extend(kept + [note])
             plan_ms = best_ms
             artifact = None
     numerics_artifact = artifact or load_artifact(export(graph, plan, work / "final", target=target))

@@ -133,3 +133,11 @@ def test_bench_writes_ratios(tmp_path):
     md = next((tmp_path / "results").glob("*-cpu.md")).read_text()
     assert "tiny-resnet" in md and "speedup_vs_best" in md
     assert next((tmp_path / "results").glob("*-cpu.csv")).exists()
+
+
+def test_stale_cost_db_is_called_out():
+    from collage.tune import stale_costs
+
+    assert stale_costs({"onnxruntime": 10.0, "openvino": 9.0}, {"onnxruntime": 9.0, "openvino": 10.5}) is None
+    msg = stale_costs({"onnxruntime": 30.0, "openvino": 9.0}, {"onnxruntime": 9.0, "openvino": 10.0})
+    assert msg and "onnxruntime 30.000 ms in the DB vs 9.000 ms now" in msg and "openvino" not in msg.split("(")[1]
