@@ -30,7 +30,8 @@ def bench_model(name: str, accuracy: str, *, max_nodes: int, budget_s: float | N
     from collage.cost_models.accuracy import ErrorMeasure, compare, load_calibration, parse_accuracy, reference_runs
     from collage.runtime import load
     from collage.search.candidates import Limits
-    from collage.tune import measure_interleaved, tune
+    from collage.tune import tune
+    from collage.verify import measure_interleaved
 
     t0 = time.monotonic()
     graph = zoo.load_graph(f"zoo:{name}")

@@ -136,7 +136,7 @@ def test_bench_writes_ratios(tmp_path):
 
 
 def test_stale_cost_db_is_called_out():
-    from collage.tune import stale_costs
+    from collage.verify import stale_costs
 
     assert stale_costs({"onnxruntime": 10.0, "openvino": 9.0}, {"onnxruntime": 9.0, "openvino": 10.5}) is None
     msg = stale_costs({"onnxruntime": 30.0, "openvino": 9.0}, {"onnxruntime": 9.0, "openvino": 10.0})
