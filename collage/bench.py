@@ -90,6 +90,7 @@ def _write(rows: list[dict[str, Any]], out_dir: str | Path, target: str, command
         "each backend running the whole model, interleaved. `speedup_vs_best` = best single backend / plan",
         "(above 1: the plan is faster). `predicted_ms` is the search's sum of measured parts and transitions.",
         "",
+        "",
     ]
     stem.with_suffix(".md").write_text("\n".join(header) + markdown_table(rows))
     return stem

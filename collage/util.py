@@ -67,7 +67,9 @@ def markdown_table(rows: list[dict], columns: list[str] | None = None) -> str:
         if v is None:
             return ""
         if isinstance(v, float):
-            return f"{v:.3f}" if v == v else "nan"
+            if v != v:
+                return "nan"
+            return f"{v:.2e}" if v and abs(v) < 0.01 else f"{v:.3f}"
         return str(v).replace("|", "\\|")
 
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
