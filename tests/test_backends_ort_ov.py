@@ -207,3 +207,23 @@ def test_support_report_table(monkeypatch):
     assert row.split("|")[2].strip() == str(sum(graph.op_type(i) == "LayerNormalization" for i in range(len(graph))))
     assert "| yes | yes | unavailable |" in row
     assert len(lines) == 2 + len({graph.op_type(i) for i in range(len(graph))})
+
+
+def test_openvino_input_behind_a_folded_dropout():
+    """OpenVINO folds a Dropout right behind an input and renames the input port; the partition must
+    still take its input by the ONNX name (found on AlexNet's classifier, nodes 18-19)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from collage.backends import get_backend
+
+    if get_backend("openvino").available():
+        pytest.skip(get_backend("openvino").available())
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])
+    nodes = [helper.make_node("Dropout", ["x"], ["d"]), helper.make_node("Relu", ["d"], ["y"])]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    feed = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8)
+    out = get_backend("openvino").compile(model).run({"x": feed})
+    np.testing.assert_allclose(out["y"], np.maximum(feed, 0))

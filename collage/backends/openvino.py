@@ -152,15 +152,23 @@ def _port_name(port: Any) -> str:
 
 
 def _ports(ports: Any, names: list[str], kind: str) -> list[int]:
-    """Index of the port carrying each ONNX tensor name (OpenVINO may add names, or reorder)."""
-    out = []
+    """Index of the port carrying each ONNX tensor name (OpenVINO may add names, or reorder).
+
+    When OpenVINO folds the node right behind an input (a Dropout or Identity), the input port takes
+    the next tensor's name instead: a name then found on no port falls back to its position, which
+    the ONNX frontend keeps, provided the counts agree and the position is not taken by another name.
+    """
+    out: list[int | None] = []
     for name in names:
         hits = [k for k, p in enumerate(ports) if name in p.get_names()]
-        if not hits:
-            raise CollageError(f"openvino: the compiled partition has no {kind} named {name!r} "
-                               f"(it has {[sorted(p.get_names()) for p in ports]})")
-        out.append(hits[0])
-    return out
+        out.append(hits[0] if hits else None)
+    for pos, (name, k) in enumerate(zip(names, out)):
+        if k is None:
+            if len(ports) != len(names) or pos in out:
+                raise CollageError(f"openvino: the compiled partition has no {kind} named {name!r} "
+                                   f"(it has {[sorted(p.get_names()) for p in ports]})")
+            out[pos] = pos
+    return out  # type: ignore[return-value]
 
 
 def _static(port: Any, name: str) -> tuple[int, ...]:
