@@ -11,20 +11,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from _helpers import need_backends
 from collage.artifact import FORMAT_VERSION, MANIFEST, export, read_manifest
 from collage.errors import ArtifactError
 from collage.graph import Graph
 from collage.plan import Partition, Plan
 from collage.runtime import BoundaryOverhead
 from collage.util import sha256_bytes, sha256_file
-
-
-def _need(*names: str) -> None:
-    from collage.backends import get_backend
-    for name in names:
-        reason = get_backend(name).available()
-        if reason:
-            pytest.skip(f"backend {name} unavailable: {reason}")
 
 
 def small_model() -> onnx.ModelProto:
@@ -63,7 +56,7 @@ def three_way_plan(n: int, backends=("onnxruntime", "openvino", "onnxruntime")) 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    _need("onnxruntime", "openvino")
+    need_backends("onnxruntime", "openvino")
     tmp = tmp_path_factory.mktemp("art")
     graph = small_graph(tmp)
     plan = three_way_plan(len(graph))
@@ -123,7 +116,7 @@ def test_archive_holds_the_directory(exported):
 
 
 def test_model_sha_of_in_memory_model(tmp_path):
-    _need("onnxruntime")
+    need_backends("onnxruntime")
     graph = Graph.load(small_model())
     out = export(graph, Plan.single("onnxruntime", len(graph)), tmp_path / "a")
     m = read_manifest(out)
@@ -132,7 +125,7 @@ def test_model_sha_of_in_memory_model(tmp_path):
 
 
 def test_reexport_replaces_atomically_and_failure_keeps_the_old(tmp_path):
-    _need("onnxruntime", "openvino")
+    need_backends("onnxruntime", "openvino")
     graph = small_graph(tmp_path)
     out = export(graph, Plan.single("onnxruntime", len(graph)), tmp_path / "out")
     before = (out / MANIFEST).read_text()
@@ -150,7 +143,7 @@ def test_reexport_replaces_atomically_and_failure_keeps_the_old(tmp_path):
 
 
 def test_precompiled_partitions_are_used(tmp_path):
-    _need("onnxruntime", "openvino")
+    need_backends("onnxruntime", "openvino")
     graph = small_graph(tmp_path)
     plan = three_way_plan(len(graph))
     from collage.backends import get_backend
@@ -160,7 +153,7 @@ def test_precompiled_partitions_are_used(tmp_path):
 
 
 def test_refuses_to_replace_a_foreign_directory(tmp_path):
-    _need("onnxruntime")
+    need_backends("onnxruntime")
     graph = small_graph(tmp_path)
     foreign = tmp_path / "mine"
     foreign.mkdir()
@@ -171,7 +164,7 @@ def test_refuses_to_replace_a_foreign_directory(tmp_path):
 
 
 def test_refuses_bad_plans(tmp_path):
-    _need("onnxruntime")
+    need_backends("onnxruntime")
     graph = small_graph(tmp_path)
     n = len(graph)
     with pytest.raises(ArtifactError, match="no partition|exactly once"):

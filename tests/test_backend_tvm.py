@@ -17,6 +17,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
+from _helpers import model_feeds, ort_reference
 from collage.backends.tvm import TVMBackend
 from collage.backends.tvm_worker import ABORT_ENV, worker
 from collage.errors import CollageError, CompileError, ModelError, UnsupportedError
@@ -77,25 +78,11 @@ def _cases() -> dict[str, onnx.ModelProto]:
 
 
 def _feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    inits = {t.name for t in model.graph.initializer}
-    out = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-        dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
-        out[vi.name] = (rng.integers(0, 10, size=shape) if np.issubdtype(dtype, np.integer)
-                        else rng.standard_normal(shape)).astype(dtype)
-    return out
+    return model_feeds(model, seed, int_high=10)
 
 
 def _reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    from collage.backends.onnxruntime import make_session
-
-    sess = make_session(model)
-    names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, feeds)))
+    return ort_reference(model, feeds)
 
 
 def _assert_close(got: dict, want: dict) -> None:

@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -24,9 +23,9 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
+from _helpers import model_feeds, ort_reference
 from collage import zoo
 from collage.backends import backend_names, get_backend, unavailable_reason
-from collage.backends.onnxruntime import make_session
 from collage.errors import CollageError, CompileError, UnsupportedError
 from collage.graph import Graph
 
@@ -118,25 +117,11 @@ SINGLE_OPS = _single_ops()
 
 
 def _feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    inits = {t.name for t in model.graph.initializer}
-    feeds = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-        dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
-        if np.issubdtype(dtype, np.integer):
-            feeds[vi.name] = rng.integers(0, 8, size=shape).astype(dtype)
-        else:
-            feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
-    return feeds
+    return model_feeds(model, seed, int_high=8)
 
 
 def _reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    sess = make_session(model, optimize=False)
-    names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, feeds)))
+    return ort_reference(model, feeds, optimize=False)
 
 
 def _check_matches(backend, model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -18,6 +18,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
+from _helpers import model_feeds, ort_reference
 from collage import zoo
 from collage.backends import REGISTRY, backend_names, get_backend, unavailable_reason
 from collage.backends import cuda_timing
@@ -44,24 +45,11 @@ def _w(*shape, seed=0) -> np.ndarray:
 
 
 def _feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    inits = {t.name for t in model.graph.initializer}
-    out = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        tt = vi.type.tensor_type
-        shape = [d.dim_value for d in tt.shape.dim]
-        dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        out[vi.name] = (rng.standard_normal(shape).astype(dtype) if dtype.kind == "f"
-                        else rng.integers(0, 3, shape).astype(dtype) if dtype != np.bool_
-                        else rng.integers(0, 2, shape).astype(bool))
-    return out
+    return model_feeds(model, seed, int_high=3)
 
 
 def _reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    sess = make_session(model)
-    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    return ort_reference(model, feeds)
 
 
 def _close(got: dict[str, Any], want: dict[str, np.ndarray], rtol=RTOL, atol=ATOL) -> None:

@@ -16,6 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from _helpers import need_backends
 from collage.artifact import FORMAT_VERSION, MANIFEST, export
 from collage.errors import ArtifactError, CollageError
 from collage.graph import Graph
@@ -24,14 +25,6 @@ from collage.plan import Partition, Plan
 TOL = 1e-4
 TUNER_MODULES = ("collage.search", "collage.cost_models", "collage.tune", "collage.graph", "optuna", "pandas",
                  "networkx", "tqdm")
-
-
-def _need(*names: str) -> None:
-    from collage.backends import get_backend
-    for name in names:
-        reason = get_backend(name).available()
-        if reason:
-            pytest.skip(f"backend {name} unavailable: {reason}")
 
 
 def _model() -> onnx.ModelProto:
@@ -85,7 +78,7 @@ def _reference(graph: Graph, feeds) -> dict[str, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def art(tmp_path_factory):
-    _need("onnxruntime", "openvino")
+    need_backends("onnxruntime", "openvino")
     tmp = tmp_path_factory.mktemp("rt")
     graph = _graph(tmp)
     out = export(graph, _alternating_plan(len(graph)), tmp / "out", archive=True)
@@ -115,7 +108,7 @@ _FRESH = textwrap.dedent("""
 
 @pytest.mark.parametrize("spec", ["helper", "zoo:tiny-resnet"])
 def test_round_trip_in_a_fresh_process_is_light_and_matches_ort(tmp_path, spec):
-    _need("onnxruntime", "openvino")
+    need_backends("onnxruntime", "openvino")
     graph = _graph(tmp_path, spec)
     out = export(graph, _alternating_plan(len(graph)), tmp_path / "out", archive=True)
     feeds = _feeds(graph)
@@ -323,7 +316,7 @@ def test_cli_run_inputs_outputs_repeat(art, tmp_path, capsys):
 
 
 def test_cli_single_input_without_name(tmp_path, capsys):
-    _need("onnxruntime")
+    need_backends("onnxruntime")
     from collage.cli import main
     from collage.runtime import load
     g = Graph.load(_single_input_model())
