@@ -262,9 +262,6 @@ def tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
         singles[b.name] = b.compile(graph.model)
     first = measure_interleaved({k: (lambda c=c: c.run(feeds)) for k, c in singles.items()}, rounds=3)
     best_single_ms = min(first.values(), default=float("inf"))
-    stale = stale_costs(whole_ms, first)
-    if stale:
-        log.warning("%s", stale)
 
     # 5. search with a measured per-partition overhead, and correct it where the stitched plan says so
     overhead = calibrate_partition_overhead(graph, costs, transition, names, feeds, work, target=target,
@@ -280,8 +277,6 @@ def tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
     _say(progress, "search: %s (%d attempt(s), %.2f s)", plan.describe(), attempts, search_s)
 
     # 6. verify: stitched plan vs each single backend, interleaved, same run
-    if stale:
-        plan.notes.append(stale)
     plan_dir = export(graph, plan, work / "plan", target=target)
     artifact = load_artifact(plan_dir)
     runners = {"plan": lambda: artifact.run(feeds)}
@@ -290,6 +285,10 @@ def tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
     timings = measure_interleaved(runners)
     plan_ms = timings.pop("plan")
     baselines = {**timings, **from_db}
+    stale = stale_costs(whole_ms, timings)  # against the verification's numbers: the most rounds, warmest
+    if stale:
+        log.warning("%s", stale)
+        plan.notes.append(stale)
     if from_db:
         plan.notes.append("baselines of " + ", ".join(f"{k} ({v:.1f} ms)" for k, v in from_db.items())
                           + f" are their cost-DB whole-model medians: more than {SLOW_BASELINE_FACTOR}x behind, "

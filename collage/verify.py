@@ -34,11 +34,14 @@ def median_ms(fn: Callable[[], object], *, min_runs: int = 5, min_time_s: float 
 
 
 def measure_interleaved(runners: Mapping[str, Callable[[], object]], *, rounds: int = 7,
-                        min_time_s: float = 0.15) -> dict[str, float]:
-    """Median ms of each runner, measured in interleaved rounds so that drift hits all alike."""
-    for fn in runners.values():  # warm-up
-        fn()
-        fn()
+                        min_time_s: float = 0.15, warmup_s: float = 0.3) -> dict[str, float]:
+    """Median ms of each runner, measured in interleaved rounds so that drift hits all alike.
+
+    Each runner is first warmed up for ``warmup_s`` (at least 3 calls): OpenVINO's first calls after a
+    compile ran ~1.5x slow here, enough to skew a short measurement.
+    """
+    for fn in runners.values():
+        median_ms(fn, min_runs=3, min_time_s=warmup_s)
     per: dict[str, list[float]] = {k: [] for k in runners}
     for _ in range(rounds):
         for k, fn in runners.items():
