@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from collage.report import (PALETTE, baselines_table, partition_table, render_html, render_markdown, render_svg,
-                            summary)
+from collage.report import baselines_table, partition_table, render_html, render_markdown, summary
+from collage.report_svg import PALETTE, render_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
 
