@@ -5,8 +5,10 @@
     python -m benchmarks.backend_tables --tables chain --rounds 100
 
 Writes results/op-support.md, results/call-overhead.md and results/chain.md (``*-quick.md`` with
-``--quick``), each starting with the exact command that produced it. Timings are medians over many interleaved runs (configurations take
-turns, in a shuffled order each round), never single samples.
+``--quick``), each starting with the exact command that produced it. The chain table ends with what
+each boundary costs in layout conversions (from the runtimes' profilers), per tensor size. Timings are
+medians over many interleaved runs (configurations take turns, in a shuffled order each round), never
+single samples.
 """
 from __future__ import annotations
 
@@ -231,6 +233,10 @@ def _chain_rows(model: str, rounds: int, handover: bool) -> list[list[object]]:
     configs["whole model, onnxruntime"] = lambda: whole_ort.run(feeds)
     ort_parts = [ort.compile(m) for m in tqdm(models, desc=f"{model} ort pieces", file=sys.stderr)]
     configs["chain all-onnxruntime"] = lambda ch=Chain(graph, parts, ort_parts): ch(feeds)
+    if any(getattr(c, "_optimized", None) is not None for c in ort_parts):  # some cut reads a residual input
+        plain = get_backend("onnxruntime", residual_fusion=False, **ort_opts)
+        plain_parts = [plain.compile(m) for m in models]
+        configs["chain all-onnxruntime, residual fusion off"] = lambda ch=Chain(graph, parts, plain_parts): ch(feeds)
     if ov is not None:
         whole_ov = ov.compile(graph.model)
         configs["whole model, openvino"] = lambda: whole_ov.run(feeds)
@@ -268,12 +274,103 @@ def _chain_rows(model: str, rounds: int, handover: bool) -> list[list[object]]:
     return rows
 
 
+def _ort_conversions(models: list[onnx.ModelProto], feeds: dict[str, np.ndarray], graph: Graph,
+                     parts: list[list[int]], runs: int) -> list[tuple[float, float]]:
+    """Per piece (ms at its input, ms at its output) in onnxruntime's layout conversions (ReorderInput,
+    ReorderOutput), from its profiler's kernel times: median over ``runs`` chain runs."""
+    import json
+    import tempfile
+
+    backend = get_backend("onnxruntime")
+    options = backend.session_options
+    with tempfile.TemporaryDirectory(prefix="collage-prof-") as tmp:
+        def profiled(opt_level: str | None = None):  # noqa: ANN202
+            so = options(opt_level)
+            so.enable_profiling = True
+            so.profile_file_prefix = str(Path(tmp) / "piece")
+            return so
+
+        backend.session_options = profiled  # type: ignore[method-assign]
+        compiled = [backend.compile(m) for m in models]
+        chain = Chain(graph, parts, compiled)
+        for _ in range(runs + 1):
+            chain(feeds)
+        out = []
+        for c in compiled:
+            per_node: dict[tuple[str, str], list[float]] = {}
+            for e in json.loads(Path(c._session.end_profiling()).read_text()):
+                if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+                    per_node.setdefault((e["args"]["op_name"], e["name"]), []).append(e["dur"] / 1e3)
+            cost = {op: sum(float(np.median(v[1:])) for (o, _), v in per_node.items() if o == op)
+                    for op in ("ReorderInput", "ReorderOutput")}
+            out.append((cost["ReorderInput"], cost["ReorderOutput"]))
+    return out
+
+
+def _ov_conversions(models: list[onnx.ModelProto], feeds: dict[str, np.ndarray], graph: Graph,
+                    parts: list[list[int]], runs: int) -> list[tuple[float, float]]:
+    """Per piece (ms at its input, ms at its output) in OpenVINO's Reorder nodes (``PERF_COUNT``; a
+    Reorder feeding a result counts as output side): median over ``runs`` chain runs."""
+    backend = get_backend("openvino")
+    config = backend.config
+    backend.config = lambda: {**config(), "PERF_COUNT": "YES"}  # type: ignore[method-assign]
+    compiled = [backend.compile(m) for m in models]
+    chain = Chain(graph, parts, compiled)
+    samples: list[list[tuple[float, float]]] = [[] for _ in compiled]
+    chain(feeds)
+    for _ in range(runs):
+        chain(feeds)
+        for k, c in enumerate(compiled):
+            side = [0.0, 0.0]
+            for info in c._request.profiling_info:
+                if info.node_type == "Reorder":
+                    side["sink_port" in info.node_name] += info.real_time.total_seconds() * 1e3
+            samples[k].append((side[0], side[1]))
+    return [(float(np.median([s[0] for s in x])), float(np.median([s[1] for s in x]))) for x in samples]
+
+
+def _boundary_rows(model: str, runs: int, medians: dict[str, float]) -> tuple[list[list[object]], list[list[object]]]:
+    """What each cut costs in layout conversions, per backend: (per-boundary rows, summary rows)."""
+    graph = zoo.load_graph(f"zoo:{model}")
+    parts = pieces(graph, bert_cuts(graph) if "bert" in model else resnet_cuts(graph))
+    models = [graph.extract(p, name=f"{model}_piece{k}") for k, p in enumerate(parts)]
+    feeds = zoo.random_inputs(graph)
+    sizes = []  # bytes crossing each boundary k -> k+1
+    for k in range(len(parts) - 1):
+        _, leaving = graph.boundary(parts[k])
+        entering_next = set(graph.boundary(parts[k + 1])[0])
+        sizes.append(sum(graph.tensor(t).nbytes for t in leaving if t in entering_next))
+    measured = {"onnxruntime": _ort_conversions}
+    if unavailable_reason("openvino") is None:
+        measured["openvino"] = _ov_conversions
+    per, summary = [], []
+    for name, fn in measured.items():
+        conv = fn(models, feeds, graph, parts, runs)
+        costs = [conv[k][1] + conv[k + 1][0] for k in range(len(parts) - 1)]
+        for k, (nbytes, ms) in enumerate(zip(sizes, costs)):
+            per.append([model, name, f"{k}->{k + 1}", f"{nbytes / 1e6:.3f}", f"{ms:.3f}",
+                        f"{ms / (nbytes / 1e6):.3f}" if nbytes else ""])
+        mb = np.asarray(sizes, dtype=float) / 1e6
+        slope = float(np.dot(mb, costs) / np.dot(mb, mb)) if mb.any() else 0.0
+        whole, chain = medians.get(f"whole model, {name}"), medians.get(f"chain all-{name}")
+        gap = f"{chain - whole:.2f}" if whole and chain else ""
+        rest = f"{chain - whole - sum(costs):.2f}" if whole and chain else ""
+        summary.append([model, name, len(costs), f"{sum(costs):.2f}", f"{sum(costs) / max(len(costs), 1):.3f}",
+                        f"{slope:.3f}", gap, rest])
+    return per, summary
+
+
 def chains(models: list[str], rounds: int, command: str, out: Path) -> Path:
-    rows = []
+    rows, per, summary = [], [], []
     for model in models:
         for handover in (True, False):
             rows += _chain_rows(model, rounds, handover)
             gc.collect()
+        medians = {r[3]: float(r[4]) for r in rows if r[0] == model and r[2] == "on"}
+        p, s = _boundary_rows(model, max(5, rounds // 2), medians)
+        per += p
+        summary += s
+        gc.collect()
     lines = _header("Chains of sessions vs the whole model", command,
                     "Each model is cut at positions found in its graph (ResNet: the stem's MaxPool and every residual "
                     "block's closing Relu; BERT: the embedding's LayerNormalization and each layer's output "
@@ -284,6 +381,23 @@ def chains(models: list[str], rounds: int, command: str, out: Path) -> Path:
                     "`vs whole` compares a same-backend chain with the whole model on that backend (target <= 1.10x).")
     lines += _md_table(["model", "pieces", "hand-over settings", "configuration", "median ms", "p10 - p90 ms",
                         "vs whole", "runs"], rows)
+    lines += ["## What a boundary costs", "",
+              "Both runtimes compute convolutions in a blocked layout of their own (onnxruntime NCHWc, OpenVINO "
+              "channels-last for brgemm) and keep it across the whole model; a partition boundary is a plain NCHW "
+              "tensor, so every cut pays a conversion out of the blocked layout at the end of one piece and back "
+              "into it at the start of the next (onnxruntime: ReorderOutput + ReorderInput nodes; OpenVINO: Reorder "
+              "nodes). These are memory-bound passes over the tensor, so their cost grows with its size. Measured "
+              "from the runtimes' own profilers (onnxruntime session profiling, OpenVINO `PERF_COUNT`), median "
+              "kernel time per boundary, hand-over settings on. onnxruntime's residual fusion (a cut at a residual "
+              "block's input no longer keeps the block's closing Add/Sum and Relu unfused; "
+              "`collage/backends/onnxruntime.py`) is on; the row `residual fusion off` above shows what it saves. "
+              "The tuner charges conversions without a model of its own: every candidate partition is compiled "
+              "and measured on its own, conversions at its edges included; `gap` is the chain's median minus the "
+              "whole model's, `rest` the part of it the conversions do not explain (thread wake-ups, colder caches, "
+              "call overhead), which `collage.tune.calibrate_partition_overhead` charges per partition.", ""]
+    lines += _md_table(["model", "backend", "boundaries", "conversions ms (sum)", "ms per boundary",
+                        "ms per MB (fit through 0)", "gap ms (chain - whole)", "rest ms"], summary)
+    lines += _md_table(["model", "backend", "boundary", "tensor MB", "conversion ms", "ms per MB"], per)
     path = out / _fname("chain", command)
     path.write_text("\n".join(lines))
     return path

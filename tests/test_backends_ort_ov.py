@@ -227,3 +227,57 @@ def test_openvino_input_behind_a_folded_dropout():
     feed = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8)
     out = get_backend("openvino").compile(model).run({"x": feed})
     np.testing.assert_allclose(out["y"], np.maximum(feed, 0))
+
+
+# ---------------------------------------------------------------------- residual cuts (onnxruntime)
+def _residual_block(c: int = 32, hw: int = 8, op: str = "Add") -> onnx.ModelProto:
+    """A residual block cut at its input: ``x`` feeds a Conv branch and the closing Add/Sum (+ Relu)."""
+    rng = np.random.default_rng(3)
+    w1 = onnx.numpy_helper.from_array((rng.standard_normal((c, c, 3, 3)) * 0.1).astype(np.float32), "w1")
+    w2 = onnx.numpy_helper.from_array((rng.standard_normal((c, c, 1, 1)) * 0.1).astype(np.float32), "w2")
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w1"], ["h"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["h"], ["hr"]),
+         helper.make_node("Conv", ["hr", "w2"], ["b"]), helper.make_node(op, ["b", "x"], ["s"]),
+         helper.make_node("Relu", ["s"], ["y"])],
+        "block", [helper.make_tensor_value_info("x", T.FLOAT, [1, c, hw, hw])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [1, c, hw, hw])], initializer=[w1, w2])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("op", ["Add", "Sum"])
+def test_onnxruntime_fuses_the_residual_sum_of_a_cut_block(op, tmp_path):
+    from collage.backends import onnxruntime as ortb
+    from tests._helpers import ort_reference
+
+    model = _residual_block(op=op)
+    assert ortb._residual_inputs(model) == ["x"]
+    x = np.random.default_rng(4).standard_normal((1, 32, 8, 8)).astype(np.float32)
+    want = ort_reference(model, {"x": x}, optimize=False)["y"]
+    fused = get_backend("onnxruntime").compile(model)
+    plain = get_backend("onnxruntime", residual_fusion=False).compile(model)
+    assert fused._optimized is not None and plain._optimized is None
+    np.testing.assert_allclose(fused.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(plain.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
+    graph = onnx.load_from_string(fused._optimized).graph
+    ops = [(n.domain, n.op_type) for n in graph.node]
+    assert not any(t == "MaxPool" for _, t in ops)  # the routing node is gone again
+    if any(d == "com.microsoft.nchwc" for d, _ in ops):  # NCHWc kernels here (x86): Add and Relu fused away
+        assert not any(d in ("", "ai.onnx") and t in ("Add", "Sum", "Relu") for d, t in ops), ops
+    # the saved partition is the session's own optimised model, and loads to the same results
+    entry = fused.save(tmp_path)
+    assert (tmp_path / entry["files"][0]).read_bytes() == fused._optimized
+    loaded = get_backend("onnxruntime").load(tmp_path, entry)
+    np.testing.assert_allclose(loaded.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_onnxruntime_residual_routing_only_where_it_applies():
+    from collage.backends import onnxruntime as ortb
+
+    assert ortb._residual_inputs(_add_mul()) == []  # no Conv
+    no_sum = _residual_block()
+    no_sum.graph.node[3].input[1] = "b"  # the Add no longer reads the input
+    assert ortb._residual_inputs(no_sum) == []
+    assert get_backend("onnxruntime").compile(no_sum)._optimized is None
+    assert get_backend("onnxruntime", opt_level="extended").compile(_residual_block())._optimized is None
+    opts = get_backend("onnxruntime", residual_fusion=False).options
+    assert opts["residual_fusion"] is False and get_backend("onnxruntime", **opts).options == opts

@@ -15,10 +15,23 @@ Hand-over: with ``spin=False`` (the default) the pool stops spinning the moment 
 (``session.force_spinning_stop``; ``session.intra_op.allow_spinning`` = 0 for per-session pools) so
 the cores go to the next partition's runtime at once; ``spin=True`` keeps ONNX Runtime's default
 spin-wait (faster back-to-back ORT calls, slower hand-over).
+
+Residual cuts (``residual_fusion=True``, the default; measured: results/chain.md): at level ``all``
+ONNX Runtime runs convolutions in its blocked NCHWc layout and fuses a residual Add/Sum (+ Relu)
+into the convolution before it, but only when both addends are NCHWc tensors made inside the graph.
+A partition that starts at a residual block's input reads that input as an NCHW graph input, so the
+block's closing Sum and Relu stayed unfused: two extra full passes over the tensor per cut. For such
+inputs (4-D float, read by a Conv and an Add/Sum) ``compile`` routes the input through a 1x1 MaxPool
+(which ONNX Runtime turns into NCHWc and shares with the Conv, so the fusion happens), lets ONNX Runtime
+optimise, removes that MaxPool again from the optimised graph (it is an identity in any layout) and
+builds the session from the result (a second session creation at compile time). What remains per
+cut is the layout conversion itself: ReorderOutput at the end of one piece, ReorderInput at the start
+of the next.
 """
 from __future__ import annotations
 
 import logging
+import tempfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -116,6 +129,59 @@ _TYPE_TO_NP = {
 }
 
 
+#: Marks the 1x1 MaxPool that ``_route_residual_inputs`` adds (the name survives ORT's NCHWc rewrite).
+_ROUTE = "__collage_nchwc_route"
+
+
+def _residual_inputs(model: onnx.ModelProto) -> list[str]:
+    """Graph inputs (4-D float, not initializers) read by both a Conv and an Add/Sum: cut residual inputs."""
+    inits = {t.name for t in model.graph.initializer}
+    readers: dict[str, set[str]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, set()).add(node.op_type)
+    out = []
+    for value in model.graph.input:
+        ttype = value.type.tensor_type
+        ops = readers.get(value.name, set())
+        if (value.name not in inits and ttype.elem_type == onnx.TensorProto.FLOAT and len(ttype.shape.dim) == 4
+                and "Conv" in ops and ops & {"Add", "Sum"}):
+            out.append(value.name)
+    return out
+
+
+def _route_residual_inputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    """A copy of ``model`` where each input in ``names`` reaches its readers through a 1x1 MaxPool."""
+    routed = onnx.ModelProto()
+    routed.CopyFrom(model)
+    graph = routed.graph
+    alias = {name: f"{name}{_ROUTE}" for name in names}
+    for node in graph.node:
+        for k, name in enumerate(node.input):
+            if name in alias:
+                node.input[k] = alias[name]
+    for name in reversed(names):
+        graph.node.insert(0, onnx.helper.make_node("MaxPool", [name], [alias[name]], name=alias[name],
+                                                   kernel_shape=[1, 1]))
+    return routed
+
+
+def _drop_routes(optimized: onnx.ModelProto) -> int:
+    """Remove the 1x1 MaxPools of ``_route_residual_inputs`` from an ORT-optimised graph; how many went."""
+    graph = optimized.graph
+    bypass = {n.output[0]: n.input[0] for n in graph.node if n.op_type == "MaxPool" and _ROUTE in n.name}
+    if not bypass or {o.name for o in graph.output} & set(bypass):  # an alias is never a partition output
+        return 0
+    keep = [n for n in graph.node if not (n.op_type == "MaxPool" and _ROUTE in n.name)]
+    for node in keep:
+        for k, name in enumerate(node.input):
+            if name in bypass:
+                node.input[k] = bypass[name]
+    del graph.node[:]
+    graph.node.extend(keep)
+    return len(bypass)
+
+
 class OrtCompiled(Compiled):
     """An ONNX Runtime session with its IO binding.
 
@@ -131,12 +197,14 @@ class OrtCompiled(Compiled):
 
     reuses_outputs = True
 
-    def __init__(self, backend: OnnxRuntimeBackend, session: Any, model: onnx.ModelProto | Path) -> None:
+    def __init__(self, backend: OnnxRuntimeBackend, session: Any, model: onnx.ModelProto | Path,
+                 optimized: bytes | None = None) -> None:
         ort = _ort()
         self.backend = backend.name
         self._backend = backend
         self._session = session
         self._model = model
+        self._optimized = optimized  # the already-optimised model the session was built from, if any
         self._binding = session.io_binding()
         self.input_names = [i.name for i in session.get_inputs()]
         self.output_names = [o.name for o in session.get_outputs()]
@@ -186,10 +254,10 @@ class OrtCompiled(Compiled):
         """Write the ONNX Runtime-optimised model (ORT_ENABLE_ALL, this machine's layout) as one .onnx file."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        if isinstance(self._model, Path):  # loaded from an artifact: the file is already optimised
-            data = self._model.read_bytes()
+        if isinstance(self._model, Path) or self._optimized is not None:  # already optimised: copy it
+            data = self._optimized if self._optimized is not None else self._model.read_bytes()
             fname = f"onnxruntime-{sha256_bytes(data)[:16]}.onnx"
-            if (directory / fname).resolve() != self._model.resolve():
+            if not (isinstance(self._model, Path) and (directory / fname).resolve() == self._model.resolve()):
                 (directory / fname).write_bytes(data)
         else:
             data = self._model.SerializeToString()
@@ -218,7 +286,7 @@ class OnnxRuntimeBackend(Backend):
     device = "cpu"
 
     def __init__(self, threads: int | None = None, spin: bool = False, shared_pool: bool = True,
-                 opt_level: str = "all", precision: str = "fp32") -> None:
+                 opt_level: str = "all", precision: str = "fp32", residual_fusion: bool = True) -> None:
         if precision != "fp32":
             raise CollageError(f"onnxruntime (CPU) runs fp32 only, not {precision!r}")
         if opt_level not in _OPT_LEVELS:
@@ -228,6 +296,7 @@ class OnnxRuntimeBackend(Backend):
         self.shared_pool = bool(shared_pool)
         self.opt_level = opt_level
         self.precision = precision
+        self.residual_fusion = bool(residual_fusion)
 
     def available(self) -> str | None:
         try:
@@ -244,8 +313,11 @@ class OnnxRuntimeBackend(Backend):
     @property
     def options(self) -> dict[str, Any]:
         """Constructor keywords: ``get_backend("onnxruntime", **options)`` rebuilds this backend (inter-op threads: 1)."""
-        return {"precision": self.precision, "threads": self.threads, "opt_level": self.opt_level,
+        opts = {"precision": self.precision, "threads": self.threads, "opt_level": self.opt_level,
                 "spin": self.spin, "shared_pool": self.shared_pool}
+        if self.name == "onnxruntime":  # a CPU compile option: subclasses (onnxruntime-cuda) neither take nor use it
+            opts["residual_fusion"] = self.residual_fusion
+        return opts
 
     def session_options(self, opt_level: str | None = None) -> Any:
         """SessionOptions with this backend's threading, spinning and optimisation settings."""
@@ -284,6 +356,14 @@ class OnnxRuntimeBackend(Backend):
         return None
 
     def compile(self, model: onnx.ModelProto) -> OrtCompiled:
+        names = _residual_inputs(model) if self.residual_fusion and self.opt_level == "all" else []
+        if names:
+            try:
+                optimized = self._optimize_routed(model, names)
+                if optimized is not None:
+                    return OrtCompiled(self, self._session(optimized, opt_level="disable"), model, optimized)
+            except Exception as e:  # noqa: BLE001 - an optimisation only: the plain session below decides
+                log.debug("onnxruntime: residual routing failed (%s); compiling the partition as it is", e)
         try:
             session = self._session(model.SerializeToString())
         except CollageError:
@@ -291,6 +371,22 @@ class OnnxRuntimeBackend(Backend):
         except Exception as e:  # noqa: BLE001 - classified below
             self._raise_compile_error(model, e, "create a session for")
         return OrtCompiled(self, session, model)
+
+    def _optimize_routed(self, model: onnx.ModelProto, names: list[str]) -> bytes | None:
+        """ORT's optimised model of ``model`` with ``names`` routed for the residual fusion (module doc);
+        None when ORT did not keep the routing MaxPools apart (then the plain session is used)."""
+        so = self.session_options()
+        with tempfile.TemporaryDirectory(prefix="collage-ort-") as tmp:
+            so.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
+            _ort().InferenceSession(_route_residual_inputs(model, names).SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"])
+            optimized = onnx.load(so.optimized_model_filepath)
+        dropped = _drop_routes(optimized)
+        if dropped != len(names):
+            log.debug("onnxruntime: residual routing of %s not applied (%d of %d routes found)",
+                      names, dropped, len(names))
+            return None
+        return optimized.SerializeToString()
 
     def load(self, directory: Path, entry: Mapping[str, Any]) -> OrtCompiled:
         """Load a saved partition; the file is already optimised, so the session does not optimise again."""
