@@ -21,7 +21,13 @@ The budgeted search (:meth:`PrecisionTuner.search`):
    plan's worst lower-precision partition is (every candidate overlapping its nodes) and lambda is
    raised, and the search runs again (a lambda that prices out every lower-precision piece is retried
    once at 0, with the exclusions kept).
-4. When no round meets the budget, the plan is the fp32 one (a note says so).
+4. When no round meets the budget, a lower-precision backend on the whole model is the plan if its own
+   error (which is its end-to-end error; always measured) is within budget and it is predicted faster
+   than fp32; else the plan is the fp32 one (a note says so). Exclusions never drop such a whole-model
+   candidate, and ``tune`` times it against the searched plan in its verification
+   (:meth:`PrecisionTuner.whole_model_alternatives`): a stale whole-model cost cannot hide it.
+
+Errors are measured most-time-saved first, for at most half of tune's measuring budget (30 s at least).
 """
 from __future__ import annotations
 
@@ -148,6 +154,8 @@ class PrecisionTuner:
     target: str = "cpu"
     work: Path | None = None
     progress: bool = True
+    #: seconds for measuring candidates' errors (most time saved first); None: all of them
+    error_budget_s: float | None = None
     errors: dict[Any, ErrorMeasure] = field(default_factory=dict)
     rounds: list[Round] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -158,8 +166,12 @@ class PrecisionTuner:
     @classmethod
     def setup(cls, graph: Any, backends: Sequence[Any], accuracy: str | Budget | None,
               calibration: str | Path | None = None, *, seed: int = 0, db: Any = None, target: str = "cpu",
-              work: Path | None = None, progress: bool = True) -> PrecisionTuner | None:
-        """None when no budget is given (refusing lower-precision backends then), else a tuner."""
+              work: Path | None = None, progress: bool = True,
+              budget_s: float | None = None) -> PrecisionTuner | None:
+        """None when no budget is given (refusing lower-precision backends then), else a tuner.
+
+        ``budget_s`` (tune's measuring budget): errors are then measured for at most half of it (30 s at least).
+        """
         budget = accuracy if isinstance(accuracy, Budget) or accuracy is None else parse_accuracy(accuracy)
         low = check_backends(backends, budget)
         if budget is None:
@@ -170,7 +182,8 @@ class PrecisionTuner:
             log.warning("--accuracy %s given, but no lower-precision backend among %s: the plan is fp32 "
                         "(add e.g. openvino-bf16 to --backends)", budget.describe(), [b.name for b in backends])
         calib = load_calibration(graph, calibration, seed=seed)
-        tuner = cls(graph, budget, calib, {b.name: b for b in backends}, set(low), db, target, work, progress)
+        tuner = cls(graph, budget, calib, {b.name: b for b in backends}, set(low), db, target, work, progress,
+                    None if budget_s is None else max(30.0, 0.5 * budget_s))
         if calib.random:
             tuner.notes.append(f"accuracy judged on {len(calib.samples)} seeded random input sample(s), not on "
                                "representative data: pass --calibration inputs.npz")
@@ -230,12 +243,20 @@ class PrecisionTuner:
         best32: dict[tuple[int, ...], float] = {}
         for c, v in fp32.items():
             best32[c.nodes] = min(best32.get(c.nodes, math.inf), v)
-        worth = [c for c, v in low.items() if v < best32.get(c.nodes, math.inf)]
+        # worth an error: faster than fp32 on the same nodes, and always the whole model (one compile; tune
+        # times it against the plan in its verification, so a stale whole-model cost cannot hide it)
+        n = len(graph)
+        worth = [c for c, v in low.items() if v < best32.get(c.nodes, math.inf) or len(c.nodes) == n]
+        worth.sort(key=lambda c: (len(c.nodes) != n, low[c] - best32.get(c.nodes, math.inf)))  # most saved first
         self._say("precision: measuring the error of %d of %d lower-precision candidates (the others are "
                   "not faster than fp32 on the same nodes) on %d calibration sample(s)",
                   len(worth), len(low), len(self.calib.samples))
-        self.errors.update(measure_errors(graph, worth, self.backends, self.calib, self.db, progress=self.progress))
+        self.errors.update(measure_errors(graph, worth, self.backends, self.calib, self.db, progress=self.progress,
+                                          budget_s=self.error_budget_s))
         scores = {c: self.budget.score(self.errors[c]) for c in worth if c in self.errors}
+        if len(scores) < len(worth):
+            self.notes.append(f"precision: {len(worth) - len(scores)} of {len(worth)} lower-precision candidates have "
+                              "no measured error (error budget spent, or they failed) and were not used")
         admissible = {c for c, s in scores.items() if s <= 1.0}
         broken = sum(1 for s in scores.values() if not math.isfinite(s))
         self._say("precision: %d candidates within budget on their own, %d over it (%d with NaN/inf outputs)",
@@ -268,17 +289,41 @@ class PrecisionTuner:
                                   f"({self.budget.describe()}): measured end to end {err.describe()}")
                 plan.notes.extend(self.notes)
                 return plan
-            # tighten: no lower precision where the worst partition is, and a higher price on error
-            worst = set(max(lows, key=lambda c: (scores[c], -low[c])).nodes)
-            excluded |= {c for c in allowed if worst.intersection(c.nodes)}
+            # tighten: no lower precision where the worst partition is, and a higher price on error. A
+            # whole-model candidate stays (its own error IS its end-to-end error, within budget) unless
+            # it is that worst partition itself.
+            worst_c = max(lows, key=lambda c: (scores[c], -low[c]))
+            worst = set(worst_c.nodes)
+            excluded |= {c for c in allowed if worst.intersection(c.nodes) and (c == worst_c or len(c.nodes) < n)}
             total = sum(scores[c] for c in lows)
             gain = (fp32_plan.predicted_ms or 0.0) - (plan.predicted_ms or 0.0)
             lam = max(lam * 2.0, 0.25 * gain / total if total > 0 else 0.0)
+        whole = [c for c in self.whole_model_within_budget() if c in low]
+        if whole and min(low[c] for c in whole) < (fp32_plan.predicted_ms or math.inf):
+            # the rounds' mixed plans broke the budget, but a lower-precision backend on the whole
+            # model is within it on its own (that error is end to end) and predicted faster than fp32
+            best = min(whole, key=low.__getitem__)
+            plan = plan_from_parts(graph, [(best.nodes, best.backend)], costs, transition)
+            err = self.end_to_end(plan, "whole")
+            ok = self.budget.allows(err)
+            self.rounds.append(Round(0.0, len(excluded), 1, plan.predicted_ms, err, ok))
+            if ok:
+                self.final_error = err
+                self.notes.append(f"precision: {best.backend} on the whole model is within the accuracy budget "
+                                  f"({self.budget.describe()}): measured end to end {err.describe()}")
+                plan.notes.extend(self.notes)
+                return plan
         tried = sum(1 for r in self.rounds if r.low_partitions)
         if tried:
             self.fallback = True
             note = (f"precision: no plan with lower-precision partitions met the accuracy budget "
                     f"({self.budget.describe()}) end to end in {tried} measured round(s); the plan is fp32")
+        elif not any(len(c.nodes) < n for c in worth) and not admissible:
+            note = ("precision: no lower-precision candidate is faster than fp32 on the same nodes (by the measured "
+                    "costs); the plan is fp32")
+            whole_errs = [f"{c.backend} {self.errors[c].describe()}" for c in worth if c in self.errors]
+            if whole_errs:
+                note += f" (on the whole model, over the budget: {', '.join(whole_errs)})"
         elif scores and not admissible:
             self.fallback = True
             note = (f"precision: every measured lower-precision candidate ({len(scores)}, {broken} with NaN/inf "
@@ -292,6 +337,31 @@ class PrecisionTuner:
         return fp32_plan
 
     # ------------------------------------------------------------------ verification and report
+    def whole_model_within_budget(self) -> list[Any]:
+        """Lower-precision whole-model candidates whose measured error (= end to end) is within budget, finite."""
+        n = len(self.graph)
+        return [c for c, e in self.errors.items()
+                if len(c.nodes) == n and c.backend in self.low and e.finite and self.budget.allows(e)]
+
+    def whole_model_alternatives(self, plan: Plan) -> dict[str, Any]:
+        """Compiled whole models of the lower-precision backends within budget on their own, unless that is ``plan``."""
+        n = len(self.graph)
+        out = {}
+        for c in self.whole_model_within_budget():
+            if len(plan.partitions) == 1 and plan.partitions[0].backend == c.backend and len(plan.partitions[0].nodes) == n:
+                continue
+            try:
+                out[c.backend] = self.backends[c.backend].compile(self.graph.model)
+            except CollageError as e:
+                log.warning("%s cannot compile the whole model again: %s", c.backend, e)
+        return out
+
+    def use_whole_model(self, backend: str, note: str) -> list[str]:
+        """tune chose ``backend`` on the whole model over the searched plan: the notes that now hold."""
+        self.fallback = False
+        self.notes = [x for x in self.notes if not x.startswith("precision:")] + [note]
+        return list(self.notes)
+
     def is_low(self, plan: Plan) -> bool:
         return any(p.backend in self.low for p in plan.partitions)
 

@@ -210,7 +210,7 @@ def tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
     # --- precision (collage.precision): lower-precision variants only under an accuracy budget
     from collage.precision import PrecisionTuner
     prec = PrecisionTuner.setup(graph, bks, accuracy, calibration, seed=seed, db=cost_db, target=target,
-                                progress=progress)
+                                progress=progress, budget_s=budget_s)
     # --- end precision
 
     # 1. what each backend takes
@@ -281,9 +281,26 @@ def tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
     artifact = load_artifact(plan_dir)
     runners = {"plan": lambda: artifact.run(feeds)}
     runners.update({name: (lambda c=c: c.run(feeds)) for name, c in singles.items()})
-    _say(progress, "verifying: plan vs %s, interleaved", ", ".join(singles) or "nothing")
+    # a lower-precision backend on the whole model, within the accuracy budget on its own, runs too: a
+    # competitor for the plan (not an fp32 baseline), so a faster within-budget bf16 plan is never lost
+    alts = prec.whole_model_alternatives(plan) if prec else {}
+    runners.update({f"whole:{name}": (lambda c=c: c.run(feeds)) for name, c in alts.items()})
+    _say(progress, "verifying: plan vs %s, interleaved", ", ".join([*singles, *alts]) or "nothing")
     timings = measure_interleaved(runners)
     plan_ms = timings.pop("plan")
+    alt_ms = {name: timings.pop(f"whole:{name}") for name in alts}
+    if alt_ms and min(alt_ms.values()) < plan_ms:
+        name = min(alt_ms, key=alt_ms.__getitem__)
+        note = (f"precision: {name} on the whole model (within the accuracy budget on its own) measured "
+                f"{alt_ms[name]:.3f} ms, faster than the searched plan ({plan_ms:.3f} ms); the plan is {name} "
+                "on the whole model")
+        _say(progress, note)
+        whole_cost = measured.get((tuple(range(n)), name))
+        plan = _fill_boundaries(graph, Plan.single(name, n, whole_cost.median_ms if whole_cost and whole_cost.ok else None))
+        plan.notes.extend(prec.use_whole_model(name, note))
+        plan_dir = export(graph, plan, work / "plan-whole", target=target)
+        artifact = load_artifact(plan_dir)
+        plan_ms = alt_ms[name]
     baselines = {**timings, **from_db}
     stale = stale_costs(whole_ms, timings)  # against the verification's numbers: the most rounds, warmest
     if stale:

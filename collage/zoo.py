@@ -86,6 +86,8 @@ _ENTRIES = [
              "MobileNetV2's ops: 6 inverted residual blocks, 1x3x64x64"),
     ZooEntry("tiny-bert", "bert", "built", 2, _built("tiny_bert"),
              "BERT's ops: 2 layers, hidden 64, 4 heads, seq 16"),
+    ZooEntry("tiny-bert-masked", "bert", "built", 2, _built("tiny_bert_masked"),
+             "tiny-bert with a query x key padding mask at float32's lowest value (HF style): NaN in all-bf16"),
 ]
 ZOO: dict[str, ZooEntry] = {e.name: e for e in _ENTRIES}
 

@@ -164,7 +164,9 @@ def mobilenetv2(seed: int, tiny: bool = False) -> onnx.ModelProto:
 
 # ---- BERT (HuggingFace export layout at opset 17)
 def bert(seed: int, layers: int = 12, hidden: int = 768, heads: int = 12, ffn: int = 3072, seq: int = 128,
-         vocab: int = 30522, name: str = "bert-base") -> onnx.ModelProto:
+         vocab: int = 30522, name: str = "bert-base", pair_mask: bool = False) -> onnx.ModelProto:
+    """BERT encoder. The additive mask is the usual key-padding one, ``(1 - mask) * -10000`` [1, 1, 1, seq],
+    or with ``pair_mask`` a query x key one at float32's lowest value [1, 1, seq, seq] (``_pair_mask``)."""
     b = Builder(seed)
     head = hidden // heads
     std = 0.02
@@ -178,10 +180,13 @@ def bert(seed: int, layers: int = 12, hidden: int = 768, heads: int = 12, ffn: i
     y = b.op("Add", [b.op("Add", [emb, pos], "embeddings.add_pos"), tok], "embeddings.add_type")
     y = _layernorm(b, y, "embeddings.LayerNorm", hidden)
     # additive mask: (1 - mask) * -10000, shaped [1, 1, 1, seq], computed once and read by every layer
-    m = b.op("Cast", [mask], "mask.cast", to=TensorProto.FLOAT)
-    m = b.op("Sub", [b.const(np.float32(1.0)), m], "mask.invert")
-    m = b.op("Mul", [m, b.const(np.float32(-10000.0))], "mask.scale")
-    m = b.op("Unsqueeze", [m, b.const(np.array([1, 2], np.int64))], "mask.add")
+    if pair_mask:
+        m = _pair_mask(b, mask)
+    else:
+        m = b.op("Cast", [mask], "mask.cast", to=TensorProto.FLOAT)
+        m = b.op("Sub", [b.const(np.float32(1.0)), m], "mask.invert")
+        m = b.op("Mul", [m, b.const(np.float32(-10000.0))], "mask.scale")
+        m = b.op("Unsqueeze", [m, b.const(np.array([1, 2], np.int64))], "mask.add")
     split_shape = b.const(np.array([1, seq, heads, head], np.int64))
     merge_shape = b.const(np.array([1, seq, hidden], np.int64))
     for li in range(layers):
@@ -230,3 +235,24 @@ def _layernorm(b: Builder, x: str, name: str, hidden: int) -> str:
 
 def tiny_bert(seed: int) -> onnx.ModelProto:
     return bert(seed, layers=2, hidden=64, heads=4, ffn=256, seq=16, vocab=1000, name="tiny-bert")
+
+
+def _pair_mask(b: Builder, mask: str) -> str:
+    """(1 - mask_q * mask_k) * float32's lowest, [1, 1, seq, seq]: the rows of padded queries are fully masked.
+
+    In fp32 a fully masked row's scores all sit at ~-3.4e38 and its softmax is uniform (finite, unused).
+    In OpenVINO bf16 the fused attention converts the mask to bf16, where -3.4028235e38 rounds to -inf;
+    a row of -inf has a NaN softmax, and the NaN reaches every output through the next layer.
+    """
+    m = b.op("Cast", [mask], "mask.cast", to=TensorProto.FLOAT)
+    mq = b.op("Unsqueeze", [m, b.const(np.array([1, 3], np.int64))], "mask.query")
+    mk = b.op("Unsqueeze", [m, b.const(np.array([1, 2], np.int64))], "mask.key")
+    pair = b.op("Mul", [mq, mk], "mask.pair")
+    inv = b.op("Sub", [b.const(np.float32(1.0)), pair], "mask.invert")
+    return b.op("Mul", [inv, b.const(np.float32(np.finfo(np.float32).min))], "mask.add")
+
+
+def tiny_bert_masked(seed: int) -> onnx.ModelProto:
+    """tiny-bert with a query x key padding mask at float32's lowest value (HF style): all-bf16 gives NaN."""
+    return bert(seed, layers=2, hidden=64, heads=4, ffn=256, seq=16, vocab=1000, name="tiny-bert-masked",
+                pair_mask=True)

@@ -142,7 +142,7 @@ def _synthetic(monkeypatch, errs: dict[tuple[int, ...], float], n: int = 4):
     cands = enumerate_candidates(g, {b.name: {i: True for i in range(n)} for b in bks}, Limits(max_nodes=n))
     costs = {c: len(c.nodes) * (1.0 if c.backend == "onnxruntime" else 0.25) + 0.01 for c in cands}
 
-    def fake_errors(graph, cs, backends, calib, db=None, progress=False):
+    def fake_errors(graph, cs, backends, calib, db=None, progress=False, budget_s=None):
         return {c: ErrorMeasure(rel=errs.get(c.nodes, sum(errs.get((i,), 0.0) for i in c.nodes))) for c in cs}
 
     monkeypatch.setattr(P, "measure_errors", fake_errors)

@@ -357,10 +357,13 @@ class _WeightHashes:
 
 # ---------------------------------------------------------------------- measuring
 def measure_errors(graph: Graph, cands: Sequence[Candidate], backends: Mapping[str, Backend], calib: Calibration,
-                   db: CostDB | None = None, *, progress: bool = False) -> dict[Candidate, ErrorMeasure]:
+                   db: CostDB | None = None, *, progress: bool = False,
+                   budget_s: float | None = None) -> dict[Candidate, ErrorMeasure]:
     """The error of each candidate's outputs vs the fp32 reference, fed the reference inputs (module docstring).
 
     Reused from the store when known; a candidate that fails to compile or run is left out (logged).
+    With ``budget_s``, candidates are measured in the order given until that many seconds have passed;
+    the rest are left out (their count is logged): pass the most promising first.
     """
     from tqdm import tqdm
 
@@ -381,8 +384,14 @@ def measure_errors(graph: Graph, cands: Sequence[Candidate], backends: Mapping[s
     if not todo:
         return out
     needed = sorted({t for c, _, _ in todo for t in (lambda b: b[0] + b[1])(graph.boundary(c.nodes))})
+    t0 = time.monotonic()
     refs = reference_runs(graph, calib, needed)
-    for c, key, data in tqdm(todo, desc=f"errors {graph.name}", unit="cand", disable=not progress, leave=False):
+    for k, (c, key, data) in enumerate(tqdm(todo, desc=f"errors {graph.name}", unit="cand", disable=not progress,
+                                            leave=False)):
+        if budget_s is not None and time.monotonic() - t0 > budget_s:
+            log.warning("error budget of %.0f s spent: %d of %d lower-precision candidates left unmeasured "
+                        "(not used)", budget_s, len(todo) - k, len(todo))
+            break
         ins, outs = graph.boundary(c.nodes)
         try:
             compiled = backends[c.backend].compile(graph.extract(c.nodes))
