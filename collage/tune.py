@@ -184,12 +184,24 @@ def _fill_boundaries(graph: Graph, plan: Plan) -> Plan:
     return Plan(parts, plan.predicted_ms, list(plan.notes))
 
 
-def tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
+def tune(model: str | Path | Any, out_dir: str | Path, **options: Any) -> TuneResult:
+    """Tune ``model`` for ``target`` over ``backends`` and write the artifact to ``out_dir``.
+
+    Keyword options (all optional): target, backends, budget_s, db, refine_trials, shapes, limits,
+    archive, tolerance, seed, progress, accuracy, calibration (see ``_tune``). The exported attempts,
+    refinement trials and verification copies go to a scratch folder (1-2 GB for a large model) that
+    is removed when the tune ends, however it ends; the artifact in ``out_dir`` and the cost DB stay.
+    """
+    with tempfile.TemporaryDirectory(prefix="collage-tune-", ignore_cleanup_errors=True) as tmp:
+        return _tune(model, out_dir, work=Path(tmp), **options)
+
+
+def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
          backends: Sequence[str] = DEFAULT_BACKENDS, budget_s: float | None = None, db: Any = None,
          refine_trials: int = 0, shapes: Mapping[str, Sequence[int]] | None = None, limits: Any = None,
          archive: bool = False, tolerance: Mapping[str, float] | None = None, seed: int = 0,
-         progress: bool = True, accuracy: Any = None, calibration: str | Path | None = None) -> TuneResult:
-    """Tune ``model`` for ``target`` over ``backends`` and write the artifact to ``out_dir``."""
+         progress: bool = True, accuracy: Any = None, calibration: str | Path | None = None, work: Path) -> TuneResult:
+    """``tune``, with its scratch folder ``work``."""
     from collage import zoo
     from collage.artifact import export
     from collage.cost_models.db import get_db
@@ -243,7 +255,6 @@ def tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
             failures += 1
     transition = transition_model(names, cost_db)
     feeds = zoo.random_inputs(graph, seed=seed)
-    work = Path(tempfile.mkdtemp(prefix="collage-tune-"))
     if prec:
         prec.work = work
     # 4. the single backends' whole-model baselines come first: every plan is judged against them.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -77,13 +78,18 @@ def test_round_trip_real(spec, tmp_path):
     _round_trip(spec, tmp_path, max_nodes=2, budget="4m")
 
 
-def test_retune_reuses_every_measurement(tmp_path):
+def test_retune_reuses_every_measurement(tmp_path, monkeypatch):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where tune's scratch folder goes
     db = str(tmp_path / "costs.sqlite")
     first = tune("zoo:tiny-resnet", tmp_path / "a", backends=BACKENDS, db=db, limits=Limits(max_nodes=1), progress=False)
     second = tune("zoo:tiny-resnet", tmp_path / "b", backends=BACKENDS, db=db, limits=Limits(max_nodes=1), progress=False)
     assert first.report["measurements"]["with_cost"] > 0
     assert second.report["measurements"]["measured_now"] == 0
     assert second.report["measurements"]["reused"] == second.report["measurements"]["distinct_keys"] > 0
+    assert not list(scratch.glob("collage-tune-*"))  # the exported attempts do not pile up in /tmp
+    assert (tmp_path / "b" / "manifest.json").is_file()
 
 
 def test_op_no_backend_takes_is_named(tmp_path):
