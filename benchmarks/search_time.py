@@ -1,6 +1,6 @@
 """How long the search takes on real architectures (candidate enumeration + the DP).
 
-    python -m benchmarks.search_time            # bert-base + resnet50 (~1 min; +1 min the first time, building bert-base)
+    python -m benchmarks.search_time            # bert-base + resnet50 (~10 s; +1 min the first time, building bert-base)
     python -m benchmarks.search_time --quick    # tiny-bert + tiny-resnet (seconds)
 
 Writes results/search-time.md (results/search-time-quick.md with --quick).
@@ -124,9 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{', '.join(BACKENDS)}; a candidate's cost comes from its nodes' estimated FLOPs with per-backend "
         "speed factors per op class, a per-call overhead, a fusion discount and a deterministic +-25% "
         "per-(node, backend) jitter; transitions cost 0.02 ms + bytes at 4 GB/s. Default `Limits()` "
-        "(max 12 nodes, at most 1 heavy op per candidate).",
+        "(max 12 nodes, at most 1 heavy op per candidate). DP s is the whole `search()` call; states expanded: "
+        "kept after dominance and expanded; states reached: state records created or improved.",
         "",
-        "| model | nodes | candidates per backend | enumeration s | DP s | states expanded | states pushed "
+        "| model | nodes | candidates per backend | enumeration s | DP s | states expanded | states reached "
         "| plan partitions | plan backends |",
         "|---|---|---|---|---|---|---|---|---|",
     ]

@@ -175,6 +175,21 @@ def test_dp_equals_exhaustive(g, seed, nb):
     assert quantize(dp.predicted_ms) == objective(g, dp, costs, transition)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dags(min_nodes=1, max_nodes=8), st.integers(0, 2**16), st.sampled_from([1, 4, 5]))
+def test_dp_equals_exhaustive_one_or_many_backends(g, seed, nb):
+    # 1 backend: no hand-overs at all; 4 and 5: frontier digits of 2 and 3 bits, values up to the digit's top
+    rng = random.Random(seed)
+    backends = ["ort", "ov", "tvm", "trt", "xla"][:nb]
+    costs = random_costs(g, rng, backends)
+    transition = random_transition(rng, backends)
+    dp = search(g, costs, transition)
+    ref = exhaustive_search(g, costs, transition)
+    assert_valid(g, dp)
+    assert objective(g, dp, costs, transition) == objective(g, ref, costs, transition)
+    assert len(dp.partitions) == len(ref.partitions)
+
+
 def test_dp_runs_prerequisite_partition_first():
     # edges 0->2, 1->2: the cover {0,2},{1} must run {1} first although node 0 is the first node
     g = make_dag([("Relu", (-1,)), ("Relu", (-2,)), ("Add", (0, 1))])

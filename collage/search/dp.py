@@ -1,6 +1,6 @@
 """The Collage search: the cheapest exact cover of the graph by measured candidates.
 
-:func:`search` is a shortest path (A*) over states ``(covered, frontier)``:
+:func:`search` is a shortest path over states ``(covered, frontier)``:
 
 * ``covered`` is the bitset of nodes already assigned. A step adds one candidate (a node set on one
   backend) whose external inputs are all covered, so ``covered`` is always closed under predecessors
@@ -11,13 +11,22 @@
   the frontier, so equal states can be merged (keep the cheapest) and the answer stays exact.
 * Costs are compared as integer nanoseconds then partition count: among equally cheap plans the one
   with the fewest partitions wins, so one backend that wins everywhere gives one partition.
-* The heuristic is admissible and consistent: every candidate's cost is split over its nodes in
-  proportion to fixed weights (each node's cheapest single-node cost), and each uncovered node counts
-  its cheapest share over the candidates that contain it. Any cover pays at least the sum of those.
+* Order: a step only adds nodes, so covered sets are settled by increasing size (Collage's DP over
+  covered sets). When a covered set is taken up, every state with it has been reached; those that no
+  other one dominates are kept and expanded.
 * Dominance: of two states with the same ``covered``, one whose cost, plus for each frontier node
   whose backend differs (number of its uncovered readers) x (dearest hand-over of its tensor), is not
   larger is at least as good, and the other is dropped: any completion of the dropped state costs at
-  most that much more from the kept one. A greedy plan found first bounds the costs worth pushing.
+  most that much more from the kept one.
+* Bound: ``h``, the chain heuristic of :mod:`collage.search.dp_tables` (shares of candidate costs per
+  node and backend, plus the hand-overs along disjoint chains of edges), is admissible and
+  consistent. Two greedy plans (cheapest ``g + h`` at every step; cheapest step per node covered)
+  are found first, and the bound drops to any complete plan reached on the way; a successor whose
+  ``g + h`` exceeds the bound cannot lead to a cheaper plan and is not kept (an equal one is kept, so
+  the partition-count tie-break stays exact).
+* Encoding, for speed: covered sets get small ids, a state is one int (the frontier's digits above
+  the id), and everything a step needs that depends only on the covered set (the next id, which
+  frontier digits it reads and keeps) is computed once per covered set.
 
 Which candidates a state expands. Collage expands those containing the first uncovered node ``v``;
 with the executability requirement that alone loses covers: with edges 0->2, 1->2 the cover
@@ -36,16 +45,17 @@ The property test in tests/test_search.py checks the result against :mod:`exhaus
 """
 from __future__ import annotations
 
-import heapq
 import logging
 import math
+import time
+from bisect import bisect_left
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from collage.errors import CollageError
 from collage.plan import Partition, Plan
 from collage.search.candidates import Candidate
+from collage.search.dp_tables import _SCALE, Group, build_groups, prepare, quantize
 
 if TYPE_CHECKING:
     from collage.graph import Graph
@@ -53,15 +63,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Transition = Callable[[str, str, int], float]
-
-#: Costs are compared in integer units of 1e-6 ms (nanoseconds): sums are exact, so "equal cost"
-#: is well defined for the partition-count tie-break.
-_SCALE = 1_000_000
-
-
-def quantize(ms: float) -> int:
-    return int(round(ms * _SCALE))
-
 
 def cost_ms(value: Any) -> float | None:
     """A usable cost in ms from what a cost table holds, or None (missing, failed, not finite)."""
@@ -99,27 +100,12 @@ def usable_costs(graph: Graph, costs: Mapping[Candidate, Any]) -> dict[tuple[int
     return table
 
 
-@dataclass
-class _Group:
-    """One node set with its usable costs, precomputed for the search."""
-
-    nodes: tuple[int, ...]
-    mask: int
-    ext_pred: int                          # predecessors outside the set
-    reads: tuple[tuple[int, int], ...]     # (producer node, nbytes) per distinct tensor read from outside
-    outs: tuple[int, ...]                  # member nodes with a consumer outside the set
-    options: tuple[tuple[int, int, float], ...]  # (backend index, quantized cost, cost ms)
-
-
 class SearchStats:
-    """What the last :func:`search` did (states pushed / expanded), for benchmarks and logs."""
+    """What the last :func:`search` did, for benchmarks and logs: ``expanded`` states (kept and expanded)
+    and ``pushed`` (state records created or improved)."""
 
     pushed = 0
     expanded = 0
-
-
-def _bits(mask: int) -> list[int]:
-    return [i for i, c in enumerate(reversed(bin(mask))) if c == "1"]
 
 
 def _first_zero(mask: int) -> int:
@@ -133,6 +119,7 @@ def search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition 
     ``max_states`` is a safety valve: past that many expanded states the greedy plan found first is
     returned, with a note saying it is not proven optimal (BERT-base with three backends needs ~2e4).
     """
+    t_start = time.perf_counter()
     n = len(graph)
     if n == 0:
         raise CollageError(f"{graph.name}: the graph has no nodes to place")
@@ -149,52 +136,17 @@ def search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition 
                            f"{graph.op_type(i)} (onnxruntime runs every ONNX op)")
     backends = sorted({b for opts in table.values() for b in opts})
     bidx = {b: k for k, b in enumerate(backends)}
+    nb = len(backends)
     preds = [0] * n
     succ = [0] * n
     for u, v in graph.dag.edges:
         preds[v] |= 1 << u
         succ[u] |= 1 << v
+    sources = sum(1 << i for i in range(n) if not preds[i])
 
-    groups: list[_Group] = []
-    for nodes, opts in sorted(table.items()):
-        mask = graph.mask(nodes)
-        ext_pred = 0
-        for i in nodes:
-            ext_pred |= preds[i]
-        ext_pred &= ~mask
-        entering, _ = graph.boundary(nodes)
-        reads = []
-        for t in entering:
-            p = graph.producer(t)
-            if p is not None:
-                reads.append((p, graph.tensor(t).nbytes))
-        outs = tuple(i for i in nodes if succ[i] & ~mask)
-        options = tuple((bidx[b], quantize(ms), ms) for b, ms in sorted(opts.items()))
-        groups.append(_Group(nodes, mask, ext_pred, tuple(reads), outs, options))
-    by_min: list[list[_Group]] = [[] for _ in range(n)]
-    by_node: list[list[_Group]] = [[] for _ in range(n)]
-    # Heuristic: split each candidate's cost over its nodes in proportion to fixed node weights (the
-    # cheapest single-node cost); any cover pays at least the sum of its nodes' cheapest shares.
-    weight = [0.0] * n
-    for g in groups:
-        if len(g.nodes) == 1:
-            weight[g.nodes[0]] = min(q for _, q, _ in g.options)
-    min_share: list[int | None] = [None] * n
-    for g in groups:
-        by_min[g.nodes[0]].append(g)
-        q = min(o[1] for o in g.options)
-        total = sum(weight[i] for i in g.nodes)
-        for i in g.nodes:
-            by_node[i].append(g)
-            share = int(q * weight[i] // total) if total > 0 else q // len(g.nodes)
-            if min_share[i] is None or share < min_share[i]:
-                min_share[i] = share
-    h_of_group = {id(g): sum(min_share[i] for i in g.nodes) for g in groups}
-    h0 = sum(min_share)
+    trans_cache: dict[tuple[int, int, int], int] = {}
 
-    trans_cache: dict[tuple[int, int, int], tuple[int, float]] = {}
-
-    def hand_over(src: int, dst: int, nbytes: int) -> tuple[int, float]:
+    def hand_over(src: int, dst: int, nbytes: int) -> int:
         key = (src, dst, nbytes)
         hit = trans_cache.get(key)
         if hit is None:
@@ -202,8 +154,20 @@ def search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition 
             if not math.isfinite(ms) or ms < 0:
                 raise CollageError(f"transition cost {backends[src]} -> {backends[dst]} for {nbytes} bytes is {ms}; "
                                    "it must be a finite, non-negative number of ms")
-            hit = trans_cache[key] = (quantize(ms), ms)
+            hit = trans_cache[key] = quantize(ms)
         return hit
+
+    groups = build_groups(graph, table, bidx, preds, succ)
+    by_min: list[list[tuple[int, int, Group]]] = [[] for _ in range(n)]
+    by_node: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+    for g in groups:  # sorted by nodes, so by first node
+        by_min[g.nodes[0]].append((g.mask, g.ext_pred, g))
+        for i in g.nodes:
+            by_node[i].append((g.nodes[0], g.mask, g.ext_pred))
+
+    bits = max(1, (nb - 1).bit_length())  # a frontier digit holds a backend index
+    digit = (1 << bits) - 1
+    h0 = prepare(graph, groups, nb, bits, hand_over)
 
     # Dominance between states with the same covered set: a frontier node's backend can change the
     # remaining cost by at most (uncovered readers of each of its tensors) x (dearest hand-over of it).
@@ -214,38 +178,44 @@ def search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition 
             for c in graph.consumers(t) if t else ():
                 readers |= 1 << c
             if readers:
-                nbytes = graph.tensor(t).nbytes
-                worst = max((hand_over(a, b, nbytes)[0] for a in range(len(backends))
-                             for b in range(len(backends)) if a != b), default=0)
+                size = graph.tensor(t).nbytes
+                worst = max((hand_over(a, b, size) for a in range(nb) for b in range(nb) if a != b), default=0)
                 out_tensors[u].append((readers, worst))
 
-    # A frontier is an int: the backend index of the k-th frontier node (by id) in bits k*bits.. of it.
-    bits = max(1, (len(backends) - 1).bit_length())
-    digit = (1 << bits) - 1
+    # Covered sets get small ids. A state is one int: (frontier << 32) | id, where the frontier holds the
+    # backend of the k-th frontier node (by node id) of that covered set in bits k*bits.. of it.
+    cov_id: dict[int, int] = {}
+    covs: list[int] = []          # id -> covered mask
+    fnodes_of: list[list[int]] = []  # id -> frontier nodes, sorted
+    moves_of: list[list | None] = []  # id -> allowed steps (lazily)
+    reached: list[dict | None] = []   # id -> {frontier: (cost, parts, f, parent state, group, backend)}
+    buckets: list[list[int]] = [[] for _ in range(n + 1)]  # covered set size -> ids
+    settled: dict[int, tuple] = {}    # state -> its record, once kept
 
-    fnodes_cache: dict[int, list[int]] = {}
+    def register(cov: int, fnodes: list[int]) -> int:
+        cid = cov_id.get(cov)
+        if cid is None:
+            cid = cov_id[cov] = len(covs)
+            covs.append(cov)
+            fnodes_of.append(fnodes)
+            moves_of.append(None)
+            reached.append({})
+            buckets[cov.bit_count()].append(cid)
+        return cid
 
-    def frontier_nodes(cov: int) -> list[int]:
-        hit = fnodes_cache.get(cov)
-        if hit is None:
-            unc = full & ~cov
-            hit = fnodes_cache[cov] = [u for u in _bits(cov) if succ[u] & unc]
-        return hit
-
-    def penalties(cov: int) -> list[int]:
-        unc = full & ~cov
-        return [sum((r & unc).bit_count() * w for r, w in out_tensors[u]) for u in frontier_nodes(cov)]
-
-    alive: dict[int, list] = {}  # covered -> [penalties, [(frontier, cost, parts)] by cost, sum of penalties]
-
-    def steps_from(covered: int) -> list[tuple]:
-        """The candidates a covered set may expand (see the module docstring), with what each needs to
-        build the next state from any frontier of this covered set (its nodes depend on ``covered`` only)."""
+    def steps_from(cid: int) -> list[tuple]:
+        """The candidates covered set ``cid`` may expand (module docstring), each with what the step
+        needs from any frontier of it: (group, next id, hand-over reads, kept digits, new digits per backend)."""
         out = []
+        covered = covs[cid]
         uncovered = full & ~covered
-        fnodes = frontier_nodes(covered)
+        fnodes = fnodes_of[cid]
         where = {u: k * bits for k, u in enumerate(fnodes)}
-        rest = uncovered
+        first = _first_zero(covered)
+        rest = sources  # ready nodes read only graph inputs or covered nodes: the frontier's
+        for u in fnodes:
+            rest |= succ[u]
+        rest &= uncovered
         while rest:
             low = rest & -rest
             rest ^= low
@@ -253,168 +223,198 @@ def search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition 
             if preds[r] & uncovered:
                 continue  # not ready
             blocked = False
-            for grp in by_node[r]:
-                if grp.mask & covered == 0 and grp.ext_pred & uncovered:
-                    blocked = True
-                    break
-            for grp in by_min[r]:
-                if grp.mask & covered or grp.ext_pred & uncovered:
+            for mask, ext_pred, grp in by_min[r]:
+                if mask & covered:
                     continue
-                new_cov = covered | grp.mask
+                if ext_pred & uncovered:
+                    blocked = True
+                    continue
+                new_cov = covered | mask
                 new_unc = full & ~new_cov
-                merged = sorted([(u, k * bits) for k, u in enumerate(fnodes) if succ[u] & new_unc]
+                merged = sorted([(u, where[u]) for u in fnodes if succ[u] & new_unc]
                                 + [(u, -1) for u in grp.outs if succ[u] & new_unc])
-                # the next frontier: (old shift or -1 for "this step's backend", new shift)
-                template = tuple((src, k * bits) for k, (_, src) in enumerate(merged))
-                read_pos = tuple((where[p], nbytes) for p, nbytes in grp.reads)
-                out.append((r, grp, new_cov, template, read_pos, h_of_group[id(grp)]))
+                nid = register(new_cov, [u for u, _ in merged])
+                # the old digits kept, as runs (old shift, mask, new shift) of consecutive ones
+                runs: list[list[int]] = []
+                fresh = 0
+                for k, (_, src) in enumerate(merged):
+                    if src < 0:
+                        fresh |= 1 << (k * bits)
+                    elif runs and runs[-1][0] + runs[-1][1] == src and runs[-1][2] + runs[-1][1] == k * bits:
+                        runs[-1][1] += bits
+                    else:
+                        runs.append([src, bits, k * bits])
+                keep = tuple((src, (1 << width) - 1, dst) for src, width, dst in runs)
+                ins = tuple((where[p], rows, hw) for p, rows, hw in grp.ins)
+                out.append((grp, nid, ins, keep, tuple(b * fresh for b in range(nb))))
+            if not blocked and r > first:
+                pairs = by_node[r]  # (first node, mask, outside preds), by first node: those before ``first`` overlap
+                for _, mask, ext_pred in pairs[bisect_left(pairs, (first,)):bisect_left(pairs, (r,))]:
+                    if not mask & covered and ext_pred & uncovered:
+                        blocked = True
+                        break
             if not blocked:
                 break
         return out
 
-    steps_cache: dict[int, list[tuple]] = {}
-
-    def successors(covered: int, frontier: int, limit: float = math.inf):
-        """(step cost, heuristic drop, group, backend, next covered, next frontier) of every allowed step
-        whose ``step - drop`` (the growth of g + h) is at most ``limit``."""
-        moves = steps_cache.get(covered)
+    def successors(cid: int, front: int, f: int):
+        """(f, step cost, group, backend, next id, next frontier) of every allowed step (for the dive)."""
+        moves = moves_of[cid]
         if moves is None:
-            moves = steps_cache[covered] = steps_from(covered)
-        for r, grp, new_cov, template, read_pos, hg in moves:
-            for b, q, _ in grp.options:
-                step = q
-                for shift, nbytes in read_pos:
-                    pb = (frontier >> shift) & digit
-                    if pb != b:
-                        step += hand_over(pb, b, nbytes)[0]
-                if step - hg > limit:
-                    continue
-                new_front = 0
-                for src, dst in template:
-                    new_front |= (((frontier >> src) & digit) if src >= 0 else b) << dst
-                yield step, hg, grp, b, new_cov, new_front
+            moves = moves_of[cid] = steps_from(cid)
+        for grp, nid, ins, keep, brep in moves:
+            base = f - grp.hconst
+            rows = []
+            for s, trows, hw in ins:
+                pb = (front >> s) & digit
+                rows.append(trows[pb])
+                base -= hw[pb]
+            nf0 = 0
+            for src, m, dst in keep:
+                nf0 |= ((front >> src) & m) << dst
+            for b, q in grp.options:
+                step = q + sum(row[b] for row in rows)
+                yield base + step + grp.hadd[b], step, grp, b, nid, nf0 | brep[b]
 
-    def dive() -> tuple[float, list[tuple[_Group, int]]]:
-        """A greedy plan (cheapest g + h at every step) and its cost: an upper bound that prunes pushes."""
-        covered, frontier, g_cost = 0, 0, 0
-        h = h0
+    def dive(rank: Callable[[tuple], Any]) -> tuple[float, list[tuple[Group, int]]]:
+        """A greedy plan (the successor ``rank`` puts first at every step) and its cost: an upper bound."""
+        cid, front, g_cost, f = register(0, []), 0, 0, h0
         path = []
-        while covered != full:
-            pick = min(((g_cost + step + h - hg, step, hg, new_cov, new_front, grp, b)
-                        for step, hg, grp, b, new_cov, new_front in successors(covered, frontier)),
-                       default=None, key=lambda t: t[0])
+        while covs[cid] != full:
+            pick = min(successors(cid, front, f), default=None, key=rank)
             if pick is None:
                 return math.inf, []
-            _, step, hg, covered, frontier, grp, b = pick
+            f, step, grp, b, cid, front = pick
             path.append((grp, b))
             g_cost += step
-            h -= hg
         return g_cost, path
 
-    bound, greedy = dive()
-    log.debug("%s: greedy plan bound %s", graph.name, bound)
+    # two greedy plans, the cheaper one bounds the search: cheapest g + h at every step, and cheapest
+    # step per node covered (which finds the whole graph, or large pieces, when per-call costs dominate)
+    bound, greedy = min(dive(lambda t: t[0]), dive(lambda t: (t[1] / len(t[2].nodes), t[0])), key=lambda r: r[0])
+    log.debug("%s: greedy plan bound %s, heuristic at the start %s (set up in %.3f s)", graph.name, bound, h0,
+              time.perf_counter() - t_start)
     stats = stats or SearchStats()
-    stats.pushed = stats.expanded = 0
-    start = (0, 0)
-    best: dict[tuple[int, int], tuple[int, int]] = {start: (0, 0)}
-    parent: dict[tuple[int, int], tuple[tuple[int, int], _Group, int] | None] = {start: None}
-    heap: list[tuple[int, int, int, int, int, int]] = [(h0, 0, 0, 0, 0, 0)]
-    tick = 0
+
+    spread = tuple(range(1, bits))  # shifts that fold a digit onto its lowest bit
+
+    def penalty(pens: list[int], y: int) -> int:
+        """Sum of the penalties of the frontier digits flagged in ``y`` (lowest bit of each digit)."""
+        total = 0
+        while y:
+            lowbit = y & -y
+            total += pens[(lowbit.bit_length() - 1) // bits]
+            y ^= lowbit
+        return total
+
+    # Covered sets are settled by increasing size (a step only adds nodes), so when one is taken up every
+    # state with that covered set has been reached: keep those no other one dominates, expand them.
+    start = register(0, [])
+    reached[start][0] = (0, 0, h0, -1, None, 0)
+    goal_id = register(full, [])
+    expanded = pushed = 0
     goal = None
     deepest = 0
-    while heap:
-        f, parts, g_cost, _, covered, frontier = heapq.heappop(heap)
-        key = (covered, frontier)
-        if best.get(key) != (g_cost, parts):
-            continue  # stale entry
-        if covered == full:
-            goal = key
-            break
-        stats.expanded += 1
-        if stats.expanded > max_states and greedy:
-            log.warning("%s: search stopped after %d states; using the greedy plan (%.3f ms, not proven optimal)",
-                        graph.name, max_states, bound / _SCALE)
-            plan = _to_plan(graph, [(grp.nodes, backends[b]) for grp, b in greedy], table, transition)
-            plan.notes.append(f"search stopped after {max_states} states: greedy plan, not proven optimal")
-            return plan
-        if covered.bit_count() > deepest.bit_count():
+    for size in range(n + 1):
+        for cid in buckets[size]:
+            found = reached[cid]
+            reached[cid] = None
+            if not found:
+                continue
+            covered = covs[cid]
+            if covered == full:
+                goal = min(found.values(), key=lambda r: r[:2])
+                break
             deepest = covered
-        h = f - g_cost
-        # successors whose g + h exceeds the greedy plan's cost are not worth pushing
-        for step, hg, grp, b, new_cov, new_front in successors(covered, frontier, bound - f):
-            h2 = h - hg
-            cost2 = g_cost + step
-            cand = (cost2, parts + 1)
-            nkey = (new_cov, new_front)
-            old = best.get(nkey)
-            if old is not None and old <= cand:
-                continue  # the same state, no dearer
-            if not _admit(alive, best, new_cov, new_front, cand, penalties, bits, digit):
-                continue  # dominated by a state with the same covered set
-            best[nkey] = cand
-            parent[nkey] = (key, grp, b)
-            tick += 1
-            stats.pushed += 1
-            heapq.heappush(heap, (cand[0] + h2, cand[1], cand[0], tick, new_cov, new_front))
+            unc = full & ~covered
+            pens = [sum((r & unc).bit_count() * w for r, w in out_tensors[u]) for u in fnodes_of[cid]]
+            worst = sum(pens)
+            dcache = {0: 0}
+            low_bits = sum(1 << (k * bits) for k in range(len(pens)))  # the lowest bit of each digit
+            kept: list[tuple[int, int, int]] = []  # (cost, parts, frontier) of the states kept, by cost
+            for cost, parts, front in sorted([(rec[0], rec[1], fr) for fr, rec in found.items()]):
+                if kept:
+                    c1, p1, _ = kept[0]
+                    if c1 + worst < cost or (c1 + worst == cost and p1 <= parts):
+                        break  # the cheapest state dominates this one and every dearer one, whatever the frontiers
+                    dominated = False
+                    for c1, p1, f1 in kept:
+                        x = y = f1 ^ front
+                        for s in spread:
+                            y |= x >> s
+                        x = y & low_bits
+                        d = dcache.get(x)
+                        if d is None:
+                            d = dcache[x] = penalty(pens, x)
+                        c1 += d
+                        if c1 < cost or (c1 == cost and p1 <= parts):
+                            dominated = True
+                            break
+                    if dominated:
+                        continue
+                kept.append((cost, parts, front))
+                settled[(front << 32) | cid] = found[front]
+            moves = moves_of[cid] or steps_from(cid)
+            moves_of[cid] = None
+            expanded += len(kept)
+            if expanded > max_states and greedy:
+                stats.expanded, stats.pushed = expanded, pushed
+                log.warning("%s: search stopped after %d states; using the greedy plan (%.3f ms, not proven optimal)",
+                            graph.name, max_states, bound / _SCALE)
+                plan = _to_plan(graph, [(grp.nodes, backends[b]) for grp, b in greedy], table, transition)
+                plan.notes.append(f"search stopped after {max_states} states: greedy plan, not proven optimal")
+                return plan
+            for g_cost, parts, front in kept:
+                key = (front << 32) | cid
+                f = found[front][2]
+                parts2 = parts + 1
+                for grp, nid, ins, keep, brep in moves:
+                    if f + grp.least > bound:
+                        continue  # no backend for this step keeps g + h within the greedy plan's cost
+                    base = f - grp.hconst
+                    rows = []
+                    for s, trows, hw in ins:
+                        pb = (front >> s) & digit
+                        rows.append(trows[pb])
+                        base -= hw[pb]
+                    nf0 = 0
+                    for src, m, dst in keep:
+                        nf0 |= ((front >> src) & m) << dst
+                    hadd = grp.hadd
+                    into = reached[nid]
+                    for b, q in grp.options:
+                        step = q
+                        for row in rows:
+                            step += row[b]
+                        f2 = base + step + hadd[b]
+                        if f2 > bound:
+                            continue  # g + h beyond the greedy plan's cost: not worth keeping
+                        cost = g_cost + step
+                        new_front = nf0 | brep[b]
+                        old = into.get(new_front)
+                        if old is not None and (old[0] < cost or (old[0] == cost and old[1] <= parts2)):
+                            continue  # the same state, no dearer
+                        into[new_front] = (cost, parts2, f2, key, grp, b)
+                        pushed += 1
+                        if nid == goal_id and cost < bound:
+                            bound = cost  # a complete plan: nothing dearer is worth keeping from now on
+        else:
+            continue
+        break
+    stats.expanded, stats.pushed = expanded, pushed
     if goal is None:
         i = _first_zero(deepest)
         raise CollageError(f"{graph.name}: the candidates admit no executable exact cover; the search got stuck "
                            f"before {graph.node_label(i)} (every candidate containing it needs an input that no "
                            "runnable order provides); add single-node candidates for it")
-    steps: list[tuple[_Group, int]] = []
-    key = goal
-    while parent[key] is not None:
-        prev, grp, b = parent[key]
-        steps.append((grp, b))
-        key = prev
+    steps: list[tuple[Group, int]] = []
+    rec = goal
+    while rec[3] >= 0:
+        steps.append((rec[4], rec[5]))
+        rec = settled[rec[3]]
     steps.reverse()
-    log.debug("%s: search expanded %d states, pushed %d", graph.name, stats.expanded, stats.pushed)
+    log.debug("%s: search expanded %d states, reached %d", graph.name, stats.expanded, stats.pushed)
     return _to_plan(graph, [(grp.nodes, backends[b]) for grp, b in steps], table, transition)
-
-
-def _admit(alive: dict[int, list], best: dict, cov: int, front: int, cand: tuple[int, int],
-           penalties: Callable[[int], list[int]], bits: int, digit: int) -> bool:
-    """Record state (cov, front) at cost ``cand`` unless a state with the same covered set dominates it
-    (cheaper even after paying for every frontier backend that differs); drop the ones it dominates."""
-    slot = alive.get(cov)
-    if slot is None:
-        # the frontier's nodes are a function of the covered set, so are their penalties
-        pens = penalties(cov)
-        slot = alive[cov] = [pens, [], sum(pens)]
-    pens, entries, worst = slot  # entries sorted by cost: only cheaper ones can dominate the newcomer
-    cost, parts = cand
-    if entries and (entries[0][1] + worst, entries[0][2]) <= cand:
-        return False  # the cheapest state dominates whatever the frontiers
-    j = len(entries)  # first entry not cheaper than the newcomer: from there on it may dominate them
-    for k, (f1, c1, p1) in enumerate(entries):
-        if c1 >= cost:
-            j = min(j, k)
-            if c1 > cost:
-                break
-        diff = 0
-        x = f1 ^ front
-        while x:
-            pos = ((x & -x).bit_length() - 1) // bits
-            diff += pens[pos]
-            x &= ~(digit << (pos * bits))
-        if (c1 + diff, p1) <= (cost, parts):
-            return False
-    keep = entries[:j]
-    keep.append((front, cost, parts))
-    for entry in entries[j:]:
-        f1, c1, p1 = entry
-        diff = 0
-        x = f1 ^ front
-        while x:
-            pos = ((x & -x).bit_length() - 1) // bits
-            diff += pens[pos]
-            x &= ~(digit << (pos * bits))
-        if (cost + diff, parts) <= (c1, p1):
-            best.pop((cov, f1), None)  # dominated by the newcomer: its heap entry goes stale
-            continue
-        keep.append(entry)
-    slot[1] = keep
-    return True
 
 
 def cover_cost(graph: Graph, parts: list[tuple[tuple[int, ...], str]],

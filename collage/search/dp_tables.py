@@ -1,0 +1,171 @@
+"""Tables the search (:mod:`collage.search.dp`) precomputes once per call: one :class:`Group` per node
+set with usable costs, its hand-over costs per producer, and the terms of the chain heuristic.
+
+The chain heuristic (admissible and consistent, so A*-style pruning by ``g + h`` stays exact):
+
+* Per node ``i`` and backend ``b``, a *share* ``s_b(i)``: every candidate's cost on ``b`` is split
+  over its nodes in proportion to weights (their single-node costs on ``b``), and ``s_b(i)`` is the
+  smallest share ``i`` gets. A partition on ``b`` costs at least the sum of its nodes' ``s_b``.
+* *Chains*: each node keeps at most one incoming and one outgoing graph edge (dearest hand-overs first),
+  so the kept edges form disjoint paths. A kept edge ``u -> c`` with ``u`` and ``c`` on different
+  backends is a tensor that ``c``'s partition reads from another backend: a hand-over every plan pays,
+  and no two kept edges name the same (partition, tensor) because ``u`` keeps one outgoing edge.
+* ``h(state)`` is, summed over the chains' uncovered parts, the cheapest assignment of backends to
+  their nodes (shares plus kept-edge hand-overs), where the chain's last covered node has the backend
+  its frontier digit says. Chains are paths, so that is a small DP done once per node: ``W[c][b]``
+  (the cheapest rest of ``c``'s chain from ``c`` on, its kept parent being on ``b``) and ``W0[c]``
+  (``c`` heads its chain). A step changes ``h`` only through its own nodes and their kept children,
+  so each group carries those terms; ``h`` never drops by more than the step's cost (consistency).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collage.graph import Graph
+
+#: Costs are compared in integer units of 1e-6 ms (nanoseconds): sums are exact, so "equal cost"
+#: is well defined for the partition-count tie-break.
+_SCALE = 1_000_000
+
+
+def quantize(ms: float) -> int:
+    return int(round(ms * _SCALE))
+
+
+@dataclass
+class Group:
+    """One node set with its usable costs, precomputed for the search (see :func:`prepare`)."""
+
+    nodes: tuple[int, ...]
+    mask: int
+    ext_pred: int                            # predecessors outside the set
+    outs: tuple[int, ...]                    # member nodes with a consumer outside the set
+    options: tuple[tuple[int, int], ...]     # (backend index, quantized cost)
+    reads: dict[int, tuple[int, ...]]        # producer outside -> nbytes of each distinct tensor read from it
+    # filled by prepare:
+    ins: tuple = ()       # (producer, hand-over row per its backend, heuristic term per its backend)
+    hconst: int = 0       # heuristic terms of members that head a chain
+    hadd: tuple = ()      # per backend: heuristic terms of the chain successors this step uncovers
+    least: int = 0        # a lower bound on the growth of g + h over the step, whatever the backends
+
+
+def build_groups(graph: Graph, table: Mapping[tuple[int, ...], Mapping[str, float]], bidx: Mapping[str, int],
+                 preds: list[int], succ: list[int]) -> list[Group]:
+    """One :class:`Group` per node set of ``table`` (``{nodes: {backend: ms}}``), sorted by nodes."""
+    n = len(graph)
+    node_reads = [graph.reads(i) for i in range(n)]
+    producer = {t: graph.producer(t) for ts in node_reads for t in ts}
+    size_of = {t: graph.tensor(t).nbytes for t, p in producer.items() if p is not None}
+    groups: list[Group] = []
+    for nodes, opts in sorted(table.items()):
+        mask = graph.mask(nodes)
+        ext_pred = 0
+        for i in nodes:
+            ext_pred |= preds[i]
+        ext_pred &= ~mask
+        reads: dict[int, tuple[int, ...]] = {}  # producer outside -> sizes of the distinct tensors read from it
+        for i in nodes:
+            for t in node_reads[i]:
+                p = producer.get(t)
+                if p is not None and not (mask >> p) & 1 and t not in reads.get(p, ()):
+                    reads[p] = reads.get(p, ()) + (t,)
+        reads = {p: tuple(size_of[t] for t in ts) for p, ts in reads.items()}
+        outs = tuple(i for i in nodes if succ[i] & ~mask)
+        options = tuple((bidx[b], quantize(ms)) for b, ms in sorted(opts.items()))
+        groups.append(Group(nodes, mask, ext_pred, outs, options, reads))
+    return groups
+
+
+_INF = 1 << 62
+
+
+def _chains(graph: Graph, groups: list[Group], nb: int, hand_over: Callable[[int, int, int], int]
+            ) -> tuple[list[int | None], list[list[int]], list[int]]:
+    """The chain heuristic (module docstring): per node ``c``, its kept parent (or None), ``W[c][b]``
+    (the cheapest completion of ``c``'s chain when the parent runs on ``b``) and ``W0[c]`` (any start)."""
+    n = len(graph)
+    single: dict[tuple[int, int], int] = {}
+    for g in groups:
+        if len(g.nodes) == 1:
+            for b, q in g.options:
+                single[g.nodes[0], b] = q
+    fallback = [min((single[i, b] for b in range(nb) if (i, b) in single), default=0) for i in range(n)]
+    share = [[_INF] * nb for _ in range(n)]
+    for g in groups:
+        for b, q in g.options:
+            w = [single.get((i, b), fallback[i]) for i in g.nodes]
+            total = sum(w)
+            for i, wi in zip(g.nodes, w):
+                s = q * wi // total if total > 0 else q // len(g.nodes)
+                if s < share[i][b]:
+                    share[i][b] = s
+    # chains: each node keeps at most one in-edge and one out-edge, the dearest hand-overs first
+    edges = []
+    for u, c, data in graph.dag.edges(data=True):
+        cost = [[0] * nb for _ in range(nb)]
+        for t in data["tensors"]:
+            nbytes = graph.tensor(t).nbytes
+            for a in range(nb):
+                for b in range(nb):
+                    if a != b:
+                        cost[a][b] += hand_over(a, b, nbytes)
+        low = min((cost[a][b] for a in range(nb) for b in range(nb) if a != b), default=0)
+        if low > 0:
+            edges.append((-low, u, c, cost))
+    edges.sort(key=lambda e: e[:3])
+    parent: list[int | None] = [None] * n
+    child: list[tuple[int, list[list[int]]] | None] = [None] * n
+    for _, u, c, cost in edges:
+        if child[u] is None and parent[c] is None:
+            child[u] = (c, cost)
+            parent[c] = u
+    V: list[list[int]] = [[]] * n
+    W: list[list[int]] = [[0] * nb for _ in range(n)]
+    W0 = [0] * n
+    for c in reversed(range(n)):  # ids are topological: a chain's child comes later
+        V[c] = list(share[c])
+        if child[c] is not None:
+            d, cost = child[c]
+            for b in range(nb):
+                if V[c][b] < _INF:
+                    V[c][b] += W[d][b]
+        W0[c] = min(V[c])
+        if parent[c] is not None:
+            cost = child[parent[c]][1]
+            W[c] = [min(V[c][b2] + cost[b][b2] for b2 in range(nb)) for b in range(nb)]
+    return parent, W, W0
+
+
+def prepare(graph: Graph, groups: list[Group], nb: int, bits: int, hand_over: Callable[[int, int, int], int]) -> int:
+    """Fill each group's hand-over tables, heuristic terms and frontier digits; returns the start's h."""
+    parent, W, W0 = _chains(graph, groups, nb, hand_over)
+    kids: list[list[int]] = [[] for _ in range(len(graph))]
+    for c, p in enumerate(parent):
+        if p is not None:
+            kids[p].append(c)
+    zero = (0,) * nb
+    rows_cache: dict[tuple[int, ...], tuple] = {}
+    for g in groups:
+        ins = []
+        for p, sizes in sorted(g.reads.items()):
+            rows = rows_cache.get(sizes)
+            if rows is None:
+                rows = rows_cache[sizes] = tuple(
+                    tuple(sum(hand_over(a, b, s) for s in sizes) if a != b else 0 for b in range(nb))
+                    for a in range(nb)) + (zero,) * ((1 << bits) - nb)
+            hw = zero
+            for c in kids[p]:
+                if (g.mask >> c) & 1:
+                    hw = tuple(W[c][a] for a in range(nb))
+            ins.append((p, rows, hw + (0,) * ((1 << bits) - nb)))
+        g.ins = tuple(ins)
+        g.hconst = sum(W0[c] for c in g.nodes if parent[c] is None)
+        out_kids = [c for u in g.nodes for c in kids[u] if not (g.mask >> c) & 1]
+        g.hadd = tuple(sum(W[c][b] for c in out_kids) for b in range(nb))
+        g.least = min(q + g.hadd[b] for b, q in g.options) - g.hconst - sum(max(hw) for _, _, hw in g.ins)
+    return sum(W0[c] for c in range(len(graph)) if parent[c] is None)
+
+
