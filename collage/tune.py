@@ -208,7 +208,8 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
     from collage.cost_models.measure import measure_candidates
     from collage.cost_models.transitions import transition_model
     from collage.runtime import load as load_artifact
-    from collage.search.candidates import Candidate, candidate_counts, enumerate_candidates
+    from collage.search.candidates import Candidate, Limits, candidate_counts, enumerate_candidates
+    from collage.search.ranges import range_candidates
     from collage.search.dp import search
 
     t_start = time.monotonic()
@@ -234,11 +235,19 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
                                + (f" (and {len(orphans) - 5} more)" if len(orphans) > 5 else "")
                                + "; add a backend that does (onnxruntime runs every standard op)")
     # 2. candidates: whole graph and single nodes first, so a budget cut still leaves a cover
+    limits = limits or Limits()
     cands = enumerate_candidates(graph, supports, limits)
     n = len(graph)
-    cands.sort(key=lambda c: (0 if len(c.nodes) == n else 1 if len(c.nodes) == 1 else 2, len(c.nodes), c.nodes, c.backend))
+    known = {(c.nodes, c.backend) for c in cands}
+    ranged = [c for c in range_candidates(graph, supports) if (c.nodes, c.backend) not in known] if limits.ranges else []
+    cands += ranged
+    coarse = {(c.nodes, c.backend) for c in ranged}
+    # measured in this order, so that a budget cut still leaves covers: whole models, then the coarse
+    # ranges (few, and the pieces a mix that beats one backend end to end is made of), then single nodes
+    cands.sort(key=lambda c: (0 if len(c.nodes) == n else 1 if (c.nodes, c.backend) in coarse else
+                              2 if len(c.nodes) == 1 else 3, len(c.nodes), c.nodes, c.backend))
     counts = candidate_counts(cands)
-    _say(progress, "candidates: %s", ", ".join(f"{k} {v}" for k, v in counts.items()))
+    _say(progress, "candidates: %s (%d of them coarse ranges)", ", ".join(f"{k} {v}" for k, v in counts.items()), len(ranged))
     # 3. measured costs (cached in the DB)
     spent = time.monotonic() - t_start
     measured = measure_candidates(graph, [(c.nodes, c.backend) for c in cands], db=cost_db,

@@ -80,7 +80,8 @@ class Limits:
     candidate (``None``: no bound). ``max_heavy``: most ops from ``heavy_ops`` in one candidate, except
     for backends in ``fuses_heavy`` (known to fuse across heavy ops). ``max_per_backend``: cap on the
     number of candidates per backend; single nodes are always kept, then the smallest sets
-    (``None``: no cap).
+    (``None``: no cap). ``ranges``: the tuner adds the coarse range candidates of
+    :mod:`collage.search.ranges` (segments, prefixes and suffixes between the graph's narrow cuts).
     """
 
     max_nodes: int = 12
@@ -89,6 +90,7 @@ class Limits:
     heavy_ops: frozenset = field(default_factory=lambda: HEAVY_OPS)
     fuses_heavy: frozenset[str] = frozenset()
     max_per_backend: int | None = None
+    ranges: bool = True
 
 
 def _popcount(x: int) -> int:
