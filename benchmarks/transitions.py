@@ -12,7 +12,9 @@ Writes results/transitions.md (results/transitions-quick.md with --quick):
 2. Prediction check: the model cut into its layers (embeddings + one piece per encoder layer); each
    piece measured alone (as the tuner does); chains all-A, all-B and alternating layer by layer
    measured end to end (interleaved, in a worker process); predicted = sum of the parts' costs
-   (+ transitions) against measured.
+   (+ small-piece transitions), and sum of parts + per-partition overhead + per-switch cost measured
+   on the model's own pieces (``measure_model_transitions`` on chains of the first ``--fit-pieces``
+   pieces only: the rest of the chain is out of sample) against measured.
 """
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ from collage import zoo
 from collage.backends import unavailable_reason
 from collage.cost_models.db import SQLiteCostDB
 from collage.cost_models.measure import Measurer, measure_candidates
-from collage.cost_models.transitions import (FAST_HANDOVER, QUICK_SIZES, SIZES, SLOW_HANDOVER, measure_transition,
+from collage.cost_models.transitions import (FAST_HANDOVER, QUICK_SIZES, SIZES, SLOW_HANDOVER,
+                                             handovers, measure_model_transitions, measure_transition,
                                              transition_model)
 from collage.errors import CollageError
 from collage.graph import Graph
@@ -81,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backends", default="onnxruntime,openvino")
     ap.add_argument("--model", default=None, help="BERT-like zoo model for the prediction check (default bert-base)")
     ap.add_argument("--cap", type=float, default=None, help="timing cap per size / per chain set, seconds")
+    ap.add_argument("--fit-pieces", type=int, default=5,
+                    help="pieces (from the start) whose chains give the model-scale hand-over fit (default 5)")
     ap.add_argument("--db", default=None, help="cost DB to use (default: a fresh temporary one)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -111,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     items = [(nodes, x) for _, nodes in pieces for x in (a, b)] + [(whole, a), (whole, b)]
     costs = measure_candidates(graph, items, db=db, cap_s=cap, progress=True)
     transition = transition_model([a, b], db)  # collage's default options = the fast hand-over settings
+    fit_k = max(2, min(args.fit_pieces, len(pieces) - 1))
+    print(f"hand-over at model scale: chains of the first {fit_k} pieces ...", file=sys.stderr)
+    scale = measure_model_transitions(graph, a, b, db, pieces=[nodes for _, nodes in pieces[:fit_k]], cap_s=cap * 4)
     chains = {f"all {a}": [a] * len(pieces), f"all {b}": [b] * len(pieces),
               f"alternating, {a} first": [(a, b)[k % 2] for k in range(len(pieces))],
               f"alternating, {b} first": [(b, a)[k % 2] for k in range(len(pieces))]}
@@ -124,14 +132,16 @@ def main(argv: list[str] | None = None) -> int:
     check = []
     for name, assign in chains.items():
         parts, with_t = _predict(graph, pieces, assign, costs, transition)
-        check.append((name, measured[name]["median_ms"], parts, with_t))
+        switches = handovers(graph, [nodes for _, nodes in pieces], assign)
+        with_scale = parts + sum(scale.overhead_ms[x] for x in assign) + switches * scale.switch_ms
+        check.append((name, measured[name]["median_ms"], parts, with_t, with_scale))
     elapsed = time.time() - t0
-    write(out, args, sizes, fits, model, pieces, costs, whole, (a, b), check, elapsed)
+    write(out, args, sizes, fits, model, pieces, costs, whole, (a, b), check, elapsed, scale)
     print(f"wrote {out} in {elapsed:.0f} s")
     return 0
 
 
-def write(out, args, sizes, fits, model, pieces, costs, whole, pair, check, elapsed) -> None:
+def write(out, args, sizes, fits, model, pieces, costs, whole, pair, check, elapsed, scale) -> None:
     cmd = "python -m benchmarks.transitions" + (" " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
     lines = [f"# Transition costs{' (quick smoke run)' if args.quick else ''}", "",
              f"Command: `{cmd}` ({elapsed:.0f} s). Machine: {machine_id()}, {physical_cores()} cores; "
@@ -157,11 +167,19 @@ def write(out, args, sizes, fits, model, pieces, costs, whole, pair, check, elap
               f"{sum(costs[(n, a)].median_ms for _, n in pieces):.2f} ms, on {b} "
               f"{sum(costs[(n, b)].median_ms for _, n in pieces):.2f} ms; whole model on {a} "
               f"{costs[(whole, a)].median_ms:.2f} ms, on {b} {costs[(whole, b)].median_ms:.2f} ms.", "",
-              "| chain | measured ms | predicted: parts only | error | predicted: parts + transitions | error |",
-              "|---|---:|---:|---:|---:|---:|"]
-    for name, meas, parts, with_t in check:
+              f"Model-scale hand-over (`measure_model_transitions`, fitted on chains of the first {scale.chains and next(iter(scale.chains.values()))['pieces']} "
+              f"pieces only, then applied to the {len(pieces)}-piece chains): per partition "
+              + ", ".join(f"{x} {v:.3f} ms" for x, v in scale.overhead_ms.items())
+              + f"; per hand-over (each distinct tensor a piece reads from the other backend, as the search counts) "
+              f"{scale.switch_ms:.3f} ms. Fit chains: "
+              + "; ".join(f"{n} {c['measured_ms']:.2f} ms measured vs {c['parts_ms']:.2f} ms parts"
+                          for n, c in scale.chains.items()) + ".", "",
+              "| chain | measured ms | predicted: parts only | error | parts + small-piece transitions | error "
+              "| parts + per-partition overhead + model-scale hand-overs | error |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, meas, parts, with_t, with_scale in check:
         lines.append(f"| {name} | {meas:.2f} | {parts:.2f} | {(parts - meas) / meas:+.1%} | {with_t:.2f} | "
-                     f"{(with_t - meas) / meas:+.1%} |")
+                     f"{(with_t - meas) / meas:+.1%} | {with_scale:.2f} | {(with_scale - meas) / meas:+.1%} |")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
 

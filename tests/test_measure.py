@@ -390,3 +390,86 @@ def test_budget_stops_while_another_process_holds_the_machine(tmp_path):
     assert time.monotonic() - t0 < 20
     assert res.measured == 0 and res.unmeasured == 2 and len(res) == 0
     assert SQLiteCostDB(tmp_path / "c.sqlite").all() == []
+
+
+# ---------------------------------------------------------------------- rounds, probe
+def test_combine_rounds_takes_median_of_round_medians():
+    from collage.cost_models.measure import Measurement, combine_rounds
+
+    rs = [Measurement(median_ms=m, p10_ms=m, p90_ms=m, samples=10, compile_s=c, cv=0.0, samples_ms=[m] * 10)
+          for m, c in ((1.0, 0.1), (5.0, 0.3), (1.2, 0.2))]
+    c = combine_rounds(rs)
+    assert c.ok and c.median_ms == pytest.approx(1.2) and c.rounds == 3 and c.samples == 30
+    assert c.round_ms == [1.0, 1.2, 5.0] and c.compile_s == pytest.approx(0.2)
+    assert c.p10_ms == pytest.approx(1.0) and c.p90_ms == pytest.approx(5.0)  # pooled single calls
+    assert c.ci == pytest.approx((5.0 - 1.0) / 2.4)
+    failed = combine_rounds(rs[:1] + [Measurement(error="worker crashed (SIGABRT) during run")])
+    assert not failed.ok and "SIGABRT" in failed.error
+    assert combine_rounds(rs[:1]) is rs[0]
+    with pytest.raises(ValueError):
+        combine_rounds([])
+
+
+def test_probe_judge_flags_only_slow_windows():
+    from collage.cost_models.measure import _ProbeJudge
+
+    j = _ProbeJudge(slow=0.15)
+    assert not any(j.is_slow(1.0) for _ in range(6))  # warming up, then steady
+    assert j.is_slow(1.3) and not j.is_slow(1.1) and not j.is_slow(None)
+
+
+def test_measure_candidates_rounds_round_robin(tmp_path):
+    g = _graph_of(["Relu", "Neg", "Exp", "Abs"])
+    items = [((i,), FAKE) for i in range(len(g))]
+    db = SQLiteCostDB(tmp_path / "c.sqlite")
+    res = measure_candidates(g, items, db=db, cap_s=0.15, rounds=3, window=2, probe=True, progress=False)
+    assert res.measured == 4 and res.failed == 0
+    for key, st in res.stats.items():
+        assert st.rounds == 3 and len(st.round_ms) == 3 and st.probe_ms > 0
+        stored = db.get(key)
+        assert stored.median_ms == pytest.approx(sorted(st.round_ms)[1])  # the stored cost is the combined one
+        assert stored.samples == st.samples >= 30 and stored.p10_ms <= stored.median_ms <= stored.p90_ms
+    again = measure_candidates(g, items, db=db, cap_s=0.15, progress=False)
+    assert again.measured == 0 and again.reused == 4  # never measured again
+
+
+@pytest.mark.slow
+def test_measure_candidates_rounds_fail_fast_and_separate_workers(tmp_path):
+    g = _graph_of(["Relu", "Sigmoid", "Neg"])
+    items = [((i,), FAKE) for i in range(len(g))]
+    res = measure_candidates(g, items, db=SQLiteCostDB(tmp_path / "c.sqlite"),
+                             backend_options={FAKE: {"abort_op": "Sigmoid"}}, cap_s=0.1, rounds=2, window=3,
+                             round_workers=True, progress=False)
+    assert res.measured == 3 and res.failed == 1 and "SIGABRT" in res[((1,), FAKE)].error
+    assert res[((0,), FAKE)].ok and res[((2,), FAKE)].ok and res.stats[res[((0,), FAKE)].key].rounds == 2
+
+
+def test_measurer_rounds_back_to_back():
+    with Measurer() as m:
+        r = m.measure(chain_model(["Relu"]), FAKE, {}, cap_s=0.2, rounds=2, probe=True)
+    assert r.ok and r.rounds == 2 and len(r.round_ms) == 2 and r.probe_ms > 0
+
+
+@pytest.mark.slow
+def test_model_transitions_on_own_pieces(tmp_path):
+    from collage.cost_models.transitions import measure_model_transitions, model_settings, pair_settings, \
+        transition_model
+    from collage.cost_models.worker import resolve_backend
+    from collage.util import machine_id
+
+    g = _graph_of(["Relu", "Neg", "Exp", "Abs", "Floor", "Ceil"])
+    db = SQLiteCostDB(tmp_path / "t.sqlite")
+    fit = measure_model_transitions(g, FAKE, FAKE2, db, cap_s=0.1)
+    assert set(fit.overhead_ms) == {FAKE, FAKE2} and fit.switch_ms >= 0.0
+    assert len(fit.chains) == 4 and all(c["measured_ms"] > 0 for c in fit.chains.values())
+    settings = model_settings(pair_settings(resolve_backend(FAKE, {}), resolve_backend(FAKE2, {})),
+                              g.fingerprint(range(len(g))))
+    rows = {(t.src, t.dst): t for t in db.all_transitions() if t.settings == settings}
+    assert set(rows) == {(FAKE, FAKE), (FAKE2, FAKE2), (FAKE, FAKE2), (FAKE2, FAKE)}
+    assert rows[(FAKE, FAKE2)].fixed_ms == pytest.approx(fit.switch_ms)
+    # the tuner's transition model prefers the model-scale switch cost when told the model
+    model = transition_model([FAKE, FAKE2], db, measure_missing=False, graph_fingerprint=g.fingerprint(range(len(g))))
+    assert model(FAKE, FAKE2, 10**6) == pytest.approx(fit.switch_ms) and model(FAKE, FAKE, 1) == 0.0
+    again = measure_model_transitions(g, FAKE, FAKE2, db)  # stored: read back, nothing measured
+    assert again.chains == {} and again.switch_ms == pytest.approx(fit.switch_ms)
+    assert again.overhead_ms == pytest.approx(fit.overhead_ms)

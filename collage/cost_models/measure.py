@@ -6,17 +6,24 @@
   ``Measurer``. A worker that aborts, raises or passes its timeout turns the candidate into a failed
   measurement with the reason (``"worker crashed (SIGABRT) during compile"``, ``"timeout after 60 s
   during run"``, the exception text); the worker is replaced and the job goes on.
-* **Noise control**: warm-up, then single timed calls until the distribution-free 95% confidence
-  interval of the median is within 2% of it, or ``cap_s`` seconds of timing pass (at least 10 samples;
-  fewer, down to 1, when a single call takes a sizeable part of ``cap_s``). ``timeout_s`` catches
+* **Noise control**: a measurement window is a compile, a warm-up, then single timed calls until the
+  distribution-free 95% confidence interval of the median is within 2% of it, or its cap passes (at
+  least 10 samples; fewer, down to 1, when a single call takes a sizeable part of the cap). One window
+  is tight (~2%) but the machine's speed drifts between time windows (shared vCPUs, other tenants), so
+  ``measure_candidates`` measures each key in ``DEFAULT_ROUNDS`` windows of ``cap_s / rounds`` spread
+  over the job (round robin over ``DEFAULT_WINDOW`` keys in flight) and stores the median of the round
+  medians (``combine_rounds``): a slow period moves one round, not the cost. Optional: a reference
+  probe next to each window, and a window whose probe was slow taken again (``probe``); each round in
+  its own worker process (``round_workers``). ``timeout_s`` catches
   hangs: a candidate whose first call returned gets the time its remaining calls need. Inputs are seeded
   random arrays of the model's dtypes and shapes (integer indices kept in range of what they index).
 * **One measurement at a time** on this machine: compile and timing hold an exclusive file lock
   (``cache_dir()/"measure.lock"``), shared by every process using the same cache directory.
 * ``measure_candidates`` deduplicates candidates by structural fingerprint, never measures a key the
   cost database already holds, claims each key in the database before measuring it (two processes
-  sharing a DB do not duplicate work), commits each cost as soon as it is taken (a ``kill -9`` loses
-  at most the one in flight), and stops cleanly at its budget keeping what it finished.
+  sharing a DB do not duplicate work), commits each cost as soon as its last round is taken (a
+  ``kill -9`` loses at most the rounds of the keys in flight, never a committed cost), and stops
+  cleanly at its budget keeping what it finished (keys in flight with the rounds they have).
 """
 from __future__ import annotations
 
@@ -32,7 +39,7 @@ import tempfile
 import time
 from multiprocessing.connection import Connection
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -53,6 +60,18 @@ DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_CAP_S = 2.0
 #: Allowance for starting a worker and importing a backend's runtime (before ``timeout_s`` starts).
 LOAD_TIMEOUT_S = 120.0
+#: Measurement windows per key in ``measure_candidates`` (cost = median of the round medians).
+DEFAULT_ROUNDS = 3
+#: Keys in flight at once (their rounds are taken round robin, so a key's windows lie this many apart).
+DEFAULT_WINDOW = 24
+#: Reference probe next to every window; a window whose probe is PROBE_SLOW over the job's recent ones is redone.
+DEFAULT_PROBE = False
+PROBE_SLOW = 0.15
+MAX_REDO = 2
+#: Round r of a key runs in the backend's r-th worker process.
+DEFAULT_ROUND_WORKERS = False
+#: Warm-up per candidate (seconds of calls after the compile, at least 3 calls), shared by its rounds.
+WARMUP_S = 0.2
 #: How far a candidate whose calls are slow (not hung: its first call returned) may run past timeout_s.
 MAX_EXTENSION_S = 3600.0
 
@@ -69,8 +88,12 @@ class Measurement:
     error: str | None = None
     cv: float | None = None
     mean_ms: float | None = None
-    ci: float | None = None  # relative half-width of the median's 95% CI
+    ci: float | None = None  # relative half-width of the median's 95% CI (rounds > 1: half-range of round medians)
     wall_s: float = 0.0
+    rounds: int = 1
+    round_ms: list[float] = field(default_factory=list)  # each window's median
+    probe_ms: float | None = None  # reference probe next to the window (mean over rounds)
+    samples_ms: list[float] = field(default_factory=list, repr=False)  # single-call times (thinned)
 
     @property
     def ok(self) -> bool:
@@ -79,6 +102,39 @@ class Measurement:
     def to_cost(self, key: CostKey) -> Cost:
         return Cost.from_key(key, median_ms=self.median_ms, p10_ms=self.p10_ms, p90_ms=self.p90_ms,
                              samples=self.samples, compile_s=self.compile_s, error=self.error)
+
+
+def window_warmup_s(rounds: int) -> float:
+    """Warm-up of one window when a candidate is measured in ``rounds``: its share of ``WARMUP_S``."""
+    return max(0.05, WARMUP_S / max(1, rounds))
+
+
+def combine_rounds(rounds: Sequence[Measurement]) -> Measurement:
+    """One measurement from several windows of the same candidate: the median of the windows' medians.
+
+    A window the machine was slow in moves one round median, not the combined cost. p10/p90, CV and
+    mean come from the pooled single-call times, ``samples`` is their total, ``compile_s`` the median
+    compile time, ``ci`` the half-range of the round medians relative to the result. A failed round
+    fails the whole measurement (its error is kept).
+    """
+    if not rounds:
+        raise ValueError("combine_rounds needs at least one round")
+    bad = next((r for r in rounds if not r.ok), None)
+    if bad is not None:
+        return Measurement(error=bad.error, wall_s=sum(r.wall_s for r in rounds), rounds=len(rounds))
+    if len(rounds) == 1:
+        return rounds[0]
+    meds = sorted(r.median_ms for r in rounds)
+    med = float(np.median(meds))
+    pooled = np.asarray([x for r in rounds for x in (r.samples_ms or [r.median_ms])])
+    probes = [r.probe_ms for r in rounds if r.probe_ms is not None]
+    return Measurement(median_ms=med, p10_ms=float(np.percentile(pooled, 10)), p90_ms=float(np.percentile(pooled, 90)),
+                       samples=sum(r.samples for r in rounds),
+                       compile_s=float(np.median([r.compile_s or 0.0 for r in rounds])),
+                       cv=float(pooled.std() / pooled.mean()) if pooled.mean() > 0 else 0.0,
+                       mean_ms=float(pooled.mean()), ci=(meds[-1] - meds[0]) / (2 * med) if med > 0 else None,
+                       wall_s=sum(r.wall_s for r in rounds), rounds=len(rounds), round_ms=meds,
+                       probe_ms=float(np.mean(probes)) if probes else None, samples_ms=pooled.tolist())
 
 
 @contextlib.contextmanager
@@ -237,18 +293,39 @@ class Measurer:
 
     def measure(self, model: onnx.ModelProto, backend: str, options: Mapping[str, Any] | None = None, *,
                 timeout_s: float = DEFAULT_TIMEOUT_S, cap_s: float = DEFAULT_CAP_S, seed: int = 0,
-                feeds: Mapping[str, np.ndarray] | None = None, lock_timeout_s: float | None = None) -> Measurement:
+                feeds: Mapping[str, np.ndarray] | None = None, lock_timeout_s: float | None = None,
+                rounds: int = 1, probe: bool = False) -> Measurement:
         """Measure ``model`` on ``backend`` (registry name or ``module:Class``) in the worker.
 
         Inputs not in ``feeds`` are seeded random arrays (integer indices in range of what they index).
+        ``rounds`` > 1 takes that many windows of ``cap_s / rounds`` each (a compile each), back to back,
+        and combines them (``combine_rounds``); ``measure_candidates`` spreads the rounds over the job
+        instead, which averages over slow periods of the machine. ``probe`` times the reference probe
+        next to each window (``Measurement.probe_ms``).
         Waits for the machine lock (another process measuring) up to ``lock_timeout_s`` (None: no
         limit), then raises ``MeasurementError``; every other failure is returned as ``error``.
         """
+        blob = model.SerializeToString()
+        done = []
+        for _ in range(max(1, rounds)):
+            r = self.measure_bytes(blob, backend, options, timeout_s=timeout_s, cap_s=cap_s / max(1, rounds),
+                                   seed=seed, feeds=feeds, lock_timeout_s=lock_timeout_s, probe=probe,
+                                   warmup_s=window_warmup_s(rounds))
+            done.append(r)
+            if not r.ok:
+                break
+        return combine_rounds(done)
+
+    def measure_bytes(self, blob: bytes, backend: str, options: Mapping[str, Any] | None = None, *,
+                      timeout_s: float = DEFAULT_TIMEOUT_S, cap_s: float = DEFAULT_CAP_S, seed: int = 0,
+                      feeds: Mapping[str, np.ndarray] | None = None, lock_timeout_s: float | None = None,
+                      probe: bool = False, warmup_s: float = WARMUP_S) -> Measurement:
+        """One measurement window of a serialized model (``measure`` with ``rounds=1``)."""
         if self._runtime not in (None, backend):
             self.close()  # one runtime per worker process: no idle thread pool of another runtime around
         self._runtime = backend
-        job = ("measure", model.SerializeToString(), backend, dict(options or {}), float(cap_s), int(seed),
-               dict(feeds or {}))
+        job = ("measure", blob, backend, dict(options or {}), float(cap_s), int(seed), dict(feeds or {}), bool(probe),
+               float(warmup_s))
         t0 = time.perf_counter()
         with machine_lock(lock_timeout_s) if self.lock else contextlib.nullcontext():
             kind, payload, _ = self._job(job, timeout_s)
@@ -256,7 +333,9 @@ class Measurer:
         if kind == "result":
             return Measurement(median_ms=payload["median_ms"], p10_ms=payload["p10_ms"], p90_ms=payload["p90_ms"],
                                samples=payload["samples"], compile_s=payload["compile_s"], cv=payload["cv"],
-                               mean_ms=payload["mean_ms"], ci=payload["ci"], wall_s=wall)
+                               mean_ms=payload["mean_ms"], ci=payload["ci"], wall_s=wall,
+                               round_ms=[payload["median_ms"]], probe_ms=payload.get("probe_ms"),
+                               samples_ms=list(payload.get("samples_ms", ())))
         text = payload[0] if kind == "error" else payload
         return Measurement(error=str(text), wall_s=wall)
 
@@ -291,6 +370,8 @@ class CostTable(dict):
         self.unmeasured = 0
         self.elapsed_s = 0.0
         self.failures: dict[CostKey, str] = {}
+        #: the combined ``Measurement`` (CV, rounds, probe) of each key measured now
+        self.stats: dict[CostKey, Measurement] = {}
 
     def summary(self) -> str:
         return (f"{self.candidates} candidates, {self.distinct} distinct fingerprints: {self.reused} reused from the "
@@ -338,26 +419,66 @@ def _resolve_all(names: Sequence[str], backend_options: Mapping[str, Mapping[str
     return out
 
 
+@dataclass
+class _Pending:
+    """A key in flight in ``measure_candidates``: its model and the rounds taken so far."""
+
+    key: CostKey
+    nodes: tuple[int, ...]
+    backend: str
+    blob: bytes
+    feeds: dict[str, np.ndarray]
+    done: list[Measurement] = field(default_factory=list)
+    redone: int = 0
+
+
+class _ProbeJudge:
+    """Tells a slow measurement window by its reference probe against the job's recent probes."""
+
+    def __init__(self, slow: float = PROBE_SLOW, history: int = 50) -> None:
+        self.slow, self.history = slow, history
+        self.seen: list[float] = []
+
+    def is_slow(self, probe_ms: float | None) -> bool:
+        if probe_ms is None:
+            return False
+        ref = float(np.median(self.seen)) if len(self.seen) >= 5 else None
+        self.seen = (self.seen + [probe_ms])[-self.history:]
+        return ref is not None and probe_ms > (1.0 + self.slow) * ref
+
+
 def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]], *,
                        db: None | str | CostDB = None,
                        backend_options: Mapping[str, Mapping[str, Any]] | None = None,
                        budget_s: float | None = None, progress: bool = True,
                        timeout_s: float = DEFAULT_TIMEOUT_S, cap_s: float = DEFAULT_CAP_S,
-                       retry_failed: bool = False, claim_wait_s: float | None = None) -> CostTable:
+                       retry_failed: bool = False, claim_wait_s: float | None = None,
+                       rounds: int = DEFAULT_ROUNDS, window: int = DEFAULT_WINDOW,
+                       probe: bool = DEFAULT_PROBE, round_workers: bool = DEFAULT_ROUND_WORKERS) -> CostTable:
     """Measure ``items`` (node ids, backend name) of ``graph``; return ``{(nodes, backend): Cost}``.
 
     Deduplicated by ``graph.fingerprint(nodes)``; a key already in ``db`` is reused, never re-measured
-    (failed ones too, unless ``retry_failed``). Each cost is committed as it finishes. Keys another
+    (failed ones too, unless ``retry_failed``). Keys another
     process has claimed are left to it and picked up from the DB when it commits them (waiting up to
     ``claim_wait_s``, default ``timeout_s``; a dead owner's claim is taken over at once). Keys are
-    measured in the order of ``items`` (one worker process per backend). At
-    ``budget_s`` the job stops before starting another measurement; unmeasured items are absent.
-    Backend names may be registry names or ``module:Class`` specs; ``backend_options`` maps a name to
-    its constructor options.
+    measured in the order of ``items``. At ``budget_s`` the job stops before starting another
+    measurement window; unmeasured items are absent. Backend names may be registry names or
+    ``module:Class`` specs; ``backend_options`` maps a name to its constructor options.
+
+    **Rounds**: each key is measured in ``rounds`` short windows (``cap_s / rounds`` of timing each, a
+    compile each) spread over the job: up to ``window`` keys are in flight and measured round robin, so
+    that a key's windows lie several measurements apart; its cost is the median of its round medians
+    (``combine_rounds``), committed as soon as its last round is taken. A ``kill -9`` loses the rounds
+    of the keys in flight, never a committed cost; at the budget, keys in flight are committed with the
+    rounds they have. With ``round_workers``, round ``r`` runs in the backend's ``r``-th worker process
+    (per-process effects average out too). With ``probe``, a window whose reference probe
+    (``worker.reference_probe``) ran over ``1 + PROBE_SLOW`` times the job's recent probes is taken again
+    (at most ``MAX_REDO`` times a key). ``rounds=1, window=1`` is one window per key, in order.
     """
     from tqdm import tqdm
 
     t_start = time.monotonic()
+    rounds, window = max(1, int(rounds)), max(1, int(window))
     store = get_db(db)
     opts = {k: dict(v) for k, v in (backend_options or {}).items()}
     backends = _resolve_all(sorted({b for _, b in items}), opts)
@@ -377,79 +498,123 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
         known = {k: c for k, c in known.items() if c.ok}
     table.reused = len(known)
     # the caller's order (tune puts whole-model and single-node candidates first, so that a budget cut
-    # still leaves a cover); one worker per backend keeps each runtime warm whatever the order
-    todo = [k for k in rep if k not in known]
+    # still leaves a cover); one worker per backend (and round) keeps each runtime warm whatever the order
+    queue = [k for k in rep if k not in known]
     owner = default_owner()
+    ttl_s = timeout_s + LOAD_TIMEOUT_S + MAX_EXTENSION_S
     wait_s = timeout_s if claim_wait_s is None else claim_wait_s
     bar = tqdm(total=len(rep), initial=len(known), desc=f"measuring {graph.name}", unit="cand",
                disable=not progress, dynamic_ncols=True, leave=True)
     deferred: list[CostKey] = []
     deferred_since: dict[CostKey, float] = {}
+    active: list[_Pending] = []
+    judge = _ProbeJudge()
+    int_values: dict[str, np.ndarray] | None = None
 
     def over_budget() -> bool:
         return budget_s is not None and time.monotonic() - t_start >= budget_s
 
-    workers: dict[str, Measurer] = {}
-    int_values: dict[str, np.ndarray] | None = None
+    def finish(key: CostKey, cost: Cost, nodes: tuple[int, ...], bname: str, stats: Measurement | None) -> None:
+        known[key] = cost
+        if stats is not None:
+            table.stats[key] = stats
+        table.measured += 1
+        if not cost.ok:
+            table.failed += 1
+            table.failures[key] = cost.error or "?"
+            log.warning("%s on %s (nodes %s): %s", graph.name, bname, _short(nodes), cost.error)
+        bar.update(1)
+        bar.set_postfix(failed=table.failed, refresh=False)
+
+    def commit(p: _Pending) -> None:
+        res = combine_rounds(p.done)
+        res.samples_ms = []  # spread stats are kept; thousands of single-call times per key are not
+        cost = res.to_cost(p.key)
+        try:
+            store.put(cost)
+        finally:
+            store.release(p.key, owner)
+        finish(p.key, cost, p.nodes, p.backend, res)
+
+    def admit(key: CostKey) -> None:
+        nonlocal int_values
+        done = store.get(key)
+        if done is not None and (done.ok or not retry_failed):
+            known[key] = done
+            table.reused += 1
+            bar.update(1)
+            return
+        if not store.claim(key, owner, ttl_s=ttl_s):
+            first = deferred_since.setdefault(key, time.monotonic())
+            if time.monotonic() - first > wait_s + 120:
+                log.warning("key %s stays claimed by another process; leaving it unmeasured", key.fingerprint)
+            else:
+                deferred.append(key)
+            return
+        nodes, bname = rep[key]
+        try:
+            blob = graph.extract(nodes).SerializeToString()
+        except CollageError as e:  # a cutting problem, not a measurement: reported, not stored
+            store.release(key, owner)
+            finish(key, Cost.from_key(key, error=f"cannot extract the subgraph: {e}"), nodes, bname, None)
+            return
+        entering = [t for t in graph.boundary(nodes)[0] if graph.tensor(t).dtype.kind in "iub"]
+        if entering and int_values is None:
+            int_values = reference_int_values(graph)
+        given = {t: int_values[t] for t in entering if int_values and t in int_values}
+        active.append(_Pending(key, nodes, bname, blob, given))
+
+    workers: dict[tuple[str, int], Measurer] = {}
+    last_swap = 0.0
     try:
         with contextlib.ExitStack() as stack:
-            queue = list(todo)
-            while queue or deferred:
+            while queue or deferred or active:
                 if over_budget():
                     log.info("budget of %.0f s reached; stopping with %d keys unmeasured", budget_s,
-                             len(queue) + len(deferred))
+                             len(queue) + len(deferred) + sum(1 for p in active if not p.done))
                     break
-                if not queue:  # only keys other processes are measuring: wait for them
-                    time.sleep(0.2)
-                    queue, deferred = deferred, []
-                key = queue.pop(0)
-                done = store.get(key)
-                if done is not None and (done.ok or not retry_failed):
-                    known[key] = done
-                    table.reused += 1
-                    bar.update(1)
+                # keys other processes are measuring: retried now and then (waited for when nothing else is left)
+                if not queue and deferred and (not active or time.monotonic() - last_swap > 1.0):
+                    if not active:
+                        time.sleep(0.2)
+                    queue, deferred, last_swap = deferred, [], time.monotonic()
+                while queue and len(active) < window:
+                    admit(queue.pop(0))
+                if not active:
                     continue
-                if not store.claim(key, owner, ttl_s=timeout_s + LOAD_TIMEOUT_S + MAX_EXTENSION_S):
-                    first = deferred_since.setdefault(key, time.monotonic())
-                    if time.monotonic() - first > wait_s + 120:
-                        log.warning("key %s stays claimed by another process; leaving it unmeasured", key.fingerprint)
-                        continue
-                    deferred.append(key)
-                    continue
-                nodes, bname = rep[key]
+                p = active.pop(0)
+                slot = len(p.done) % rounds if round_workers else 0
+                if (p.backend, slot) not in workers:
+                    workers[(p.backend, slot)] = stack.enter_context(Measurer())
+                left = None if budget_s is None else max(0.0, budget_s - (time.monotonic() - t_start))
+                if p.done:
+                    store.claim(p.key, owner, ttl_s=ttl_s)  # refresh: the key stays ours across its rounds
                 try:
-                    model = graph.extract(nodes)
-                except CollageError as e:  # a cutting problem, not a measurement: reported, not stored
-                    cost = Cost.from_key(key, error=f"cannot extract the subgraph: {e}")
-                    store.release(key, owner)
+                    res = workers[(p.backend, slot)].measure_bytes(
+                        p.blob, p.backend, opts.get(p.backend, {}), timeout_s=timeout_s, cap_s=cap_s / rounds,
+                        feeds=p.feeds, lock_timeout_s=left, probe=probe, warmup_s=window_warmup_s(rounds))
+                except MeasurementError as e:  # the budget ran out waiting for another process's measurement
+                    log.info("%s", e)
+                    active.insert(0, p)
+                    break
+                if res.ok and probe and judge.is_slow(res.probe_ms) and p.redone < MAX_REDO:
+                    p.redone += 1
+                    log.debug("slow window (probe %.3f ms) for %s; measuring that round again", res.probe_ms,
+                              p.key.fingerprint)
+                    active.append(p)
+                    continue
+                p.done.append(res)
+                if not res.ok or len(p.done) >= rounds:
+                    commit(p)
                 else:
-                    if bname not in workers:
-                        workers[bname] = stack.enter_context(Measurer())
-                    entering = [t for t in graph.boundary(nodes)[0] if graph.tensor(t).dtype.kind in "iub"]
-                    if entering and int_values is None:
-                        int_values = reference_int_values(graph)
-                    given = {t: int_values[t] for t in entering if int_values and t in int_values}
-                    left = None if budget_s is None else max(0.0, budget_s - (time.monotonic() - t_start))
-                    try:
-                        res = workers[bname].measure(model, bname, opts.get(bname, {}), timeout_s=timeout_s,
-                                                     cap_s=cap_s, feeds=given, lock_timeout_s=left)
-                    except MeasurementError as e:  # the budget ran out waiting for another process's measurement
-                        log.info("%s", e)
-                        break
-                    else:
-                        cost = res.to_cost(key)
-                        store.put(cost)
-                    finally:
-                        store.release(key, owner)
-                known[key] = cost
-                table.measured += 1
-                if not cost.ok:
-                    table.failed += 1
-                    table.failures[key] = cost.error or "?"
-                    log.warning("%s on %s (nodes %s): %s", graph.name, bname, _short(nodes), cost.error)
-                bar.update(1)
-                bar.set_postfix(failed=table.failed, refresh=False)
+                    active.append(p)
     finally:
+        # keys in flight: committed with the rounds they have (budget, lock timeout), else released
+        for p in active:
+            if p.done:
+                commit(p)
+            else:
+                store.release(p.key, owner)
         bar.close()
     for item, key in item_key.items():
         if key in known:

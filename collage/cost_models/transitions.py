@@ -23,11 +23,13 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from collage.cost_models.db import CostDB, canonical_json, get_db
+from collage.errors import MeasurementError
 from collage.util import machine_id
 
 log = logging.getLogger(__name__)
@@ -213,11 +215,14 @@ def measure_transition(a: str, b: str, db: None | str | CostDB = None, *,
 
 def transition_model(backends: list[str], db: None | str | CostDB = None, measure_missing: bool = True, *,
                      backend_options: Mapping[str, Mapping[str, Any]] | None = None,
-                     sizes: Sequence[int] = SIZES, cap_s: float = 1.0) -> Callable[[str, str, int], float]:
+                     sizes: Sequence[int] = SIZES, cap_s: float = 1.0,
+                     graph_fingerprint: str | None = None) -> Callable[[str, str, int], float]:
     """``f(src, dst, nbytes) -> ms``: 0 for the same backend, else the stored fit (clamped at 0).
 
-    Pairs missing from the DB are measured now when ``measure_missing`` (about 5-15 s a pair on CPU), else
-    they cost 0 and a warning says the prediction ignores them.
+    With ``graph_fingerprint`` (``graph.fingerprint(range(len(graph)))``), a pair's switch cost
+    measured on that model's own pieces (``measure_model_transitions``) is used where stored, before the
+    small-piece fit. Pairs missing from the DB are measured now (small pieces) when ``measure_missing``
+    (about 5-15 s a pair on CPU), else they cost 0 and a warning says the prediction ignores them.
     """
     from collage.cost_models.worker import resolve_backend
 
@@ -228,7 +233,11 @@ def transition_model(backends: list[str], db: None | str | CostDB = None, measur
     for a, b in itertools.combinations(sorted(backends), 2):
         settings = pair_settings(inst[a], inst[b])
         for src, dst in ((a, b), (b, a)):
-            t = store.get_transition(src, dst, settings, machine_id())
+            t = None
+            if graph_fingerprint is not None:
+                t = store.get_transition(src, dst, model_settings(settings, graph_fingerprint), machine_id())
+            if t is None:
+                t = store.get_transition(src, dst, settings, machine_id())
             if t is None and measure_missing:
                 measure_transition(a, b, store, backend_options=opts, sizes=sizes, cap_s=cap_s)
                 t = store.get_transition(src, dst, settings, machine_id())
@@ -246,3 +255,129 @@ def transition_model(backends: list[str], db: None | str | CostDB = None, measur
         return max(0.0, fixed + per_byte * nbytes)
 
     return cost
+
+
+# ---------------------------------------------------------------------- at the model's own scale
+#: Pieces a model is cut into (contiguous ranges of its topological node order) to measure hand-overs.
+MODEL_PIECES = 6
+
+
+@dataclass
+class ModelTransitions:
+    """Hand-over costs measured on a model's own pieces (``measure_model_transitions``).
+
+    ``overhead_ms[b]``: what one more partition on ``b`` costs in a chain beyond its measured cost
+    alone (cold weights, the runtime's threads waking); ``switch_ms``: what a hand-over between the two
+    backends costs on top of that (the runtimes' thread pools handing the cores over), mean of both
+    directions, per hand-over as the search counts them (``handovers``: each distinct tensor a partition
+    reads from another backend). ``chains``: the measured chains behind the fit (name -> measured ms,
+    parts ms, pieces, hand-overs as ``switches``).
+    """
+
+    a: str
+    b: str
+    overhead_ms: dict[str, float]
+    switch_ms: float
+    settings: str
+    chains: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def model_settings(pair: str, graph_fingerprint: str) -> str:
+    """The DB ``settings`` of a model-scale fit: the pair's settings plus the model it was measured on."""
+    return canonical_json({"pair": pair, "model": graph_fingerprint})
+
+
+def contiguous_pieces(graph: Any, n: int = MODEL_PIECES) -> list[tuple[int, ...]]:
+    """``n`` contiguous ranges of node ids (convex: ids are topological) of about equal size."""
+    n = max(2, min(n, len(graph)))
+    cuts = [round(k * len(graph) / n) for k in range(n + 1)]
+    return [tuple(range(cuts[k], cuts[k + 1])) for k in range(n)]
+
+
+def handovers(graph: Any, pieces: Sequence[Sequence[int]], assign: Sequence[str]) -> int:
+    """Hand-overs the search charges for pieces run in order on ``assign``: per piece, each distinct
+    tensor it reads from a node on another backend (``collage.search.dp``'s transition rule)."""
+    owner = {i: k for k, p in enumerate(pieces) for i in p}
+    count = 0
+    for k, p in enumerate(pieces):
+        for t in graph.boundary(p)[0]:
+            src = graph.producer(t)
+            if src is not None and src in owner and assign[owner[src]] != assign[k]:
+                count += 1
+    return count
+
+
+def measure_model_transitions(graph: Any, a: str, b: str, db: None | str | CostDB = None, *,
+                              pieces: Sequence[Sequence[int]] | None = None,
+                              backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+                              cap_s: float = 3.0, timeout_s: float = 1800.0, reuse: bool = True) -> ModelTransitions:
+    """Measure per-partition overhead and backend switch cost on ``graph``'s own pieces; store them.
+
+    ``pieces`` (default ``contiguous_pieces(graph)``) must run in the given order, each reading only
+    graph inputs and earlier pieces' outputs, and run on both backends. Each piece is measured alone
+    (``measure_candidates``, reusing the DB); then the chains all-a, all-b, alternating a-first and
+    b-first are timed end to end, interleaved, in a worker. With parts(chain) the sum of the pieces'
+    own costs and k pieces:
+
+    * ``overhead[x] = (chain all-x - parts(all-x)) / k``
+    * ``switch = mean over both alternating chains of (chain - parts - sum of overheads) / hand-overs``
+      (``handovers``: what the search charges ``transition(src, dst, nbytes)`` for)
+
+    Stored in the DB's transition table: ``(x, x)`` rows hold ``overhead[x]``, ``(a, b)`` and ``(b, a)``
+    rows hold ``switch`` (per byte 0), all under ``model_settings(pair settings, graph fingerprint)``.
+    With ``reuse``, a fit already stored for this model, pair and machine is returned without measuring
+    (``chains`` then empty).
+    """
+    from collage import zoo
+    from collage.cost_models.measure import Measurer, measure_candidates
+    from collage.cost_models.worker import resolve_backend
+
+    store = get_db(db)
+    opts = {k: dict(v) for k, v in (backend_options or {}).items()}
+    pair = pair_settings(resolve_backend(a, opts.get(a, {})), resolve_backend(b, opts.get(b, {})))
+    settings = model_settings(pair, graph.fingerprint(range(len(graph))))
+    if reuse:
+        rows = {(s, d): store.get_transition(s, d, settings, machine_id()) for s, d in ((a, a), (b, b), (a, b))}
+        if all(rows.values()):
+            return ModelTransitions(a, b, {a: rows[(a, a)].fixed_ms, b: rows[(b, b)].fixed_ms},
+                                    rows[(a, b)].fixed_ms, settings)
+    pieces = [tuple(p) for p in (pieces or contiguous_pieces(graph))]
+    k = len(pieces)
+    if k < 2:
+        raise ValueError("measure_model_transitions needs at least two pieces")
+    items = [(p, x) for p in pieces for x in (a, b)]
+    costs = measure_candidates(graph, items, db=store, backend_options=opts, progress=False)
+    bad = [(p, x) for p, x in items if (p, x) not in costs or not costs[(p, x)].ok]
+    if bad:
+        p, x = bad[0]
+        why = costs[(p, x)].error if (p, x) in costs else "not measured"
+        raise MeasurementError(f"{graph.name}: piece of nodes {p[0]}..{p[-1]} on {x} has no cost ({why}); "
+                               "pass pieces both backends can run")
+    assigns = {f"all {a}": [a] * k, f"all {b}": [b] * k,
+               f"alternating, {a} first": [(a, b)[i % 2] for i in range(k)],
+               f"alternating, {b} first": [(b, a)[i % 2] for i in range(k)]}
+    blobs = [graph.extract(p).SerializeToString() for p in pieces]
+    with Measurer() as m:
+        measured = m.call("collage.cost_models.transitions:chain_timings",
+                          {"pieces": blobs, "chains": {n: list(enumerate(s)) for n, s in assigns.items()},
+                           "feeds": zoo.random_inputs(graph), "backend_options": opts, "cap_s": cap_s},
+                          timeout_s=timeout_s)
+    chains = {}
+    for name, assign in assigns.items():
+        parts = sum(costs[(p, x)].median_ms for p, x in zip(pieces, assign))
+        chains[name] = {"measured_ms": measured[name]["median_ms"], "parts_ms": parts, "pieces": k,
+                        "switches": handovers(graph, pieces, assign)}
+    overhead = {x: max(0.0, (chains[f"all {x}"]["measured_ms"] - chains[f"all {x}"]["parts_ms"]) / k) for x in (a, b)}
+    per_switch = []
+    for x in (a, b):
+        c = chains[f"alternating, {x} first"]
+        ovh = sum(overhead[y] for y in assigns[f"alternating, {x} first"])
+        per_switch.append((c["measured_ms"] - c["parts_ms"] - ovh) / c["switches"])
+    switch = max(0.0, float(np.mean(per_switch)))
+    for x in (a, b):
+        store.put_transition(x, x, overhead[x], 0.0, settings, machine_id())
+    for src, dst in ((a, b), (b, a)):
+        store.put_transition(src, dst, switch, 0.0, settings, machine_id())
+    log.info("%s: per partition %s, per switch %s <-> %s %.3f ms", graph.name,
+             ", ".join(f"{x} {v:.3f} ms" for x, v in overhead.items()), a, b, switch)
+    return ModelTransitions(a, b, overhead, switch, settings, chains)

@@ -127,13 +127,14 @@ def median_ci_halfwidth(sorted_ms: list[float]) -> float:
 
 def time_calls(call: Callable[[], Any], *, cap_s: float, rel_ci: float = 0.02, min_samples: int = 10,
                warmup_s: float = 0.2, min_warmup: int = 3, max_samples: int = 100_000,
-               on_estimate: Callable[[float], None] | None = None) -> dict[str, Any]:
+               on_estimate: Callable[[float], None] | None = None,
+               out_samples: list[float] | None = None) -> dict[str, Any]:
     """Warm up, then time single calls until the median's CI is within ``rel_ci`` or ``cap_s`` passes.
 
     Slow calls scale the effort down: when one call takes a sizeable part of ``cap_s``, a single
     warm-up call is made and ``min_samples`` drops to what fits in ``cap_s`` (at least 1).
     ``on_estimate(seconds)`` is told how long the timed part will take at least, so that the parent
-    can tell a slow candidate from a hung one.
+    can tell a slow candidate from a hung one. ``out_samples`` (a list) receives the single-call times.
     """
     t0 = time.perf_counter()
     call()
@@ -148,7 +149,7 @@ def time_calls(call: Callable[[], Any], *, cap_s: float, rel_ci: float = 0.02, m
     while k < min_warmup or (time.perf_counter() < t_end and k < 1000 and first < 0.1 * cap_s):
         call()
         k += 1
-    samples: list[float] = []
+    samples: list[float] = [] if out_samples is None else out_samples
     start = time.perf_counter()
     check_at = min_samples
     while True:
@@ -172,9 +173,38 @@ def time_calls(call: Callable[[], Any], *, cap_s: float, rel_ci: float = 0.02, m
             "ci": median_ci_halfwidth(s), "mean_ms": float(arr.mean())}
 
 
+#: Most single-call times a worker sends back (evenly thinned beyond that); the parent pools rounds with them.
+MAX_RETURNED_SAMPLES = 2000
+_PROBE_A: np.ndarray | None = None
+
+
+def reference_probe(reps: int = 7) -> float:
+    """Median ms of a fixed small workload (a 128x128 float32 matmul, 8 times): the machine's speed now.
+
+    Timed next to every measurement window, so that the parent can tell a window the machine was slow
+    in (another tenant, a neighbour's burst) from a slow candidate.
+    """
+    global _PROBE_A
+    if _PROBE_A is None:
+        _PROBE_A = np.random.default_rng(0).standard_normal((128, 128)).astype(np.float32)
+    a = _PROBE_A
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter_ns()
+        for _ in range(8):
+            a @ a
+        times.append((time.perf_counter_ns() - t0) / 1e6)
+    return float(sorted(times)[reps // 2])
+
+
 def measure_model(send: Callable[[tuple], None], model_bytes: bytes, backend: str, options: Mapping[str, Any],
-                  cap_s: float, seed: int, given: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:
-    """One job: build the backend, compile, make inputs, time. Raises on failure."""
+                  cap_s: float, seed: int, given: Mapping[str, np.ndarray] | None = None,
+                  probe: bool = False, warmup_s: float = 0.2) -> dict[str, Any]:
+    """One job: build the backend, compile, make inputs, time (one window). Raises on failure.
+
+    The result also holds the single-call times (``samples_ms``, thinned to ``MAX_RETURNED_SAMPLES``)
+    and, with ``probe``, ``probe_ms``: the reference probe timed right before and after the window (mean).
+    """
     send(("phase", "load"))
     b = resolve_backend(backend, options)
     model = onnx.load_from_string(model_bytes)
@@ -184,8 +214,15 @@ def measure_model(send: Callable[[tuple], None], model_bytes: bytes, backend: st
     compiled = b.compile(model)
     compile_s = time.perf_counter() - t0
     send(("phase", "run"))
-    stats = time_calls(lambda: compiled.run(feeds), cap_s=cap_s, on_estimate=lambda s: send(("estimate", s)))
+    before = reference_probe() if probe else None
+    samples: list[float] = []
+    stats = time_calls(lambda: compiled.run(feeds), cap_s=cap_s, on_estimate=lambda s: send(("estimate", s)),
+                       out_samples=samples, warmup_s=warmup_s)
+    if probe:
+        stats["probe_ms"] = (before + reference_probe()) / 2
     stats["compile_s"] = compile_s
+    step = max(1, math.ceil(len(samples) / MAX_RETURNED_SAMPLES))
+    stats["samples_ms"] = samples[::step]
     del compiled
     return stats
 
