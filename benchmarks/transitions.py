@@ -30,7 +30,8 @@ from pathlib import Path
 from collage import zoo
 from collage.backends import unavailable_reason
 from collage.cost_models.db import SQLiteCostDB
-from collage.cost_models.measure import Measurer, measure_candidates
+from collage.cost_models.measure import measure_candidates
+from collage.cost_models.measurer import Measurer
 from collage.cost_models.transitions import (FAST_HANDOVER, QUICK_SIZES, SIZES, SLOW_HANDOVER,
                                              handovers, measure_model_transitions, measure_transition,
                                              transition_model)

@@ -22,7 +22,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from collage.backends.base import Backend, Compiled
 from collage.cost_models.db import SQLiteCostDB
-from collage.cost_models.measure import Measurer, measure_candidates
+from collage.cost_models.measure import measure_candidates
+from collage.cost_models.measurer import Measurer
 from collage.cost_models.worker import index_bounds, make_feeds, median_ci_halfwidth
 from collage.graph import Graph
 
@@ -380,7 +381,7 @@ def test_cli_measure_then_reuse(tmp_path):
 
 
 def test_budget_stops_while_another_process_holds_the_machine(tmp_path):
-    from collage.cost_models.measure import machine_lock
+    from collage.cost_models.measurer import machine_lock
 
     g = _graph_of(["Relu", "Neg"])
     t0 = time.monotonic()
@@ -394,7 +395,7 @@ def test_budget_stops_while_another_process_holds_the_machine(tmp_path):
 
 # ---------------------------------------------------------------------- rounds, probe
 def test_combine_rounds_takes_median_of_round_medians():
-    from collage.cost_models.measure import Measurement, combine_rounds
+    from collage.cost_models.measurer import Measurement, combine_rounds
 
     rs = [Measurement(median_ms=m, p10_ms=m, p90_ms=m, samples=10, compile_s=c, cv=0.0, samples_ms=[m] * 10)
           for m, c in ((1.0, 0.1), (5.0, 0.3), (1.2, 0.2))]
@@ -455,7 +456,6 @@ def test_model_transitions_on_own_pieces(tmp_path):
     from collage.cost_models.transitions import measure_model_transitions, model_settings, pair_settings, \
         transition_model
     from collage.cost_models.worker import resolve_backend
-    from collage.util import machine_id
 
     g = _graph_of(["Relu", "Neg", "Exp", "Abs", "Floor", "Ceil"])
     db = SQLiteCostDB(tmp_path / "t.sqlite")

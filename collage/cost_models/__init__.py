@@ -1,7 +1,8 @@
 """Measured costs: isolated, crash-safe, noise-controlled measurement and a persistent cost database.
 
     db.py           Cost, CostKey, key_for, CostDB (contract), SQLiteCostDB, get_db
-    measure.py      Measurer (one worker process), measure_candidates (dedup, DB reuse, budget, progress)
+    measurer.py     Measurer (one worker process), Measurement, combine_rounds, machine_lock
+    measure.py      measure_candidates (rounds, dedup, DB reuse, budget, progress), CostTable
     worker.py       what runs inside the worker: inputs, compile, timing until the median is stable
     transitions.py  transition costs measured as real alternation between backends; transition_model
     cli.py          ``collage measure MODEL``
@@ -16,7 +17,7 @@ from typing import Any
 
 _EXPORTS = {
     "Cost": "db", "CostKey": "db", "CostDB": "db", "SQLiteCostDB": "db", "get_db": "db", "key_for": "db",
-    "Measurer": "measure", "Measurement": "measure", "measure_candidates": "measure", "CostTable": "measure",
+    "Measurer": "measurer", "Measurement": "measurer", "measure_candidates": "measure", "CostTable": "measure",
     "transition_model": "transitions", "measure_transition": "transitions",
 }
 

@@ -28,38 +28,25 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
-import os
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
-from multiprocessing.connection import Connection
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from collage.cost_models.db import Cost, CostDB, CostKey, default_owner, get_db, key_for
+from collage.cost_models.measurer import (DEFAULT_CAP_S, DEFAULT_TIMEOUT_S, LOAD_TIMEOUT_S, MAX_EXTENSION_S, Measurement,
+                                          Measurer, combine_rounds, window_warmup_s)
 from collage.cost_models.worker import resolve_backend
 from collage.errors import BackendUnavailable, CollageError, MeasurementError
-from collage.util import cache_dir
 
 if TYPE_CHECKING:
-    import onnx
-
     from collage.graph import Graph
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TIMEOUT_S = 120.0
-DEFAULT_CAP_S = 2.0
-#: Allowance for starting a worker and importing a backend's runtime (before ``timeout_s`` starts).
-LOAD_TIMEOUT_S = 120.0
 #: Measurement windows per key in ``measure_candidates`` (cost = median of the round medians).
 DEFAULT_ROUNDS = 3
 #: Keys in flight at once (their rounds are taken round robin, so a key's windows lie this many apart).
@@ -70,286 +57,6 @@ PROBE_SLOW = 0.15
 MAX_REDO = 2
 #: Round r of a key runs in the backend's r-th worker process.
 DEFAULT_ROUND_WORKERS = False
-#: Warm-up per candidate (seconds of calls after the compile, at least 3 calls), shared by its rounds.
-WARMUP_S = 0.2
-#: How far a candidate whose calls are slow (not hung: its first call returned) may run past timeout_s.
-MAX_EXTENSION_S = 3600.0
-
-
-@dataclass
-class Measurement:
-    """What one measurement gives: the ``Cost`` fields minus the key, plus spread statistics."""
-
-    median_ms: float | None = None
-    p10_ms: float | None = None
-    p90_ms: float | None = None
-    samples: int = 0
-    compile_s: float | None = None
-    error: str | None = None
-    cv: float | None = None
-    mean_ms: float | None = None
-    ci: float | None = None  # relative half-width of the median's 95% CI (rounds > 1: half-range of round medians)
-    wall_s: float = 0.0
-    rounds: int = 1
-    round_ms: list[float] = field(default_factory=list)  # each window's median
-    probe_ms: float | None = None  # reference probe next to the window (mean over rounds)
-    samples_ms: list[float] = field(default_factory=list, repr=False)  # single-call times (thinned)
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.median_ms is not None
-
-    def to_cost(self, key: CostKey) -> Cost:
-        return Cost.from_key(key, median_ms=self.median_ms, p10_ms=self.p10_ms, p90_ms=self.p90_ms,
-                             samples=self.samples, compile_s=self.compile_s, error=self.error)
-
-
-def window_warmup_s(rounds: int) -> float:
-    """Warm-up of one window when a candidate is measured in ``rounds``: its share of ``WARMUP_S``."""
-    return max(0.05, WARMUP_S / max(1, rounds))
-
-
-def combine_rounds(rounds: Sequence[Measurement]) -> Measurement:
-    """One measurement from several windows of the same candidate: the median of the windows' medians.
-
-    A window the machine was slow in moves one round median, not the combined cost. p10/p90, CV and
-    mean come from the pooled single-call times, ``samples`` is their total, ``compile_s`` the median
-    compile time, ``ci`` the half-range of the round medians relative to the result. A failed round
-    fails the whole measurement (its error is kept).
-    """
-    if not rounds:
-        raise ValueError("combine_rounds needs at least one round")
-    bad = next((r for r in rounds if not r.ok), None)
-    if bad is not None:
-        return Measurement(error=bad.error, wall_s=sum(r.wall_s for r in rounds), rounds=len(rounds))
-    if len(rounds) == 1:
-        return rounds[0]
-    meds = sorted(r.median_ms for r in rounds)
-    med = float(np.median(meds))
-    pooled = np.asarray([x for r in rounds for x in (r.samples_ms or [r.median_ms])])
-    probes = [r.probe_ms for r in rounds if r.probe_ms is not None]
-    return Measurement(median_ms=med, p10_ms=float(np.percentile(pooled, 10)), p90_ms=float(np.percentile(pooled, 90)),
-                       samples=sum(r.samples for r in rounds),
-                       compile_s=float(np.median([r.compile_s or 0.0 for r in rounds])),
-                       cv=float(pooled.std() / pooled.mean()) if pooled.mean() > 0 else 0.0,
-                       mean_ms=float(pooled.mean()), ci=(meds[-1] - meds[0]) / (2 * med) if med > 0 else None,
-                       wall_s=sum(r.wall_s for r in rounds), rounds=len(rounds), round_ms=meds,
-                       probe_ms=float(np.mean(probes)) if probes else None, samples_ms=pooled.tolist())
-
-
-@contextlib.contextmanager
-def machine_lock(timeout_s: float | None = None) -> Iterator[None]:
-    """Exclusive lock so that no two measurements (in any process) overlap on this machine's cores."""
-    path = cache_dir() / "measure.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if deadline is not None and time.monotonic() > deadline:
-                    raise MeasurementError(f"another process held {path} for over {timeout_s:.0f} s; "
-                                           "is a measurement job stuck? (remove nothing: the lock frees itself "
-                                           "when that process ends)") from None
-                time.sleep(0.02)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
-
-
-def _signal_name(code: int | None) -> str:
-    if code is None:
-        return "unknown exit"
-    if code < 0:
-        try:
-            return signal.Signals(-code).name
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit code {code}"
-
-
-class Measurer:
-    """Owns one worker process; ``measure`` runs one candidate in it (context manager)."""
-
-    def __init__(self, *, lock: bool = True) -> None:
-        self._proc: subprocess.Popen | None = None
-        self._conn: Connection | None = None
-        self._log: Any = None
-        self.lock = lock
-        self.restarts = 0
-        self._runtime: str | None = None
-
-    def __enter__(self) -> Measurer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _start(self) -> None:
-        # a fresh interpreter (not multiprocessing): works whatever the parent's __main__ is
-        ours, theirs = socket.socketpair()
-        self._log = tempfile.TemporaryFile()
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "collage.cost_models.worker", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, env=env)
-        finally:
-            theirs.close()
-        self._conn = Connection(ours.detach())
-
-    def _alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    def _log_tail(self, limit: int = 600) -> str:
-        if self._log is None:
-            return ""
-        try:
-            self._log.seek(0, os.SEEK_END)
-            size = self._log.tell()
-            self._log.seek(max(0, size - limit))
-            text = self._log.read().decode(errors="replace").strip()
-        except OSError:
-            return ""
-        return " ".join(text.split())[-limit:]
-
-    def _kill(self) -> None:
-        if self._proc is not None:
-            if self._alive():
-                self._proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(5)
-            self._cleanup()
-            self.restarts += 1
-
-    def _cleanup(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-        if self._log is not None:
-            self._log.close()
-        self._proc = self._conn = self._log = None
-
-    def close(self) -> None:
-        """Stop the worker (politely, then by force)."""
-        if self._proc is not None:
-            with contextlib.suppress(OSError, BrokenPipeError, ValueError):
-                self._conn.send(None)
-            try:
-                self._proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(5)
-            self._cleanup()
-
-    def _job(self, job: tuple, timeout_s: float) -> tuple[str, Any, str]:
-        """Send a job; return (kind, payload, last phase) with kind in result|error|crash|timeout."""
-        if not self._alive():
-            if self._proc is not None:
-                self._kill()
-            self._start()
-        phase = "start"
-        try:
-            self._conn.send(job)
-        except (BrokenPipeError, OSError):
-            self._kill()
-            return "crash", "worker gone before the job was sent", phase
-        # starting the worker and importing the runtime get their own allowance; timeout_s runs from compile
-        deadline = time.monotonic() + max(timeout_s, LOAD_TIMEOUT_S)
-        while True:
-            left = deadline - time.monotonic()
-            try:
-                ready = left > 0 and self._conn.poll(min(left, 1.0))
-            except (EOFError, OSError):
-                ready = True
-            if not ready:
-                if time.monotonic() >= deadline:
-                    self._kill()
-                    return "timeout", f"timeout after {timeout_s:.0f} s during {phase} (worker killed)", phase
-                if not self._alive():
-                    ready = True
-                else:
-                    continue
-            try:
-                kind, payload = self._conn.recv()
-            except (EOFError, OSError):
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self._proc.wait(5)
-                code = self._proc.returncode
-                tail = self._log_tail()
-                self._kill()
-                return "crash", (f"worker crashed ({_signal_name(code)}) during {phase}"
-                                 + (f"; its last output: {tail}" if tail else "")), phase
-            if kind == "phase":
-                phase = payload
-                if phase == "compile":
-                    deadline = time.monotonic() + timeout_s
-                continue
-            if kind == "estimate":  # a slow but working candidate gets the time it needs, within reason
-                deadline = max(deadline, time.monotonic() + min(2.0 * payload + 10.0, MAX_EXTENSION_S))
-                continue
-            return kind, payload, phase
-
-    def measure(self, model: onnx.ModelProto, backend: str, options: Mapping[str, Any] | None = None, *,
-                timeout_s: float = DEFAULT_TIMEOUT_S, cap_s: float = DEFAULT_CAP_S, seed: int = 0,
-                feeds: Mapping[str, np.ndarray] | None = None, lock_timeout_s: float | None = None,
-                rounds: int = 1, probe: bool = False) -> Measurement:
-        """Measure ``model`` on ``backend`` (registry name or ``module:Class``) in the worker.
-
-        Inputs not in ``feeds`` are seeded random arrays (integer indices in range of what they index).
-        ``rounds`` > 1 takes that many windows of ``cap_s / rounds`` each (a compile each), back to back,
-        and combines them (``combine_rounds``); ``measure_candidates`` spreads the rounds over the job
-        instead, which averages over slow periods of the machine. ``probe`` times the reference probe
-        next to each window (``Measurement.probe_ms``).
-        Waits for the machine lock (another process measuring) up to ``lock_timeout_s`` (None: no
-        limit), then raises ``MeasurementError``; every other failure is returned as ``error``.
-        """
-        blob = model.SerializeToString()
-        done = []
-        for _ in range(max(1, rounds)):
-            r = self.measure_bytes(blob, backend, options, timeout_s=timeout_s, cap_s=cap_s / max(1, rounds),
-                                   seed=seed, feeds=feeds, lock_timeout_s=lock_timeout_s, probe=probe,
-                                   warmup_s=window_warmup_s(rounds))
-            done.append(r)
-            if not r.ok:
-                break
-        return combine_rounds(done)
-
-    def measure_bytes(self, blob: bytes, backend: str, options: Mapping[str, Any] | None = None, *,
-                      timeout_s: float = DEFAULT_TIMEOUT_S, cap_s: float = DEFAULT_CAP_S, seed: int = 0,
-                      feeds: Mapping[str, np.ndarray] | None = None, lock_timeout_s: float | None = None,
-                      probe: bool = False, warmup_s: float = WARMUP_S) -> Measurement:
-        """One measurement window of a serialized model (``measure`` with ``rounds=1``)."""
-        if self._runtime not in (None, backend):
-            self.close()  # one runtime per worker process: no idle thread pool of another runtime around
-        self._runtime = backend
-        job = ("measure", blob, backend, dict(options or {}), float(cap_s), int(seed), dict(feeds or {}), bool(probe),
-               float(warmup_s))
-        t0 = time.perf_counter()
-        with machine_lock(lock_timeout_s) if self.lock else contextlib.nullcontext():
-            kind, payload, _ = self._job(job, timeout_s)
-        wall = time.perf_counter() - t0
-        if kind == "result":
-            return Measurement(median_ms=payload["median_ms"], p10_ms=payload["p10_ms"], p90_ms=payload["p90_ms"],
-                               samples=payload["samples"], compile_s=payload["compile_s"], cv=payload["cv"],
-                               mean_ms=payload["mean_ms"], ci=payload["ci"], wall_s=wall,
-                               round_ms=[payload["median_ms"]], probe_ms=payload.get("probe_ms"),
-                               samples_ms=list(payload.get("samples_ms", ())))
-        text = payload[0] if kind == "error" else payload
-        return Measurement(error=str(text), wall_s=wall)
-
-    def call(self, target: str, kwargs: Mapping[str, Any], *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
-        """Run ``module:function(**kwargs)`` in a fresh worker under the machine lock; MeasurementError on failure."""
-        self.close()
-        self._runtime = None
-        with machine_lock() if self.lock else contextlib.nullcontext():
-            kind, payload, _ = self._job(("call", target, dict(kwargs)), timeout_s)
-        if kind == "result":
-            return payload
-        text = payload[0] if kind == "error" else payload
-        raise MeasurementError(f"{target}: {text}")
-
 
 # ---------------------------------------------------------------------- many candidates
 class CostTable(dict):

@@ -195,7 +195,7 @@ def measure_transition(a: str, b: str, db: None | str | CostDB = None, *,
                        sizes: Sequence[int] = SIZES, pieces: int = PIECES, cap_s: float = 1.0,
                        timeout_s: float = 600.0) -> tuple[float, float, list[dict[str, Any]]]:
     """Measure the pair (in a worker), store the fit for (a, b) and (b, a); return (fixed, per_byte, rows)."""
-    from collage.cost_models.measure import Measurer
+    from collage.cost_models.measurer import Measurer
     from collage.cost_models.worker import resolve_backend
 
     store = get_db(db)
@@ -329,7 +329,8 @@ def measure_model_transitions(graph: Any, a: str, b: str, db: None | str | CostD
     (``chains`` then empty).
     """
     from collage import zoo
-    from collage.cost_models.measure import Measurer, measure_candidates
+    from collage.cost_models.measure import measure_candidates
+    from collage.cost_models.measurer import Measurer
     from collage.cost_models.worker import resolve_backend
 
     store = get_db(db)

@@ -1,6 +1,6 @@
 """What runs inside the measurement worker process: compile, warm up, time until the median is stable.
 
-The parent (``collage.cost_models.measure.Measurer``) starts ``python -m collage.cost_models.worker FD``
+The parent (``collage.cost_models.measurer.Measurer``) starts ``python -m collage.cost_models.worker FD``
 (``serve`` on the socket ``FD``) and sends
 jobs over a pipe; the worker answers with ``("phase", name)`` messages while it works (so the parent
 can say whether a crash happened in compile or run) and ends every job with ``("result", dict)`` or
