@@ -28,6 +28,7 @@ import numpy as np
 from collage import zoo
 from collage.graph import Graph
 from collage.search import Limits, SearchStats, candidate_counts, enumerate_candidates, search
+from collage.search.ranges import range_candidates
 from collage.search.candidates import Candidate
 from collage.util import machine_id
 
@@ -86,6 +87,8 @@ def bench(name: str, repeats: int) -> dict:
     for _ in range(repeats):
         t0 = time.perf_counter()
         cands = enumerate_candidates(graph, supports, Limits())
+        known = set(cands)
+        cands += [c for c in range_candidates(graph, supports) if c not in known]  # as collage.tune adds them
         enum_s.append(time.perf_counter() - t0)
     costs = synthetic_costs(graph, cands)
     stats = SearchStats()
@@ -124,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{', '.join(BACKENDS)}; a candidate's cost comes from its nodes' estimated FLOPs with per-backend "
         "speed factors per op class, a per-call overhead, a fusion discount and a deterministic +-25% "
         "per-(node, backend) jitter; transitions cost 0.02 ms + bytes at 4 GB/s. Default `Limits()` "
-        "(max 12 nodes, at most 1 heavy op per candidate). DP s is the whole `search()` call; states expanded: "
+        "(max 12 nodes, at most 1 heavy op per candidate) plus the coarse range candidates the tuner adds "
+        "(`collage.search.ranges`). DP s is the whole `search()` call; states expanded: "
         "kept after dominance and expanded; states reached: state records created or improved.",
         "",
         "| model | nodes | candidates per backend | enumeration s | DP s | states expanded | states reached "

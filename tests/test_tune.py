@@ -69,13 +69,13 @@ def _round_trip(spec: str, tmp_path: Path, *, max_nodes: int, budget: str = "3m"
                                   pytest.param("zoo:tiny-mobilenetv2", marks=pytest.mark.slow),
                                   pytest.param("zoo:tiny-bert", marks=pytest.mark.slow)])
 def test_round_trip_tiny(spec, tmp_path):
-    _round_trip(spec, tmp_path, max_nodes=3, budget="2m")
+    _round_trip(spec, tmp_path, max_nodes=3, budget="60s")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", ["zoo:squeezenet", "zoo:mobilenetv2", "zoo:inception_v1"])
 def test_round_trip_real(spec, tmp_path):
-    _round_trip(spec, tmp_path, max_nodes=2, budget="4m")
+    _round_trip(spec, tmp_path, max_nodes=2, budget="100s")
 
 
 def test_retune_reuses_every_measurement(tmp_path, monkeypatch):
