@@ -79,8 +79,8 @@ def subgraphs(graph: Graph, supports: dict[str, dict[int, bool]], n_multi: int, 
 
 #: Measurement protocols (``measure_candidates`` keyword arguments) the benchmark can compare.
 PROTOCOLS: dict[str, dict] = {
-    "single": {"rounds": 1, "window": 1},  # one window per candidate (collage before rounds)
-    "rounds": {},  # collage's defaults (DEFAULT_ROUNDS windows, round robin over DEFAULT_WINDOW keys)
+    "single": {"rounds": 1, "window": 1},  # one window per candidate (collage's default)
+    "rounds": {"rounds": 3},  # 3 windows, round robin over DEFAULT_WINDOW keys
     "rounds5": {"rounds": 5},
     "rounds-wide": {"window": 40},
     "rounds-procs": {"round_workers": True},
@@ -150,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--blocks", type=int, default=None, help="multi-node candidates sampled per model")
     ap.add_argument("--cap", type=float, default=None, help="timing cap per candidate (all rounds), seconds")
     ap.add_argument("--max-nodes", type=int, default=None, help="candidate size limit for the counts")
-    ap.add_argument("--protocols", default="rounds",
+    ap.add_argument("--protocols", default="single,rounds",
                     help=f"comma-separated measurement protocols to compare, of {', '.join(PROTOCOLS)} "
-                         "(default: rounds, collage's default)")
+                         "(default: single,rounds)")
     ap.add_argument("--agree-above", type=float, default=None,
                     help="compare the two runs for subgraphs above this many ms (default 1; --quick 0.05)")
     ap.add_argument("--out", default=None)
@@ -258,11 +258,11 @@ def write(out: Path, args, backends, models, cap_s, max_nodes, above, protocols,
              f"backends: {', '.join(backends)}; timing cap {cap_s} s per candidate (all its rounds together). "
              f"Steal time during the benchmark: {steal}; CPU clock seen: "
              f"{', '.join(f'{x:.0f}' for x in mhz) or 'unknown'} MHz.", "",
-             f"Protocol `rounds` (collage's default, `measure_candidates`): every candidate measured in "
-             f"{M.DEFAULT_ROUNDS} windows of cap/{M.DEFAULT_ROUNDS} (warm-up, single timed calls until the median's "
+             f"Protocol `rounds` (`measure_candidates(rounds=3)`): every candidate measured in "
+             f"3 windows of cap/3 (warm-up, single timed calls until the median's "
              f"95% CI is within 2% or the window's cap), a compile each, taken round robin over "
              f"{M.DEFAULT_WINDOW} candidates in flight; cost = median of the round medians. Protocol `single`: one "
-             "window of the whole cap per candidate. Each run is a separate process with a fresh cost DB.", "",
+             "window of the whole cap per candidate (collage's default, `rounds=1`). Each run is a separate process with a fresh cost DB.", "",
              f"## Same subgraph, two separate runs (subgraphs above {above:g} ms)", "",
              "| protocol | statistic | pairs | median difference | p90 | max | within 5% | run seconds |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]

@@ -9,10 +9,12 @@
 * **Noise control**: a measurement window is a compile, a warm-up, then single timed calls until the
   distribution-free 95% confidence interval of the median is within 2% of it, or its cap passes (at
   least 10 samples; fewer, down to 1, when a single call takes a sizeable part of the cap). One window
-  is tight (~2%) but the machine's speed drifts between time windows (shared vCPUs, other tenants), so
-  ``measure_candidates`` measures each key in ``DEFAULT_ROUNDS`` windows of ``cap_s / rounds`` spread
-  over the job (round robin over ``DEFAULT_WINDOW`` keys in flight) and stores the median of the round
-  medians (``combine_rounds``): a slow period moves one round, not the cost. Optional: a reference
+  is tight (~2%) but the machine's speed drifts between time windows (shared vCPUs, other tenants).
+  ``measure_candidates(rounds=k)`` measures each key in ``k`` windows of ``cap_s / k`` spread over the
+  job (round robin over ``window`` keys in flight) and stores the median of the round medians
+  (``combine_rounds``): a slow period moves one round, not the cost. The default is one window: on
+  this machine three rounds took 1.9x the time and did not make two separate runs agree better
+  (results/noise.md: the machine's speed level moves between runs minutes apart, all rounds with it). Optional: a reference
   probe next to each window, and a window whose probe was slow taken again (``probe``); each round in
   its own worker process (``round_workers``). ``timeout_s`` catches
   hangs: a candidate whose first call returned gets the time its remaining calls need. Inputs are seeded
@@ -48,7 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: Measurement windows per key in ``measure_candidates`` (cost = median of the round medians).
-DEFAULT_ROUNDS = 3
+DEFAULT_ROUNDS = 1
 #: Keys in flight at once (their rounds are taken round robin, so a key's windows lie this many apart).
 DEFAULT_WINDOW = 24
 #: Reference probe next to every window; a window whose probe is PROBE_SLOW over the job's recent ones is redone.
