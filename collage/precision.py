@@ -53,7 +53,10 @@ log = logging.getLogger(__name__)
 
 #: registry names of the lower-precision variants and the precision each runs
 VARIANTS = {"openvino-bf16": "bf16", "openvino-fp16": "fp16"}
-MAX_ROUNDS = 8
+MAX_ROUNDS = 12
+#: A worst partition larger than this is a coarse range (collage.search.ranges): tightening drops it and
+#: the candidates containing it, not every candidate that overlaps it (which would drop its sub-ranges too).
+COARSE_NODES = 12
 
 
 # ---------------------------------------------------------------------- backend variants
@@ -294,7 +297,10 @@ class PrecisionTuner:
             # it is that worst partition itself.
             worst_c = max(lows, key=lambda c: (scores[c], -low[c]))
             worst = set(worst_c.nodes)
-            excluded |= {c for c in allowed if worst.intersection(c.nodes) and (c == worst_c or len(c.nodes) < n)}
+            if len(worst) > COARSE_NODES:  # a coarse range: its shorter sub-ranges may be within budget; keep them
+                excluded |= {c for c in allowed if worst <= set(c.nodes) and (c == worst_c or len(c.nodes) < n)}
+            else:
+                excluded |= {c for c in allowed if worst.intersection(c.nodes) and (c == worst_c or len(c.nodes) < n)}
             total = sum(scores[c] for c in lows)
             gain = (fp32_plan.predicted_ms or 0.0) - (plan.predicted_ms or 0.0)
             lam = max(lam * 2.0, 0.25 * gain / total if total > 0 else 0.0)

@@ -135,11 +135,14 @@ def test_tune_refuses_bf16_without_accuracy(tmp_path):
 
 
 # ---------------------------------------------------------------------- the Lagrangian loop (synthetic)
-def _synthetic(monkeypatch, errs: dict[tuple[int, ...], float], n: int = 4):
-    """A chain of n MatMuls; bf16 is 4x faster; its error per candidate is given; end to end = sum."""
+def _synthetic(monkeypatch, errs: dict[tuple[int, ...], float], n: int = 4, prefixes: bool = False):
+    """A chain of n MatMuls; bf16 is 4x faster; its error per candidate is given; end to end = sum.
+    ``prefixes``: every prefix of the chain is a candidate too (as range candidates are)."""
     g = Graph.load(_chain(n))
     bks = [get_backend("onnxruntime"), get_backend("openvino-bf16")]
     cands = enumerate_candidates(g, {b.name: {i: True for i in range(n)} for b in bks}, Limits(max_nodes=n))
+    if prefixes:
+        cands += [Candidate(tuple(range(k)), b.name) for b in bks for k in range(2, n + 1)]
     costs = {c: len(c.nodes) * (1.0 if c.backend == "onnxruntime" else 0.25) + 0.01 for c in cands}
 
     def fake_errors(graph, cs, backends, calib, db=None, progress=False, budget_s=None):
@@ -172,6 +175,18 @@ def test_budgeted_search_falls_back_to_fp32(monkeypatch):
     plan = tuner.search(costs, None)
     assert plan.backends == ["onnxruntime"] and tuner.fallback
     assert any("the plan is fp32" in n for n in plan.notes)
+
+
+def test_coarse_range_over_budget_keeps_its_sub_ranges(monkeypatch):
+    # 16 nodes: bf16 on all of them breaks the budget, the last two are the sensitive ones; dropping
+    # every candidate that overlaps the whole (or the longest prefix) would leave nothing but fp32
+    errs = {(i,): 0.05 for i in range(14)} | {(14,): 0.6, (15,): 0.6}
+    tuner, costs = _synthetic(monkeypatch, errs, n=16, prefixes=True)
+    plan = tuner.search(costs, None)
+    lows = [p for p in plan.partitions if p.backend == "openvino-bf16"]
+    assert not tuner.fallback and tuner.rounds[-1].ok, [(r.lam, r.low_partitions, r.ok) for r in tuner.rounds]
+    assert sorted(i for p in lows for i in p.nodes) == list(range(14)), plan.describe()
+    assert max(len(p.nodes) for p in lows) >= 13  # a coarse prefix, not 14 single-node partitions
 
 
 def test_nan_candidates_are_excluded(monkeypatch):
