@@ -257,21 +257,28 @@ def search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition 
                 break
         return out
 
+    def enter(grp: Group, ins: list, keep: list, front: int, f: int) -> tuple[int, list, int]:
+        """What a step from frontier ``front`` shares across its backends: ``f`` less the heuristic of the
+        nodes it covers and of the hand-overs it settles, the transition rows of the tensors it reads
+        (by their producers' backends), and the frontier digits that stay."""
+        base = f - grp.hconst
+        rows = []
+        for s, trows, hw in ins:
+            pb = (front >> s) & digit
+            rows.append(trows[pb])
+            base -= hw[pb]
+        nf0 = 0
+        for src, m, dst in keep:
+            nf0 |= ((front >> src) & m) << dst
+        return base, rows, nf0
+
     def successors(cid: int, front: int, f: int):
         """(f, step cost, group, backend, next id, next frontier) of every allowed step (for the dive)."""
         moves = moves_of[cid]
         if moves is None:
             moves = moves_of[cid] = steps_from(cid)
         for grp, nid, ins, keep, brep in moves:
-            base = f - grp.hconst
-            rows = []
-            for s, trows, hw in ins:
-                pb = (front >> s) & digit
-                rows.append(trows[pb])
-                base -= hw[pb]
-            nf0 = 0
-            for src, m, dst in keep:
-                nf0 |= ((front >> src) & m) << dst
+            base, rows, nf0 = enter(grp, ins, keep, front, f)
             for b, q in grp.options:
                 step = q + sum(row[b] for row in rows)
                 yield base + step + grp.hadd[b], step, grp, b, nid, nf0 | brep[b]
@@ -371,15 +378,7 @@ def search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition 
                 for grp, nid, ins, keep, brep in moves:
                     if f + grp.least > bound:
                         continue  # no backend for this step keeps g + h within the greedy plan's cost
-                    base = f - grp.hconst
-                    rows = []
-                    for s, trows, hw in ins:
-                        pb = (front >> s) & digit
-                        rows.append(trows[pb])
-                        base -= hw[pb]
-                    nf0 = 0
-                    for src, m, dst in keep:
-                        nf0 |= ((front >> src) & m) << dst
+                    base, rows, nf0 = enter(grp, ins, keep, front, f)
                     hadd = grp.hadd
                     into = reached[nid]
                     for b, q in grp.options:
