@@ -72,30 +72,32 @@ def native_support(kind: str) -> str | None:
     return None
 
 
-class OpenVINOBF16Backend(OpenVINOBackend):
-    """OpenVINO CPU in bf16 (AMX / avx512_bf16): a lower-precision variant, used only under --accuracy."""
+class _OpenVINOLowPrecision(OpenVINOBackend):
+    """OpenVINO CPU in a lower precision (``kind``), available where the CPU runs it natively; a
+    lower-precision variant, used only under --accuracy."""
+
+    kind = ""  # OpenVINO's capability name: "BF16" / "FP16"
+
+    def __init__(self, threads: int | None = None, precision: str | None = None, pinning: bool = False,
+                 hint: str = "LATENCY") -> None:
+        super().__init__(threads=threads, precision=precision or self.kind.lower(), pinning=pinning, hint=hint)
+
+    def available(self) -> str | None:
+        return super().available() or native_support(self.kind)
+
+
+class OpenVINOBF16Backend(_OpenVINOLowPrecision):
+    """OpenVINO CPU in bf16 (AMX / avx512_bf16)."""
 
     name = "openvino-bf16"
-
-    def __init__(self, threads: int | None = None, precision: str = "bf16", pinning: bool = False,
-                 hint: str = "LATENCY") -> None:
-        super().__init__(threads=threads, precision=precision, pinning=pinning, hint=hint)
-
-    def available(self) -> str | None:
-        return super().available() or native_support("BF16")
+    kind = "BF16"
 
 
-class OpenVINOFP16Backend(OpenVINOBackend):
-    """OpenVINO CPU in fp16 (avx512_fp16 / AMX-FP16): a lower-precision variant, used only under --accuracy."""
+class OpenVINOFP16Backend(_OpenVINOLowPrecision):
+    """OpenVINO CPU in fp16 (avx512_fp16 / AMX-FP16)."""
 
     name = "openvino-fp16"
-
-    def __init__(self, threads: int | None = None, precision: str = "fp16", pinning: bool = False,
-                 hint: str = "LATENCY") -> None:
-        super().__init__(threads=threads, precision=precision, pinning=pinning, hint=hint)
-
-    def available(self) -> str | None:
-        return super().available() or native_support("FP16")
+    kind = "FP16"
 
 
 def cpu_bf16_reason() -> str | None:
