@@ -20,6 +20,10 @@ runs. Contract:
   outputs) must copy it.
   ``Compiled.save(directory) -> entry`` writes its files and returns a JSON-able dict (with
   ``"files"``: the file names it wrote); ``Backend.load(directory, entry) -> Compiled`` reads them.
+* ``compile_linked(models, plain)``: partitions of this backend that run one after another in one
+  process. A tensor one of them produces and a later one reads (and that is not in ``plain``) may be
+  handed over in the runtime's own internal layout (a blocked or channels-last array) instead of the
+  ONNX layout, so the boundary costs no conversion pair. The default compiles each model alone.
 
 Support is decided once per backend: a backend implements one primitive,
 ``_check_supported(model) -> None | reason``, which really converts/compiles a one-node model; the base
@@ -38,7 +42,7 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
@@ -182,6 +186,17 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def load(self, directory: Path, entry: Mapping[str, Any]) -> Compiled: ...
+
+    def compile_linked(self, models: Sequence[onnx.ModelProto], plain: Collection[str] = ()) -> list[Compiled]:
+        """Compile ``models`` (partitions run in this order, in one process) for hand-over between them.
+
+        A tensor that a model outputs and a later model reads, unless its name is in ``plain`` (graph
+        outputs, tensors another backend reads), may be passed in the runtime's internal layout; the
+        returned ``Compiled`` objects then produce and accept that opaque array for it, and their
+        ``save``/``load`` keep the linked form. Inputs of the whole sequence keep the ONNX layout, and so
+        do outputs in ``plain``. Default: each model compiled alone (every boundary in the ONNX layout).
+        """
+        return [self.compile(m) for m in models]
 
     @property
     def options(self) -> dict[str, Any]:
