@@ -16,7 +16,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "tune": ("collage.tune", "measure candidates, search the cheapest plan, write an artifact"),
     "report": ("collage.report", "show what runs where in a tuned artifact, and why"),
-    "run": ("collage.runtime", "run a tuned artifact on inputs from .npy files"),
+    "run": ("collage.runtime_cli", "run a tuned artifact on inputs from .npy files"),
     "inspect": ("collage.inspect", "op histogram, FLOPs, inputs/outputs (and --support per backend)"),
     "bench": ("collage.bench", "tuned plan vs every single backend, written to results/"),
     "measure": ("collage.cost_models.cli", "measure candidates of a model into the cost database"),

@@ -22,11 +22,13 @@ builder to know what it holds:
 initializers it reads; it never re-serialises the whole model. ``fingerprint(nodes)`` hashes what
 determines latency (op types, attributes, shapes, dtypes, wiring, small integer constants), not
 weight values nor tensor names, so structurally identical blocks share a fingerprint.
+
+Reading the file and bringing the model into this form (shape overrides, constant folding, pruning,
+sorting, shape inference) is :mod:`collage.graph_load`.
 """
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,14 +37,10 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper, shape_inference
+from onnx import helper, numpy_helper
 
 from collage.errors import ModelError
-
-log = logging.getLogger(__name__)
-
-#: Operator domains collage knows how to hand to a backend.
-KNOWN_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
+from collage.graph_load import copy_model, node_reads, prepare_model, read_model, skeleton
 
 #: Integer initializers up to this many elements are treated as structure (shapes, axes) and enter
 #: the fingerprint; larger or floating-point ones are weights and do not.
@@ -81,53 +79,13 @@ def parse_shapes(specs: Iterable[str]) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def _read_model(source: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
-    if isinstance(source, onnx.ModelProto):
-        return source, source.graph.name or "<model>"
-    path = Path(source)
-    if not path.exists():
-        raise ModelError(f"{path}: no such file")
-    if path.is_dir():
-        raise ModelError(f"{path}: is a directory, expected an .onnx file")
-    try:
-        model = onnx.load(str(path))
-    except Exception as e:  # DecodeError, truncated external data, ...
-        raise ModelError(f"{path}: not a readable ONNX model ({type(e).__name__}: {str(e).strip() or 'parse error'})") from e
-    if not model.graph.node:
-        raise ModelError(f"{path}: not an ONNX model, or an empty one (no graph nodes)")
-    return model, str(path)
-
-
-def _subgraph_reads(node: onnx.NodeProto) -> list[str]:
-    """Outer-scope tensors read by a node's subgraphs (If/Loop/Scan bodies)."""
-    names: list[str] = []
-    for attr in node.attribute:
-        graphs = list(attr.graphs) + ([attr.g] if attr.HasField("g") else [])
-        for g in graphs:
-            local = {i.name for i in g.input} | {t.name for t in g.initializer}
-            for n in g.node:
-                for t in list(n.input) + _subgraph_reads(n):
-                    if t and t not in local:
-                        names.append(t)
-                local.update(n.output)
-    return names
-
-
-def _node_reads(node: onnx.NodeProto) -> list[str]:
-    seen: list[str] = []
-    for t in list(node.input) + _subgraph_reads(node):
-        if t and t not in seen:
-            seen.append(t)
-    return seen
-
-
 class Graph:
     """An ONNX model as a DAG of nodes (see the module docstring for the full contract)."""
 
     def __init__(self, model: onnx.ModelProto, *, source: str = "<model>",
                  shapes: Mapping[str, Sequence[int]] | None = None) -> None:
         self.source = source
-        self.model = self._prepare(model, dict(shapes or {}))
+        self.model = prepare_model(model, dict(shapes or {}), source)
         g = self.model.graph
         self.initializers: dict[str, onnx.TensorProto] = {t.name: t for t in g.initializer}
         self.inputs: list[str] = [i.name for i in g.input if i.name not in self.initializers]
@@ -142,53 +100,8 @@ class Graph:
     def load(cls, source: str | os.PathLike | onnx.ModelProto,
              shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
         """Load from a path or a ModelProto; ``shapes`` fixes symbolic input dimensions."""
-        model, name = _read_model(source)
+        model, name = read_model(source)
         return cls(model, source=name, shapes=shapes)
-
-    def _prepare(self, model: onnx.ModelProto, shapes: dict[str, Sequence[int]]) -> onnx.ModelProto:
-        model = _copy_model(model)
-        g = model.graph
-        for node in g.node:
-            if node.domain not in KNOWN_DOMAINS:
-                raise ModelError(
-                    f"{self.source}: node {node.name or node.output[0]!r} uses op {node.op_type!r} from unknown "
-                    f"domain {node.domain!r}; collage handles the domains {sorted(d or 'ai.onnx' for d in KNOWN_DOMAINS)}")
-        init_names = {t.name for t in g.initializer}
-        real_inputs = [i for i in g.input if i.name not in init_names]
-        unknown = set(shapes) - {i.name for i in real_inputs}
-        if unknown:
-            raise ModelError(f"{self.source}: --shape names no graph input: {sorted(unknown)} "
-                             f"(inputs are {[i.name for i in real_inputs]})")
-        for inp in real_inputs:
-            tt = inp.type.tensor_type
-            if inp.name in shapes:
-                dims = shapes[inp.name]
-                if tt.HasField("shape") and len(tt.shape.dim) not in (0, len(dims)):
-                    raise ModelError(f"{self.source}: --shape {inp.name} has {len(dims)} dims, the input has "
-                                     f"{len(tt.shape.dim)}")
-                tt.ClearField("shape")
-                for d in dims:
-                    tt.shape.dim.add().dim_value = int(d)
-            elif not tt.HasField("shape") or any(not d.HasField("dim_value") or d.dim_value <= 0 for d in tt.shape.dim):
-                dims = ["?" if not d.HasField("dim_value") else str(d.dim_value) for d in tt.shape.dim]
-                sym = [d.dim_param or "?" for d in tt.shape.dim if not d.HasField("dim_value")]
-                raise ModelError(
-                    f"{self.source}: input {inp.name!r} has symbolic dims [{','.join(dims)}] ({', '.join(sym) or 'no shape'}); "
-                    f"fix them with --shape {inp.name}=" + ",".join("1" if x == "?" else x for x in dims))
-        _fold_constants(g)
-        # keep only the nodes that feed a graph output; reorder topologically (stable)
-        _prune_and_sort(g, self.source)
-        for vi in list(g.value_info):
-            g.value_info.remove(vi)
-        try:
-            # on a skeleton: inferring on the full model serialises every weight twice (7 s for VGG-19)
-            inferred = shape_inference.infer_shapes(_skeleton(model), strict_mode=True, data_prop=True)
-        except Exception as e:
-            raise ModelError(f"{self.source}: shape inference failed: {str(e).strip().splitlines()[0]}") from e
-        g.value_info.extend(inferred.graph.value_info)
-        del g.output[:]
-        g.output.extend(inferred.graph.output)
-        return model
 
     def _collect_tensor_info(self) -> None:
         g = self.model.graph
@@ -199,7 +112,7 @@ class Graph:
         for t in g.initializer:
             self._tensors[t.name] = TensorInfo(t.name, np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)),
                                                tuple(int(d) for d in t.dims))
-        read = {t for node in g.node for t in _node_reads(node)} | {o.name for o in g.output}
+        read = {t for node in g.node for t in node_reads(node)} | {o.name for o in g.output}
         for node in g.node:
             for out in node.output:
                 if out and out in read and out not in self._tensors:
@@ -218,7 +131,7 @@ class Graph:
             for t in node.output:
                 if t:
                     self._producer[t] = i
-            reads = _node_reads(node)
+            reads = node_reads(node)
             self._reads.append(reads)
             for t in reads:
                 self._consumers.setdefault(t, []).append(i)
@@ -412,7 +325,7 @@ class Graph:
 
     def with_outputs(self, tensors: Sequence[str]) -> onnx.ModelProto:
         """The whole model with extra tensors exposed as outputs (for reference runs)."""
-        model = _copy_model(self.model)
+        model = copy_model(self.model)
         have = {o.name for o in model.graph.output}
         for t in tensors:
             if t not in have:
@@ -447,7 +360,7 @@ class Graph:
                 raise ModelError(f"{self.source}: tensor {data['tensor']!r} between {self.node_label(u)} and "
                                  f"{self.node_label(v)} has no static shape; pass --shape overrides")
         try:
-            onnx.checker.check_model(_skeleton(self.model))
+            onnx.checker.check_model(skeleton(self.model))
         except onnx.checker.ValidationError as e:
             raise ModelError(f"{self.source}: ONNX checker: {str(e).strip().splitlines()[0]}") from e
 
@@ -456,36 +369,6 @@ class Graph:
 
 
 # ---------------------------------------------------------------------- helpers
-def _copy_model(model: onnx.ModelProto) -> onnx.ModelProto:
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    return m
-
-
-def _skeleton(model: onnx.ModelProto, keep_elems: int = 4096) -> onnx.ModelProto:
-    """The model without its large initializers, which become typed graph inputs instead: what shape
-    inference and the checker need (small initializers, e.g. Reshape targets, keep their values),
-    without serialising the weights."""
-    g = model.graph
-    skel = onnx.ModelProto()
-    skel.ir_version = model.ir_version
-    skel.opset_import.extend(model.opset_import)
-    skel.functions.extend(model.functions)
-    sg = skel.graph
-    sg.name = g.name
-    sg.node.extend(g.node)
-    sg.input.extend(g.input)
-    sg.output.extend(g.output)
-    sg.value_info.extend(g.value_info)
-    listed = {i.name for i in g.input}
-    for t in g.initializer:
-        if int(np.prod(t.dims, dtype=np.int64)) <= keep_elems or t.data_location == onnx.TensorProto.EXTERNAL:
-            sg.initializer.append(t)
-        elif t.name not in listed:
-            sg.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-    return skel
-
-
 def _tensor_info(vi: onnx.ValueInfoProto) -> TensorInfo | None:
     if not vi.type.HasField("tensor_type"):
         return None
@@ -512,58 +395,3 @@ def _attrs_key(node: onnx.NodeProto) -> tuple:
         else:
             items.append((a.name, str(helper.get_attribute_value(a))))
     return tuple(items)
-
-
-def _fold_constants(g: onnx.GraphProto) -> None:
-    """Turn ``Constant`` nodes into initializers, so that constants travel with the nodes that read them."""
-    keep = []
-    for node in g.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.attribute) == 1:
-            a = node.attribute[0]
-            value = None
-            if a.name == "value":
-                value = numpy_helper.to_array(a.t)
-            elif a.name in ("value_float", "value_int"):
-                value = np.array(a.f if a.name == "value_float" else a.i,
-                                 dtype=np.float32 if a.name == "value_float" else np.int64)
-            elif a.name in ("value_floats", "value_ints"):
-                value = np.array(list(a.floats) if a.name == "value_floats" else list(a.ints),
-                                 dtype=np.float32 if a.name == "value_floats" else np.int64)
-            if value is not None:
-                g.initializer.append(numpy_helper.from_array(value, node.output[0]))
-                continue
-        keep.append(node)
-    if len(keep) != len(g.node):
-        del g.node[:]
-        g.node.extend(keep)
-
-
-def _prune_and_sort(g: onnx.GraphProto, source: str) -> None:
-    producers: dict[str, int] = {}
-    nodes = list(g.node)
-    for i, node in enumerate(nodes):
-        for t in node.output:
-            if t:
-                if t in producers:
-                    raise ModelError(f"{source}: tensor {t!r} is written by two nodes; the model is malformed")
-                producers[t] = i
-    dag = nx.DiGraph()
-    dag.add_nodes_from(range(len(nodes)))
-    for i, node in enumerate(nodes):
-        for t in _node_reads(node):
-            if t in producers:
-                dag.add_edge(producers[t], i)
-    if not nx.is_directed_acyclic_graph(dag):
-        raise ModelError(f"{source}: the graph has a cycle; ONNX graphs must be acyclic")
-    live: set[int] = set()
-    for o in g.output:
-        if o.name in producers:
-            p = producers[o.name]
-            live.add(p)
-            live |= nx.ancestors(dag, p)
-    dropped = len(nodes) - len(live)
-    if dropped:
-        log.info("%s: dropped %d nodes that feed no graph output", source, dropped)
-    order = list(nx.lexicographical_topological_sort(dag.subgraph(live)))
-    del g.node[:]
-    g.node.extend(nodes[i] for i in order)

@@ -230,7 +230,7 @@ class PrecisionTuner:
                *, max_rounds: int = MAX_ROUNDS) -> Plan:
         """The fastest plan whose measured end-to-end error is within budget (module docstring)."""
         from collage.search.candidates import Candidate
-        from collage.search.dp import plan_from_parts, search
+        from collage.search import plan_from_parts, search
 
         graph = self.graph
         # tune may search more than once (re-charged overheads): each call starts afresh, errors stay cached

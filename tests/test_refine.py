@@ -10,7 +10,7 @@ from collage.errors import CollageError
 from collage.graph import Graph
 from collage.plan import Plan
 from collage.search import Limits, check_plan, cover_cost, enumerate_candidates, search
-from collage.search.dp import usable_costs
+from collage.search.cover import usable_costs
 from collage.search.refine import RefineResult, refine
 
 

@@ -13,7 +13,8 @@ from collage.graph import Graph
 from collage.search import (Candidate, Limits, SearchStats, check_plan, cover_cost, enumerate_candidates,
                             exhaustive_search, search)
 from collage.search.candidates import candidate_counts
-from collage.search.dp import quantize, usable_costs
+from collage.search.cover import usable_costs
+from collage.search.dp_tables import quantize
 
 BACKENDS = ["ort", "ov", "tvm"]
 

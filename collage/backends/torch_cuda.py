@@ -59,6 +59,7 @@ class Program:
         from onnx import numpy_helper, shape_inference
 
         from collage.backends import torch_ops as ops
+        from collage.backends.torch_opnode import OpNode, OpUnsupported, attributes, torch_dtype
 
         torch = _torch()
         self.device = torch.device(device)
@@ -86,7 +87,7 @@ class Program:
             shape = shapes.get(name)
             if shape is None:
                 raise CollageError(f"torch: input {name!r} of {g.name!r} has no static shape; fix input shapes first")
-            self.in_specs.append((name, ops.torch_dtype(dtypes.get(name, onnx.TensorProto.FLOAT)), shape))
+            self.in_specs.append((name, torch_dtype(dtypes.get(name, onnx.TensorProto.FLOAT)), shape))
         self.steps: list[_Step] = []
         for k, node in enumerate(g.node):
             label = f"{node.op_type} (node {node.name or node.output[0]!r})"
@@ -98,13 +99,13 @@ class Program:
             if build is None:
                 raise UnsupportedError(f"torch cannot take op {node.op_type} (node {node.name or node.output[0]!r} "
                                        f"of model {g.name!r}): not in the torch backend's op table")
-            info = ops.OpNode(node.op_type, node.name, ops.attributes(node),
-                              [static.get(i) if i else None for i in node.input],
-                              [shapes.get(i) if i else None for i in node.input],
-                              sum(1 for o in node.output if o), self.opset)
+            info = OpNode(node.op_type, node.name, attributes(node),
+                          [static.get(i) if i else None for i in node.input],
+                          [shapes.get(i) if i else None for i in node.input],
+                          sum(1 for o in node.output if o), self.opset)
             try:
                 fn = build(info)
-            except ops.OpUnsupported as e:
+            except OpUnsupported as e:
                 raise UnsupportedError(f"torch cannot take op {node.op_type} (node {node.name or node.output[0]!r} "
                                        f"of model {g.name!r}): {e}") from None
             outputs = [o for o in node.output if o]

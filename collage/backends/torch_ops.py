@@ -6,6 +6,8 @@ value or anything folded from them; None for a tensor only known at run time) an
 ``fn(*inputs: torch.Tensor | None) -> tuple[torch.Tensor, ...]``. A builder that meets an attribute
 value or a non-static shape argument it does not handle raises :class:`OpUnsupported` with the
 reason; ``supports()`` of the backend is exactly "op in OPS and its builder does not raise".
+``OpNode``, ``OpUnsupported`` and the attribute rules builders share are in
+:mod:`collage.backends.torch_opnode`.
 
 Builders decide everything they can once (pads, axes, target shapes), so the call is one or two
 torch ops. Semantics follow the ONNX spec for opsets 11-21 (the ``opset`` of the model decides the
@@ -14,73 +16,16 @@ defaults that changed, e.g. Softmax's axis before opset 13).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import onnx
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 import torch
 import torch.nn.functional as F
 
-Fn = Callable[..., tuple]
-
-
-class OpUnsupported(Exception):
-    """A node the table cannot take (the message says which attribute or input is the problem)."""
-
-
-@dataclass
-class OpNode:
-    """What a builder sees of one ONNX node."""
-
-    op: str
-    name: str
-    attrs: dict[str, Any]
-    static: list[np.ndarray | None]
-    in_shapes: list[tuple[int, ...] | None]
-    n_outputs: int
-    opset: int
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def attr(self, key: str, default: Any = None) -> Any:
-        return self.attrs.get(key, default)
-
-    def const(self, i: int, what: str) -> np.ndarray | None:
-        """Input ``i`` as a numpy array if known at build time; None if the input is absent."""
-        if i >= len(self.static) or (self.static[i] is None and self.in_shapes[i] is None):
-            return None
-        if self.static[i] is None:
-            raise OpUnsupported(f"{self.op}: {what} (input {i}) must be a constant, it is computed at run time")
-        return self.static[i]
-
-    def rank(self, i: int = 0) -> int:
-        shape = self.in_shapes[i] if i < len(self.in_shapes) else None
-        if shape is None:
-            raise OpUnsupported(f"{self.op}: the rank of input {i} is unknown (no static shape)")
-        return len(shape)
-
-
-def attributes(node: onnx.NodeProto) -> dict[str, Any]:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
-
-
-_ONNX_TO_TORCH = {
-    onnx.TensorProto.FLOAT: torch.float32, onnx.TensorProto.DOUBLE: torch.float64,
-    onnx.TensorProto.FLOAT16: torch.float16, onnx.TensorProto.BFLOAT16: torch.bfloat16,
-    onnx.TensorProto.INT8: torch.int8, onnx.TensorProto.UINT8: torch.uint8, onnx.TensorProto.INT16: torch.int16,
-    onnx.TensorProto.INT32: torch.int32, onnx.TensorProto.INT64: torch.int64, onnx.TensorProto.BOOL: torch.bool,
-}
-
-
-def torch_dtype(onnx_type: int) -> torch.dtype:
-    try:
-        return _ONNX_TO_TORCH[onnx_type]
-    except KeyError:
-        name = onnx.TensorProto.DataType.Name(onnx_type)
-        raise OpUnsupported(f"ONNX element type {name} has no torch dtype here") from None
+from collage.backends.torch_opnode import Fn, OpNode, OpUnsupported, spatial, torch_dtype, torch_pad
 
 
 def _unary(f: Callable) -> Callable[[OpNode], Fn]:
@@ -94,43 +39,6 @@ def _need_plain(node: OpNode, **allowed: Any) -> None:
             raise OpUnsupported(f"{node.op}: attribute {key}={v!r} is not handled (only {ok!r})")
 
 
-def _spatial(node: OpNode, kernel: Sequence[int]) -> tuple[list[int], list[int], list[int], list[int] | None]:
-    """strides, dilations, symmetric pads (or the full ONNX pads when asymmetric -> explicit F.pad)."""
-    n = len(kernel)
-    auto_pad = node.attr("auto_pad", b"NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
-    strides = list(node.attr("strides", [1] * n))
-    dilations = list(node.attr("dilations", [1] * n))
-    if auto_pad in ("NOTSET", "VALID"):
-        pads = [0] * (2 * n) if auto_pad == "VALID" else list(node.attr("pads", [0] * (2 * n)))
-    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        shape = node.in_shapes[0]
-        if shape is None:
-            raise OpUnsupported(f"{node.op}: auto_pad={auto_pad} needs the input's static shape")
-        pads = [0] * (2 * n)
-        for d in range(n):
-            size = shape[2 + d]
-            out = math.ceil(size / strides[d])
-            total = max(0, (out - 1) * strides[d] + (kernel[d] - 1) * dilations[d] + 1 - size)
-            small, big = total // 2, total - total // 2
-            pads[d], pads[d + n] = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
-    else:
-        raise OpUnsupported(f"{node.op}: auto_pad={auto_pad!r} is not handled")
-    begin, end = pads[:n], pads[n:]
-    if begin == end:
-        return strides, dilations, begin, None
-    return strides, dilations, [0] * n, pads
-
-
-def _torch_pad(pads: list[int]) -> list[int]:
-    """ONNX [b1, b2, ..., e1, e2, ...] -> F.pad's (last dim first) [b_last, e_last, ...]."""
-    n = len(pads) // 2
-    out: list[int] = []
-    for d in reversed(range(n)):
-        out += [pads[d], pads[d + n]]
-    return out
-
-
 def _conv(node: OpNode) -> Fn:
     w_shape = node.in_shapes[1]
     if w_shape is None:
@@ -139,12 +47,12 @@ def _conv(node: OpNode) -> Fn:
     n = len(kernel)
     if n not in (1, 2, 3):
         raise OpUnsupported(f"Conv: {n}-d convolution is not handled")
-    strides, dilations, padding, explicit = _spatial(node, kernel)
+    strides, dilations, padding, explicit = spatial(node, kernel)
     group = int(node.attr("group", 1))
     conv = (F.conv1d, F.conv2d, F.conv3d)[n - 1]
     if explicit is None:
         return lambda x, w, b=None: (conv(x, w, b, strides, padding, dilations, group),)
-    tp = _torch_pad(explicit)
+    tp = torch_pad(explicit)
     return lambda x, w, b=None: (conv(F.pad(x, tp), w, b, strides, 0, dilations, group),)
 
 
@@ -268,14 +176,14 @@ def _pool(node: OpNode, kind: str) -> Fn:
         raise OpUnsupported(f"{node.op}: {n}-d pooling is not handled")
     if node.n_outputs > 1:
         raise OpUnsupported(f"{node.op}: the Indices output is not handled")
-    strides, dilations, padding, explicit = _spatial(node, kernel)
+    strides, dilations, padding, explicit = spatial(node, kernel)
     ceil = bool(node.attr("ceil_mode", 0))
     if kind == "max":
         _need_plain(node, storage_order=0)
         pool = (F.max_pool1d, F.max_pool2d, F.max_pool3d)[n - 1]
         if explicit is None and all(p <= k // 2 for p, k in zip(padding, kernel)):
             return lambda x: (pool(x, kernel, strides, padding, dilations, ceil),)
-        tp = _torch_pad(explicit or padding + padding)
+        tp = torch_pad(explicit or padding + padding)
         return lambda x: (pool(F.pad(x, tp, value=-math.inf), kernel, strides, 0, dilations, ceil),)
     if any(d != 1 for d in dilations):
         raise OpUnsupported("AveragePool: dilations are not handled")
@@ -285,7 +193,7 @@ def _pool(node: OpNode, kind: str) -> Fn:
         return lambda x: (pool(x, kernel, strides, padding, ceil, include),)
     if not include:
         raise OpUnsupported("AveragePool: asymmetric pads with count_include_pad=0 are not handled")
-    tp = _torch_pad(explicit or padding + padding)
+    tp = torch_pad(explicit or padding + padding)
     return lambda x: (pool(F.pad(x, tp), kernel, strides, 0, ceil, True),)
 
 

@@ -7,7 +7,8 @@ a backend or the cost models.
 from __future__ import annotations
 
 from collage.search.candidates import HEAVY_OPS, Candidate, Limits, candidate_counts, enumerate_candidates
-from collage.search.dp import SearchStats, check_plan, cover_cost, plan_from_parts, search
+from collage.search.cover import check_plan, cover_cost, plan_from_parts
+from collage.search.dp import SearchStats, search
 from collage.search.exhaustive import exhaustive_search
 
 __all__ = [

@@ -53,51 +53,15 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from collage.errors import CollageError
-from collage.plan import Partition, Plan
+from collage.plan import Plan
 from collage.search.candidates import Candidate
+from collage.search.cover import Transition, _to_plan, usable_costs
 from collage.search.dp_tables import _SCALE, Group, build_groups, prepare, quantize
 
 if TYPE_CHECKING:
     from collage.graph import Graph
 
 log = logging.getLogger(__name__)
-
-Transition = Callable[[str, str, int], float]
-
-def cost_ms(value: Any) -> float | None:
-    """A usable cost in ms from what a cost table holds, or None (missing, failed, not finite)."""
-    if value is None:
-        return None
-    if not isinstance(value, (int, float)):
-        if getattr(value, "ok", True) is False or getattr(value, "error", None):
-            return None
-        for attr in ("median_ms", "ms", "cost_ms"):
-            if hasattr(value, attr):
-                value = getattr(value, attr)
-                break
-        else:
-            return None
-        if value is None:
-            return None
-    value = float(value)
-    if not math.isfinite(value) or value < 0:
-        return None
-    return value
-
-
-def usable_costs(graph: Graph, costs: Mapping[Candidate, Any]) -> dict[tuple[int, ...], dict[str, float]]:
-    """Usable costs grouped by node set: ``{nodes: {backend: ms}}`` (missing / failed ones dropped)."""
-    n = len(graph)
-    table: dict[tuple[int, ...], dict[str, float]] = {}
-    for cand, value in costs.items():
-        ms = cost_ms(value)
-        if ms is None:
-            continue
-        if cand.nodes[0] < 0 or cand.nodes[-1] >= n:
-            raise CollageError(f"candidate {cand} names a node outside {graph.name} (nodes 0..{n - 1}); "
-                               "were the costs computed for another model?")
-        table.setdefault(cand.nodes, {})[cand.backend] = ms
-    return table
 
 
 class SearchStats:
@@ -414,72 +378,3 @@ def search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition 
     steps.reverse()
     log.debug("%s: search expanded %d states, reached %d", graph.name, stats.expanded, stats.pushed)
     return _to_plan(graph, [(grp.nodes, backends[b]) for grp, b in steps], table, transition)
-
-
-def cover_cost(graph: Graph, parts: list[tuple[tuple[int, ...], str]],
-               table: Mapping[tuple[int, ...], Mapping[str, float]],
-               transition: Transition | None) -> tuple[float, float]:
-    """(sum of partition costs, sum of transition costs) of a cover, in ms."""
-    owner: dict[int, str] = {}
-    for nodes, b in parts:
-        for i in nodes:
-            owner[i] = b
-    compute = sum(table[nodes][b] for nodes, b in parts)
-    moved = 0.0
-    for nodes, b in parts:
-        entering, _ = graph.boundary(nodes)
-        for t in entering:
-            p = graph.producer(t)
-            if p is not None and owner[p] != b and transition is not None:
-                moved += float(transition(owner[p], b, graph.tensor(t).nbytes))
-    return compute, moved
-
-
-def _to_plan(graph: Graph, parts: list[tuple[tuple[int, ...], str]],
-             table: Mapping[tuple[int, ...], Mapping[str, float]], transition: Transition | None) -> Plan:
-    partitions = []
-    for nodes, b in parts:
-        others = [(ms, other) for other, ms in table[nodes].items() if other != b]
-        runner_up = (min(others)[1], min(others)[0]) if others else None
-        entering, leaving = graph.boundary(nodes)
-        partitions.append(Partition(tuple(nodes), b, table[nodes][b], runner_up, tuple(entering), tuple(leaving),
-                                    graph.fingerprint(nodes)))
-    compute, moved = cover_cost(graph, parts, table, transition)
-    plan = Plan(partitions, predicted_ms=compute + moved)
-    if moved:
-        plan.notes.append(f"transitions between backends: {moved:.3f} ms of the predicted {compute + moved:.3f} ms")
-    return plan
-
-
-def plan_from_parts(graph: Graph, parts: list[tuple[tuple[int, ...], str]],
-                    costs: Mapping[Candidate, Any], transition: Transition | None = None) -> Plan:
-    """A Plan (boundaries, fingerprints, runner-ups, predicted ms) for given ``(nodes, backend)`` parts.
-
-    Every part needs a usable cost in ``costs``; the order is kept as given (check it with
-    :func:`check_plan`).
-    """
-    table = usable_costs(graph, costs)
-    for nodes, b in parts:
-        if b not in table.get(tuple(nodes), {}):
-            raise CollageError(f"no usable cost for nodes {list(nodes)} on {b}")
-    return _to_plan(graph, [(tuple(nodes), b) for nodes, b in parts], table, transition)
-
-
-def check_plan(graph: Graph, plan: Plan) -> None:
-    """Raise CollageError unless ``plan`` is an exact cover of ``graph`` by convex partitions whose
-    inputs are produced by earlier partitions (or are graph inputs / weights)."""
-    try:
-        plan.check_cover(len(graph))
-    except ValueError as e:
-        raise CollageError(f"{graph.name}: plan is not an exact cover: {e}") from None
-    done: set[str] = set(graph.inputs) | set(graph.initializers)
-    for k, p in enumerate(plan.partitions):
-        if not graph.is_convex(p.nodes):
-            raise CollageError(f"{graph.name}: partition {k} ({p.backend}, nodes {list(p.nodes)}) is not convex")
-        entering, leaving = graph.boundary(p.nodes)
-        for t in entering:
-            if t not in done:
-                raise CollageError(f"{graph.name}: partition {k} ({p.backend}) reads {t!r} before any earlier "
-                                   "partition produces it (not an executable order)")
-        for i in p.nodes:
-            done.update(o for o in graph.op(i).output if o)

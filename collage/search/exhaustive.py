@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from collage.errors import CollageError
 from collage.plan import Plan
 from collage.search.candidates import Candidate
-from collage.search.dp import Transition, _to_plan, quantize, usable_costs
+from collage.search.cover import Transition, _to_plan, usable_costs
+from collage.search.dp_tables import quantize
 
 if TYPE_CHECKING:
     from collage.graph import Graph

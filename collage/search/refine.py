@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from collage.errors import CollageError
 from collage.plan import Partition, Plan
 from collage.search.candidates import Candidate
-from collage.search.dp import Transition, cover_cost, usable_costs
+from collage.search.cover import Transition, cover_cost, usable_costs
 
 if TYPE_CHECKING:
     from collage.graph import Graph
