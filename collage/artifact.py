@@ -140,7 +140,8 @@ def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike, *,
 
     Each partition is compiled from ``graph.extract(p.nodes)`` by its backend (created with
     ``get_backend(name, **backend_options[name])``) unless ``compiled[k]`` already holds the
-    compiled partition ``k``. The directory is built next to ``out_dir`` and renamed into place
+    compiled partition ``k``; the partitions of one backend are compiled together with
+    ``Backend.compile_linked`` (tensors passed only between them may keep the runtime's own layout). The directory is built next to ``out_dir`` and renamed into place
     only when complete; an existing ``out_dir`` is replaced only if it is a collage artifact (or an
     empty directory). ``archive=True`` also writes ``<out_dir>.tar.gz``.
     """
@@ -169,17 +170,14 @@ def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike, *,
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
+        compiled.update(_compile_linked(graph, plan, bounds, backends, compiled))
         parts_meta = []
         tied: list[Partition] = []
         for k, (p, (ins, outs)) in enumerate(zip(plan.partitions, bounds)):
             rel = f"partitions/{partition_dir_name(k, p.backend)}"
             pdir = tmp / rel
             pdir.mkdir(parents=True)
-            c = compiled.get(k)
-            if c is None:
-                model = graph.extract(p.nodes, name=f"{graph.name}_p{k:03d}_{p.backend}")
-                log.info("compiling partition %d (%d nodes) with %s", k, len(p.nodes), p.backend)
-                c = backends[p.backend].compile(model)
+            c = compiled[k]
             _check_compiled_names(graph, k, p.backend, c, ins, outs)
             entry = c.save(pdir)
             if not isinstance(entry, dict) or not isinstance(entry.get("files"), list) or not entry["files"]:
@@ -228,6 +226,30 @@ def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike, *,
     if archive:
         write_archive(out)
     log.info("wrote artifact %s (%d partitions)", out, len(plan.partitions))
+    return out
+
+
+def _compile_linked(graph: Graph, plan: Plan, bounds: list[tuple[list[str], list[str]]], backends: Mapping[str, Any],
+                    done: Mapping[int, Compiled]) -> dict[int, Compiled]:
+    """Compile the partitions not in ``done``, those of one backend together (``Backend.compile_linked``, in plan
+    order): a tensor passed between two of them may stay in the runtime's own layout. Graph outputs and tensors
+    read by any other partition (another backend's, or one compiled earlier) keep the ONNX layout."""
+    groups: dict[str, list[int]] = {}
+    for k, p in enumerate(plan.partitions):
+        if k not in done:
+            groups.setdefault(p.backend, []).append(k)
+    out: dict[int, Compiled] = {}
+    for name, ks in groups.items():
+        group = set(ks)
+        plain = set(graph.outputs) | {t for j, (ins, _) in enumerate(bounds) if j not in group for t in ins}
+        models = [graph.extract(plan.partitions[k].nodes, name=f"{graph.name}_p{k:03d}_{name}") for k in ks]
+        log.info("compiling %d partition(s) (%s nodes) with %s", len(ks), [len(plan.partitions[k].nodes) for k in ks],
+                 name)
+        compiled = backends[name].compile_linked(models, plain) if len(ks) > 1 else [backends[name].compile(models[0])]
+        if len(compiled) != len(ks):
+            raise ArtifactError(f"backend {name!r}: compile_linked returned {len(compiled)} partitions for {len(ks)} "
+                                "models (a bug in the backend)")
+        out.update(zip(ks, compiled))
     return out
 
 

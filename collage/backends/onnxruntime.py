@@ -26,14 +26,15 @@ inputs (4-D float, read by a Conv and an Add/Sum) ``compile`` routes the input t
 optimise, removes that MaxPool again from the optimised graph (it is an identity in any layout) and
 builds the session from the result (a second session creation at compile time). What remains per
 cut is the layout conversion itself: ReorderOutput at the end of one piece, ReorderInput at the start
-of the next.
+of the next; ``compile_linked`` (``collage/backends/ort_link.py``) removes that pair between ONNX
+Runtime partitions that run one after another, handing the tensor over in NCHWc.
 """
 from __future__ import annotations
 
 import logging
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -372,6 +373,12 @@ class OnnxRuntimeBackend(Backend):
             self._raise_compile_error(model, e, "create a session for")
         return OrtCompiled(self, session, model)
 
+    def compile_linked(self, models: Sequence[onnx.ModelProto], plain: Collection[str] = ()) -> list[OrtCompiled]:
+        """Partitions run in order; linked tensors are handed over in NCHWc (``collage.backends.ort_link``)."""
+        from collage.backends.ort_link import compile_linked
+
+        return compile_linked(self, models, plain)
+
     def _optimize_routed(self, model: onnx.ModelProto, names: list[str]) -> bytes | None:
         """ORT's optimised model of ``model`` with ``names`` routed for the residual fusion (module doc);
         None when ORT did not keep the routing MaxPools apart (then the plain session is used)."""
@@ -400,4 +407,8 @@ class OnnxRuntimeBackend(Backend):
             session = self._session(str(path), opt_level="disable")
         except Exception as e:  # noqa: BLE001
             raise ArtifactError(f"{path}: onnxruntime cannot load this partition: {e}") from e
+        if entry.get("linked"):  # saved by compile_linked: some inputs/outputs are NCHWc-blocked
+            from collage.backends.ort_link import LinkedOrtCompiled
+
+            return LinkedOrtCompiled(self, session, path, linked=entry["linked"].get("tensors", []))
         return OrtCompiled(self, session, path)
