@@ -7,12 +7,21 @@ error, so it is only used under an accuracy budget (``--accuracy cos=0.999,rel=0
 ``collage.cost_models.accuracy``); without one, naming such a backend is refused: plans stay
 fp32-faithful.
 
+Before any latency is measured (:meth:`PrecisionTuner.prescreen`, called by ``tune``), the
+lower-precision prefixes and suffixes between the graph's narrow cuts get their error at the model's
+outputs (``collage.precision_errors``: the rest of the model run in fp32), by bisection; those over the
+budget are not timed, and the longest within it, with their fp32 complements, are timed first (on vgg19
+and zfnet512, 5-10 s a candidate, the measuring budget otherwise ran out before "bf16 but the classifier").
+
 The budgeted search (:meth:`PrecisionTuner.search`):
 
 1. Each lower-precision candidate faster than every fp32 candidate on the same nodes gets a measured
-   error (its outputs vs the ONNX Runtime fp32 reference, fed the reference tensors; cached in the
-   cost DB keyed by the calibration inputs). The others cannot pay off and are dropped, as are those
-   whose own error breaks the budget or is NaN/inf.
+   error (cached in the cost DB keyed by the calibration inputs): a range candidate (whole model,
+   prefix, suffix, segment between narrow cuts) its error at the model's outputs with the rest in fp32;
+   any other its own (its outputs vs the ONNX Runtime fp32 reference, fed the reference tensors: an
+   intermediate tensor's error underrates the output's, 0.43 vs 1.39 of the budget on zfnet512's
+   ``[0, 20)``). The others cannot pay off and are dropped, as are those whose error breaks the budget
+   or is NaN/inf.
 2. A Lagrangian loop over the exact DP: each kept candidate costs ``latency + lambda * score``, where
    ``score`` is the share of the budget its own error uses (1 = at the limit). Round 0 has
    ``lambda = 0`` (the fastest plan of admissible pieces).
@@ -36,6 +45,7 @@ import math
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,76 +53,23 @@ from typing import Any
 
 import numpy as np
 
-from collage.backends.openvino import OpenVINOBackend, core
 from collage.cost_models.accuracy import (Budget, Calibration, ErrorMeasure, compare, load_calibration,
                                           measure_errors, parse_accuracy, reference_runs)
 from collage.errors import CollageError
 from collage.plan import Plan
+from collage.precision_backends import (VARIANTS, OpenVINOBF16Backend, OpenVINOFP16Backend,
+                                        cpu_bf16_reason, native_support, precision_of)
+from collage.precision_errors import OutputErrors, screen_ranges
 
 log = logging.getLogger(__name__)
 
-#: registry names of the lower-precision variants and the precision each runs
-VARIANTS = {"openvino-bf16": "bf16", "openvino-fp16": "fp16"}
+__all__ = ["VARIANTS", "OpenVINOBF16Backend", "OpenVINOFP16Backend", "PrecisionTuner", "Round", "check_backends",
+           "cpu_bf16_reason", "native_support", "precision_of"]  # the backend variants live in precision_backends
+
 MAX_ROUNDS = 12
 #: A worst partition larger than this is a coarse range (collage.search.ranges): tightening drops it and
 #: the candidates containing it, not every candidate that overlaps it (which would drop its sub-ranges too).
 COARSE_NODES = 12
-
-
-# ---------------------------------------------------------------------- backend variants
-def native_support(kind: str) -> str | None:
-    """None when OpenVINO's CPU plugin runs ``kind`` ("BF16"/"FP16") natively here, else why not."""
-    try:
-        caps = core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
-    except Exception as e:  # noqa: BLE001 - the runtime's message is the answer
-        return f"cannot ask OpenVINO for the CPU's capabilities: {e}"
-    if kind not in caps:
-        return (f"this CPU has no native {kind.lower()} support (OpenVINO OPTIMIZATION_CAPABILITIES: "
-                f"{', '.join(caps)}); OpenVINO would silently compute in f32")
-    return None
-
-
-class _OpenVINOLowPrecision(OpenVINOBackend):
-    """OpenVINO CPU in a lower precision (``kind``), available where the CPU runs it natively; a
-    lower-precision variant, used only under --accuracy."""
-
-    kind = ""  # OpenVINO's capability name: "BF16" / "FP16"
-
-    def __init__(self, threads: int | None = None, precision: str | None = None, pinning: bool = False,
-                 hint: str = "LATENCY") -> None:
-        super().__init__(threads=threads, precision=precision or self.kind.lower(), pinning=pinning, hint=hint)
-
-    def available(self) -> str | None:
-        return super().available() or native_support(self.kind)
-
-
-class OpenVINOBF16Backend(_OpenVINOLowPrecision):
-    """OpenVINO CPU in bf16 (AMX / avx512_bf16)."""
-
-    name = "openvino-bf16"
-    kind = "BF16"
-
-
-class OpenVINOFP16Backend(_OpenVINOLowPrecision):
-    """OpenVINO CPU in fp16 (avx512_fp16 / AMX-FP16)."""
-
-    name = "openvino-fp16"
-    kind = "FP16"
-
-
-def cpu_bf16_reason() -> str | None:
-    """None when this CPU runs bf16 natively (/proc/cpuinfo flags or OpenVINO), else why not (for test skips)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-        if "avx512_bf16" in flags or "amx_bf16" in flags:
-            return None
-    except OSError:
-        pass
-    return native_support("BF16")
-
-
-def precision_of(backend: Any) -> str:
-    return str(getattr(backend, "precision", "fp32") or "fp32")
 
 
 def check_backends(backends: Sequence[Any], budget: Budget | None) -> list[str]:
@@ -167,6 +124,7 @@ class PrecisionTuner:
     fallback: bool = False
     final_error: ErrorMeasure | None = None
     _refs: list[dict[str, np.ndarray]] | None = None
+    _outputs: OutputErrors | None = None
 
     @classmethod
     def setup(cls, graph: Any, backends: Sequence[Any], accuracy: str | Budget | None,
@@ -225,6 +183,31 @@ class PrecisionTuner:
         finally:  # a round's artifact is only measured (BERT-base writes ~0.4 GB a round)
             shutil.rmtree(where, ignore_errors=True)
 
+    # ------------------------------------------------------------------ range errors, before latencies
+    def output_errors(self) -> OutputErrors:
+        if self._outputs is None:
+            self._outputs = OutputErrors(self.graph, self.backends, self.calib, self.db)
+        return self._outputs
+
+    def prescreen(self, cands: Sequence[Any]) -> list[Any]:
+        """tune's measuring order, lower-precision ranges judged at the model's outputs before any latency
+        (``collage.precision_errors.screen_ranges``): prefixes and suffixes over the budget dropped (on the
+        heavy models the measuring budget then goes to ranges that can be used); the longest ones within it
+        and their fp32 complements moved right after the whole models; otherwise the order is kept."""
+        t0 = time.monotonic()
+        n = len(self.graph)
+        screen = screen_ranges(self.output_errors(), self.budget, cands, self.low, budget_s=self.error_budget_s,
+                               progress=self.progress)
+        self.errors.update(screen.errors)
+        if screen.errors:
+            self._say("precision: %d lower-precision prefixes/suffixes measured at the model's outputs first (%.0f s): "
+                      "%d over the accuracy budget (or longer than one that is), not timed; %d timed first",
+                      len(screen.errors), time.monotonic() - t0, len(screen.dropped), len(screen.first))
+        first = [c for c in dict.fromkeys(screen.first) if c not in screen.dropped]
+        whole = [c for c in cands if len(c.nodes) == n]
+        taken = set(first) | set(whole) | screen.dropped
+        return whole + first + [c for c in cands if c not in taken]
+
     # ------------------------------------------------------------------ search
     def search(self, costs: Mapping[Any, float], transition: Callable[[str, str, int], float] | None,
                *, max_rounds: int = MAX_ROUNDS) -> Plan:
@@ -256,8 +239,15 @@ class PrecisionTuner:
         self._say("precision: measuring the error of %d of %d lower-precision candidates (the others are "
                   "not faster than fp32 on the same nodes) on %d calibration sample(s)",
                   len(worth), len(low), len(self.calib.samples))
-        self.errors.update(measure_errors(graph, worth, self.backends, self.calib, self.db, progress=self.progress,
-                                          budget_s=self.error_budget_s))
+        # range candidates: their error at the model's outputs (collage.precision_errors); the others: their own
+        ranged = [c for c in worth if self.output_errors().span(c) is not None]
+        t0, left = time.monotonic(), self.error_budget_s
+        self.errors.update(self.output_errors().measure(ranged, budget_s=left, progress=self.progress))
+        self.output_errors().close()
+        if left is not None:  # one error budget for both kinds
+            left = max(1.0, left - (time.monotonic() - t0))
+        self.errors.update(measure_errors(graph, [c for c in worth if c not in ranged], self.backends, self.calib,
+                                          self.db, progress=self.progress, budget_s=left))
         scores = {c: self.budget.score(self.errors[c]) for c in worth if c in self.errors}
         if len(scores) < len(worth):
             self.notes.append(f"precision: {len(worth) - len(scores)} of {len(worth)} lower-precision candidates have "
@@ -297,12 +287,17 @@ class PrecisionTuner:
             # tighten: no lower precision where the worst partition is, and a higher price on error. A
             # whole-model candidate stays (its own error IS its end-to-end error, within budget) unless
             # it is that worst partition itself.
-            worst_c = max(lows, key=lambda c: (scores[c], -low[c]))
+            # A range's error was measured at the model's outputs (exact when it is the only lower-precision
+            # partition): the pieces judged by their own error are suspected first, and excluding one of them
+            # does not exclude the ranges overlapping it.
+            exact = self.output_errors().span
+            worst_c = max(lows, key=lambda c: (exact(c) is None, scores[c], -low[c]))
             worst = set(worst_c.nodes)
             if len(worst) > COARSE_NODES:  # a coarse range: its shorter sub-ranges may be within budget; keep them
                 excluded |= {c for c in allowed if worst <= set(c.nodes) and (c == worst_c or len(c.nodes) < n)}
             else:
-                excluded |= {c for c in allowed if worst.intersection(c.nodes) and (c == worst_c or len(c.nodes) < n)}
+                excluded |= {c for c in allowed if worst.intersection(c.nodes) and (c == worst_c or len(c.nodes) < n)
+                             and (c == worst_c or exact(worst_c) is not None or exact(c) is None)}
             total = sum(scores[c] for c in lows)
             gain = (fp32_plan.predicted_ms or 0.0) - (plan.predicted_ms or 0.0)
             lam = max(lam * 2.0, 0.25 * gain / total if total > 0 else 0.0)

@@ -257,6 +257,8 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
     cands.sort(key=order)
     counts = candidate_counts(cands)
     _say(progress, "candidates: %s (%d of them coarse ranges)", ", ".join(f"{k} {v}" for k, v in counts.items()), len(ranged))
+    if prec:  # lower-precision ranges over the accuracy budget at the model's outputs are not worth timing
+        cands = prec.prescreen(cands)
     # 3. measured costs (cached in the DB)
     spent = time.monotonic() - t_start
     measured = measure_candidates(graph, [(c.nodes, c.backend) for c in cands], db=cost_db,

@@ -149,6 +149,9 @@ def _synthetic(monkeypatch, errs: dict[tuple[int, ...], float], n: int = 4, pref
         return {c: ErrorMeasure(rel=errs.get(c.nodes, sum(errs.get((i,), 0.0) for i in c.nodes))) for c in cs}
 
     monkeypatch.setattr(P, "measure_errors", fake_errors)
+    # range candidates' errors at the model's outputs (collage.precision_errors): the same synthetic figures
+    monkeypatch.setattr(P.OutputErrors, "measure", lambda self, cs, budget_s=None, progress=False:
+                        fake_errors(g, [c for c in cs if self.span(c) is not None], None, None))
     cal = Calibration([{"x": np.zeros((4, 64), np.float32)}], "h", "test", False)
     tuner = P.PrecisionTuner(g, Budget(None, 1.0), cal, {b.name: b for b in bks}, {"openvino-bf16"}, progress=False)
 
@@ -296,3 +299,15 @@ def test_tune_without_accuracy_is_fp32(tmp_path):
     assert all((info.get("settings") or {}).get("precision", "fp32") == "fp32"
                for info in manifest["backends"].values())
     assert "precision" not in json.loads((res.out_dir / "report.json").read_text())
+
+
+def test_tightening_suspects_pieces_judged_by_their_own_error_first(monkeypatch):
+    # 16-node chain: the prefix [0, 8) (a range: its error is at the model's outputs) uses 80% of the budget,
+    # each later node 35%. Round 0 mixes the prefix with later pieces and breaks the budget; excluding the
+    # prefix (the highest score) would leave at most 2 bf16 nodes, excluding the later pieces keeps 8.
+    errs = {(i,): 0.1 for i in range(8)} | {(i,): 0.35 for i in range(8, 16)}
+    tuner, costs = _synthetic(monkeypatch, errs, n=16, prefixes=True)
+    plan = tuner.search(costs, None)
+    lows = sorted(i for p in plan.partitions if p.backend == "openvino-bf16" for i in p.nodes)
+    assert tuner.rounds[-1].ok and not tuner.rounds[0].ok, [(r.lam, r.low_partitions, r.ok) for r in tuner.rounds]
+    assert lows == list(range(8)), plan.describe()
