@@ -9,6 +9,11 @@ Hand-over: with ``pinning=False`` (the default) the plugin does not pin its work
 (``ENABLE_CPU_PINNING`` NO), so when another runtime's partition runs next the OS can give it the
 cores at once; ``pinning=True`` is the plugin's own default for LATENCY on Linux.
 
+Linked partitions (``compile_linked``, in ``collage.backends.ov_link``): the feature maps between
+OpenVINO partitions of one sequence are handed over channels-last (NHWC, the plugin's own layout) in
+the inference precision (f32, or bf16 carried in numpy as its raw ``uint16`` bits), so the boundary
+needs no Reorder pair.
+
 Artifact format: OpenVINO IR (``.xml`` + ``.bin`` written by ``ov.save_model`` without fp16
 compression), not a compiled blob (``export_model``). The IR is portable across CPU models and
 OpenVINO patch releases and the compile settings above are applied again at load, so a loaded
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,28 +89,32 @@ class OVCompiled(Compiled):
         self._in_specs: list[tuple[int, str, np.dtype, tuple[int, ...]]] = []
         for name, k in zip(self.input_names, _ports(compiled.inputs, self.input_names, "input")):
             p = compiled.inputs[k]
-            self._in_specs.append((k, name, np.dtype(p.get_element_type().to_dtype()), _static(p, name)))
+            self._in_specs.append((k, name, _np_dtype(p.get_element_type()), _static(p, name)))
+        self._ovm = ov
+        self._in_types = {k: compiled.inputs[k].get_element_type() for k, *_ in self._in_specs}
         self._outputs: dict[str, np.ndarray] = {}
         self._keep: list[Any] = []
         for name, k in zip(self.output_names, _ports(compiled.outputs, self.output_names, "output")):
             p = compiled.outputs[k]
-            arr = np.empty(_static(p, name), dtype=p.get_element_type().to_dtype())
-            tensor = ov.Tensor(arr, shared_memory=True)
+            arr = np.empty(_static(p, name), dtype=_np_dtype(p.get_element_type()))
+            tensor = _shared_tensor(ov, arr, p.get_element_type())
             self._request.set_output_tensor(k, tensor)
             self._outputs[name] = arr
             self._keep.append(tensor)
-        self._tensor = ov.Tensor
         self._bound: dict[str, Any] = {}
         self._in_tensors: dict[str, Any] = {}
 
     def _bind(self, k: int, name: str, dtype: np.dtype, shape: tuple[int, ...], arr: Any) -> None:
         original = arr
+        if dtype == np.uint16 and getattr(arr, "dtype", None) != dtype and _is_bf16(self._in_types[k]):
+            raise CollageError(f"openvino: input {name!r} is bf16 (raw uint16 bits, as a linked partition hands it "
+                               f"over), not {getattr(arr, 'dtype', type(arr).__name__)}")
         if (not isinstance(arr, np.ndarray) or arr.dtype != dtype or not arr.flags.c_contiguous
                 or not arr.flags.writeable):
             arr = np.array(arr, dtype=dtype, order="C", copy=True)
         if arr.shape != shape:
             raise CollageError(f"openvino: input {name!r} has shape {arr.shape}, the partition expects {shape}")
-        tensor = self._tensor(arr, shared_memory=True)
+        tensor = _shared_tensor(self._ovm, arr, self._in_types[k])
         self._request.set_input_tensor(k, tensor)
         self._in_tensors[name] = (tensor, arr)  # keeps the memory alive while set
         self._bound[name] = original
@@ -142,6 +151,22 @@ class OVCompiled(Compiled):
         return {"backend": self.backend, "files": [f"{stem}.xml", f"{stem}.bin"], "format": "openvino IR",
                 "version": self._backend.version(), "options": self._backend.options,
                 "inputs": self.input_names, "outputs": self.output_names}
+
+
+def _is_bf16(element_type: Any) -> bool:
+    return str(element_type.get_type_name()) == "bf16"
+
+
+def _np_dtype(element_type: Any) -> np.dtype:
+    """The numpy dtype holding a port's elements: bf16 (no numpy type) is carried as its raw uint16 bits."""
+    return np.dtype(np.uint16) if _is_bf16(element_type) else np.dtype(element_type.to_dtype())
+
+
+def _shared_tensor(ov: Any, arr: np.ndarray, element_type: Any) -> Any:
+    """An ``ov.Tensor`` over ``arr``'s memory (zero-copy), typed ``element_type`` (uint16 bits for bf16)."""
+    if arr.dtype == np.uint16 and _is_bf16(element_type):
+        return ov.Tensor(arr, list(arr.shape), element_type)
+    return ov.Tensor(arr, shared_memory=True)
 
 
 def _port_name(port: Any) -> str:
@@ -243,6 +268,13 @@ class OpenVINOBackend(Backend):
         inits = {t.name for t in model.graph.initializer}
         return OVCompiled(self, compiled, model, [i.name for i in model.graph.input if i.name not in inits],
                           [o.name for o in model.graph.output])
+
+    def compile_linked(self, models: Sequence[onnx.ModelProto], plain: Collection[str] = ()) -> list[Compiled]:
+        """Partitions run in order in one process; the feature maps between them are handed over NHWC in
+        the inference precision, the plugin's own form (``collage.backends.ov_link``)."""
+        from collage.backends.ov_link import compile_linked
+
+        return list(compile_linked(self, models, plain))
 
     def load(self, directory: Path, entry: Mapping[str, Any]) -> OVCompiled:
         """Read the IR and compile it with this backend's settings."""
