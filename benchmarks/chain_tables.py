@@ -140,9 +140,14 @@ def _chain_rows(model: str, rounds: int, handover: bool) -> list[list[object]]:
     for k, s in samples.items():
         med, p10, p90 = _stats(s)
         ref = "onnxruntime" if "onnxruntime" in k else "openvino" if "openvino" in k else None
-        vs = f"{med / whole[ref]:.2f}x" if ref in whole and k.startswith("chain") else ""
+        vs = paired = ""
+        if ref in whole and k.startswith("chain"):
+            vs = f"{med / whole[ref]:.2f}x"
+            # the same round's whole model (taken within a second of it): the machine's level cancels out
+            ratios = np.array(s) / np.array(samples[f"whole model, {ref}"])
+            paired = f"{np.median(ratios):.2f}x ({np.percentile(ratios, 25):.2f} - {np.percentile(ratios, 75):.2f})"
         rows.append([model, f"{len(parts)}", "on" if handover else "off", k, f"{med:.2f}", f"{p10:.2f} - {p90:.2f}",
-                     vs, len(s)])
+                     vs, paired, len(s)])
     return rows
 
 
@@ -274,9 +279,13 @@ def chains(models: list[str], rounds: int, command: str, out: Path) -> Path:
                     "on: onnxruntime stops spinning after each run (`spin=False`), OpenVINO threads unpinned "
                     "(`pinning=False`); off: `spin=True`, `pinning=True`. Within one model and setting, "
                     "configurations take turns in a shuffled order each round; median milliseconds. "
-                    "`vs whole` compares a same-backend chain with the whole model on that backend (target <= 1.10x).")
+                    "`vs whole` compares a same-backend chain's median with the whole model's on that backend "
+                    "(target <= 1.10x); `paired` is the median (and quartiles) over rounds of the chain's time divided "
+                    "by the whole model's in the same round, taken within a second of each other, so that the "
+                    "machine's speed level, which moves by 10-25% over minutes here (results/machine-level.md), "
+                    "cancels out.")
     lines += _md_table(["model", "pieces", "hand-over settings", "configuration", "median ms", "p10 - p90 ms",
-                        "vs whole", "runs"], rows)
+                        "vs whole", "paired: vs whole (quartiles)", "runs"], rows)
     lines += ["## What a boundary costs", "",
               "Both runtimes compute convolutions in a blocked layout of their own (onnxruntime NCHWc, OpenVINO "
               "channels-last for brgemm) and keep it across the whole model; a partition boundary is a plain NCHW "
@@ -296,8 +305,11 @@ def chains(models: list[str], rounds: int, command: str, out: Path) -> Path:
               "For onnxruntime (`collage/backends/ort_link.py`) this removes the ReorderOutput at the end of a piece "
               "and the ReorderInput at the start of the next wherever the next piece reads the tensor only through "
               "ReorderInput (every ResNet cut; BERT has no NCHWc, so nothing changes there): its conversions column "
-              "should be about 0 and its gap only the `rest`. For OpenVINO it is whatever its `compile_linked` does "
-              "(`collage/backends/openvino.py`; the default compiles each piece alone).", ""]
+              "should be about 0 and its gap only the `rest`. For OpenVINO (`collage/backends/ov_link.py`) a linked "
+              "feature map is declared NHWC on both sides (the CPU plugin's own channels-last form), so the plugin's "
+              "Reorders become no-ops; where a piece ends in a convolution with a fused residual sum the plugin keeps a "
+              "Transpose, and a 1x1 MaxPool copy in front of the output lets it merge (one plain copy per boundary, "
+              "which the conversions column does not count).", ""]
     lines += _md_table(["model", "backend", "boundaries", "conversions ms (sum)", "ms per boundary",
                         "ms per MB (fit through 0)", "gap ms (chain - whole)", "rest ms"], summary)
     lines += _md_table(["model", "backend", "boundary", "tensor MB", "conversion ms", "ms per MB"], per)
