@@ -133,6 +133,31 @@ def _call_paths(name: str, model: onnx.ModelProto, feeds: dict[str, np.ndarray])
     return paths
 
 
+def interleaved(fns: dict, rounds: int, desc: str, *, warmup: int = 3, calls: int = 1,
+                unit_ns: float = 1e6) -> dict:
+    """Time every function ``calls`` times per round, in a shuffled order each round (gc off), after
+    ``warmup`` calls each: {key: [one time per call, in ns / unit_ns]}, in round order (sample r of
+    two keys, with ``calls`` 1, comes from the same round)."""
+    samples: dict = {k: [] for k in fns}
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    keys = list(fns)
+    gc.disable()
+    try:
+        for _ in tqdm(range(rounds), desc=desc, file=sys.stderr):
+            random.shuffle(keys)
+            for k in keys:
+                fn = fns[k]
+                for _ in range(calls):
+                    t = time.perf_counter_ns()
+                    fn()
+                    samples[k].append((time.perf_counter_ns() - t) / unit_ns)
+    finally:
+        gc.enable()
+    return samples
+
+
 def call_overhead(rounds: int, calls: int, command: str, out: Path) -> Path:
     shapes = {"tiny Add (1 element)": [1], "Add 1x64x56x56 (800 KB)": [1, 64, 56, 56]}
     rows = []
@@ -141,23 +166,7 @@ def call_overhead(rounds: int, calls: int, command: str, out: Path) -> Path:
         feeds = {k: rng.standard_normal(shape).astype(np.float32) for k in ("a", "b")}
         model = _add_model(shape)
         paths = {(n, p): fn for n in _cpu_backends() for p, fn in _call_paths(n, model, feeds).items()}
-        samples: dict[tuple[str, str], list[float]] = {k: [] for k in paths}
-        for fn in paths.values():
-            for _ in range(20):
-                fn()
-        keys = list(paths)
-        gc.disable()
-        try:
-            for _ in tqdm(range(rounds), desc=f"overhead {label}", file=sys.stderr):
-                random.shuffle(keys)
-                for k in keys:
-                    fn = paths[k]
-                    for _ in range(calls):
-                        t = time.perf_counter_ns()
-                        fn()
-                        samples[k].append((time.perf_counter_ns() - t) / 1e3)
-        finally:
-            gc.enable()
+        samples = interleaved(paths, rounds, f"overhead {label}", warmup=20, calls=calls, unit_ns=1e3)
         for (n, p), s in samples.items():
             med, p10, p90 = _stats(s)
             rows.append([label, n, p, f"{med:.1f}", f"{p10:.1f} - {p90:.1f}", len(s)])

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import gc
 import logging
-import random
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +19,7 @@ import numpy as np
 import onnx
 from tqdm import tqdm
 
-from benchmarks.backend_tables import _fname, _header, _md_table, _stats
+from benchmarks.backend_tables import _fname, _header, _md_table, _stats, interleaved
 from collage import zoo
 from collage.backends import get_backend, unavailable_reason
 from collage.graph import Graph
@@ -118,21 +116,7 @@ def _chain_rows(model: str, rounds: int, handover: bool) -> list[list[object]]:
         configs["chain alternating ort/ov"] = lambda ch=Chain(graph, parts, alt): ch(feeds)
         alt2 = [ov_parts[k] if k % 2 == 0 else ort_parts[k] for k in range(len(parts))]
         configs["chain alternating ov/ort"] = lambda ch=Chain(graph, parts, alt2): ch(feeds)
-    samples: dict[str, list[float]] = {k: [] for k in configs}
-    for fn in configs.values():
-        for _ in range(3):
-            fn()
-    keys = list(configs)
-    gc.disable()
-    try:
-        for _ in tqdm(range(rounds), desc=f"{model} chains", file=sys.stderr):
-            random.shuffle(keys)
-            for k in keys:
-                t = time.perf_counter_ns()
-                configs[k]()
-                samples[k].append((time.perf_counter_ns() - t) / 1e6)
-    finally:
-        gc.enable()
+    samples = interleaved(configs, rounds, f"{model} chains")
     whole = {"onnxruntime": _stats(samples["whole model, onnxruntime"])[0]}
     if "whole model, openvino" in samples:
         whole["openvino"] = _stats(samples["whole model, openvino"])[0]
@@ -299,7 +283,7 @@ def chains(models: list[str], rounds: int, command: str, out: Path) -> Path:
               "The tuner charges conversions without a model of its own: every candidate partition is compiled "
               "and measured on its own, conversions at its edges included; `gap` is the chain's median minus the "
               "whole model's, `rest` the part of it the conversions do not explain (thread wake-ups, colder caches, "
-              "call overhead), which `collage.tune.calibrate_partition_overhead` charges per partition. "
+              "call overhead), which `collage.tune_search.calibrate_partition_overhead` charges per partition. "
               "Rows `, linked`: the pieces compiled together with `Backend.compile_linked` (only the graph outputs "
               "kept in ONNX layout), which hands a tensor from one piece to the next in the runtime's own layout. "
               "For onnxruntime (`collage/backends/ort_link.py`) this removes the ReorderOutput at the end of a piece "

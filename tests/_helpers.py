@@ -45,3 +45,26 @@ def ort_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *, optim
     sess = make_session(model, optimize=optimize)
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(names, feeds)))
+
+
+def pieces_ending_after(graph, ends) -> list[list[int]]:
+    """Contiguous node-id pieces, each ending after one of ``ends`` (the last piece runs to the end)."""
+    out, start = [], 0
+    for e in [*sorted(set(ends)), len(graph) - 1]:
+        if e >= start:
+            out.append(list(range(start, e + 1)))
+            start = e + 1
+    return out
+
+
+def residual_pieces(graph) -> list[list[int]]:
+    """A ResNet cut after the stem's MaxPool and after every residual block's closing Relu."""
+    ends = [i for i in range(len(graph)) if graph.op_type(i) == "MaxPool"][:1]
+    ends += [i for i in range(len(graph)) if graph.op_type(i) == "Relu"
+             and graph.op_type(graph.producer(graph.op(i).input[0]) or 0) in ("Sum", "Add")]
+    return pieces_ending_after(graph, ends)
+
+
+def layer_pieces(graph) -> list[list[int]]:
+    """A BERT cut after each LayerNormalization."""
+    return pieces_ending_after(graph, [i for i in range(len(graph)) if graph.op_type(i) == "LayerNormalization"])

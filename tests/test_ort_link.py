@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from _helpers import need_backends
+from _helpers import need_backends, residual_pieces
 from collage import zoo
 from collage.backends import get_backend
 from collage.backends import ort_link
@@ -25,19 +25,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def ort():
     need_backends("onnxruntime")
     return get_backend("onnxruntime")
-
-
-def _resnet_pieces(graph: Graph) -> list[list[int]]:
-    """Cut after the stem's MaxPool and after every residual block's closing Relu."""
-    ends = [i for i in range(len(graph)) if graph.op_type(i) == "MaxPool"][:1]
-    ends += [i for i in range(len(graph)) if graph.op_type(i) == "Relu"
-             and graph.op_type(graph.producer(graph.op(i).input[0]) or 0) in ("Sum", "Add")]
-    out, start = [], 0
-    for e in [*sorted(set(ends)), len(graph) - 1]:
-        if e >= start:
-            out.append(list(range(start, e + 1)))
-            start = e + 1
-    return out
 
 
 def _chain(graph: Graph, parts: list[list[int]], compiled: list, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -69,7 +56,7 @@ def _to_nchwc(x: np.ndarray, block: int) -> np.ndarray:
 @pytest.fixture(scope="module")
 def tiny_resnet(ort):
     graph = zoo.load_graph("zoo:tiny-resnet")
-    parts = _resnet_pieces(graph)
+    parts = residual_pieces(graph)
     models = [graph.extract(p, name=f"tiny_resnet_piece{k}") for k, p in enumerate(parts)]
     if not any(n.domain == ort_link.NCHWC_DOMAIN for n in ort_link.optimized_graph(ort, models[1]).graph.node):
         pytest.skip("onnxruntime does not use its NCHWc layout on this CPU: nothing to link")

@@ -9,7 +9,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from _helpers import model_feeds, need_backends
+from _helpers import layer_pieces, model_feeds, need_backends, residual_pieces
 
 from collage import zoo
 from collage.backends import get_backend
@@ -29,33 +29,6 @@ def _bf16() -> None:
         pytest.skip(f"no native bf16 on this CPU: {reason}")
 
 
-def _cuts(graph) -> list[list[int]]:
-    """Contiguous pieces ending after the stem's MaxPool and every residual block's closing Relu."""
-    ends = [i for i in range(len(graph)) if graph.op_type(i) == "MaxPool"][:1]
-    for i in range(len(graph)):
-        if graph.op_type(i) == "Relu":
-            src = graph.producer(graph.op(i).input[0])
-            if src is not None and graph.op_type(src) in ("Sum", "Add"):
-                ends.append(i)
-    out, start = [], 0
-    for e in [*sorted(set(ends)), len(graph) - 1]:
-        if e >= start:
-            out.append(list(range(start, e + 1)))
-            start = e + 1
-    return out
-
-
-def _layer_cuts(graph) -> list[list[int]]:
-    """BERT: pieces ending after each LayerNormalization."""
-    ends = [i for i in range(len(graph)) if graph.op_type(i) == "LayerNormalization"]
-    out, start = [], 0
-    for e in [*ends, len(graph) - 1]:
-        if e >= start:
-            out.append(list(range(start, e + 1)))
-            start = e + 1
-    return out
-
-
 def _chain(graph, parts, compiled, feeds, keep_all: bool = False) -> dict[str, np.ndarray]:
     env = dict(feeds)
     for ids, c in zip(parts, compiled):
@@ -64,7 +37,7 @@ def _chain(graph, parts, compiled, feeds, keep_all: bool = False) -> dict[str, n
     return env if keep_all else {t: env[t] for t in graph.outputs}
 
 
-def _setup(model: str, cuts=_cuts):
+def _setup(model: str, cuts=residual_pieces):
     graph = zoo.load_graph(f"zoo:{model}")
     parts = cuts(graph)
     models = [graph.extract(p, name=f"{model}_piece{k}") for k, p in enumerate(parts)]
@@ -222,7 +195,7 @@ def test_linked_save_load_in_fresh_process(name, tmp_path):
 def test_bert_pieces_without_convolutions_still_work(precision):
     if precision == "bf16":
         _bf16()
-    graph, parts, models, feeds = _setup("tiny-bert", _layer_cuts)
+    graph, parts, models, feeds = _setup("tiny-bert", layer_pieces)
     backend = get_backend("openvino", precision=precision)
     plain = _chain(graph, parts, [backend.compile(m) for m in models], feeds)
     linked = _chain(graph, parts, backend.compile_linked(models, plain=set(graph.outputs)), feeds)
