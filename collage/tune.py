@@ -4,26 +4,25 @@
 the stitched plan is measured end to end against every single backend running the whole model,
 interleaved in the same run, and if the plan is not faster than the best single backend, the plan
 becomes that backend ("never worse"). Numerics are checked against the ONNX Runtime fp32 reference;
-a plan that exceeds the tolerance fails naming the partition that diverges.
+a plan that exceeds the tolerance fails naming the partition that diverges. The search step with its
+measured per-partition overhead (``calibrate_partition_overhead``, ``search_checked``) lives in
+:mod:`collage.tune_search`.
 """
 from __future__ import annotations
 
 import argparse
 import logging
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from collage.errors import CollageError, UnsupportedError
 from collage.graph import Graph, parse_shapes
-from collage.plan import Partition, Plan
+from collage.plan import Plan
 from collage.verify import check_numerics, measure_interleaved, stale_costs
 
 log = logging.getLogger(__name__)
@@ -93,97 +92,6 @@ def resolve_backends(names: Sequence[str], target: str = "cpu") -> list:
     return backends
 
 
-
-
-def calibrate_partition_overhead(graph: Graph, costs: Mapping[Any, float], transition: Callable[[str, str, int], float],
-                                 backends: Sequence[str], feeds: Mapping[str, np.ndarray], work: Path, *,
-                                 target: str = "cpu", progress: bool = True) -> dict[str, float]:
-    """Measured ms that one more partition costs on each backend, beyond the parts' own measured costs.
-
-    Each candidate is timed alone, in a loop: its weights are hot and the runtime's threads awake. In a
-    chain neither holds, and the sum of parts under-predicts the chain (DESIGN.md, "Stitching"). So for
-    each backend the cheapest plan on that backend alone (usually many partitions) is stitched, run and
-    measured end to end; (measured - predicted) / partitions is charged to every candidate of that
-    backend, so the search stops splitting where splitting does not pay.
-    """
-    from collage.artifact import export
-    from collage.runtime import load as load_artifact
-    from collage.search.dp import search
-
-    overhead: dict[str, float] = {}
-    for name in backends:
-        # the cheapest chain of this backend's parts (the whole-model candidate left out)
-        own = {c: v for c, v in costs.items() if c.backend == name and len(c.nodes) < len(graph)}
-        try:
-            chain = _fill_boundaries(graph, search(graph, own, transition))
-        except CollageError:
-            continue  # the backend cannot cover the graph alone
-        k = len(chain.partitions)
-        if k < 2 or chain.predicted_ms is None:
-            overhead[name] = 0.0
-            continue
-        art = load_artifact(export(graph, chain, work / f"chain-{name}", target=target))
-        measured_ms = measure_interleaved({"chain": lambda: art.run(feeds)}, rounds=3)["chain"]
-        overhead[name] = max(0.0, (measured_ms - chain.predicted_ms) / k)
-        _say(progress, "%s: a %d-partition chain measured %.3f ms vs %.3f ms predicted: %.3f ms per partition",
-             name, k, measured_ms, chain.predicted_ms, overhead[name])
-    if overhead:
-        fallback = statistics.median(overhead.values())
-        for name in backends:
-            overhead.setdefault(name, fallback)
-    return overhead
-
-
-def search_checked(graph: Graph, costs: Mapping[Any, float], overhead: dict[str, float],
-                   do_search: Callable[[Mapping[Any, float]], Plan], feeds: Mapping[str, np.ndarray], work: Path,
-                   best_single_ms: float, *, target: str = "cpu", attempts: int = 3,
-                   progress: bool = True) -> tuple[Plan, dict[Any, float], int]:
-    """Search, stitch and measure the plan; where it loses to the best single backend by more than the
-    search predicted, charge the measured excess per partition to its backends and search again.
-
-    Returns (plan, the charged costs it was found with, attempts used). The plan returned is the best
-    measured mixed plan, or the last one searched if none beat the best single backend (the caller's
-    never-worse rule then decides).
-    """
-    from collage.artifact import export
-    from collage.runtime import load as load_artifact
-
-    best: tuple[float, Plan, dict[Any, float]] | None = None
-    charged: dict[Any, float] = {}
-    plan = None
-    for attempt in range(1, attempts + 1):
-        charged = {c: v + overhead.get(c.backend, 0.0) for c, v in costs.items()}
-        plan = do_search(charged)
-        k = len(plan.partitions)
-        if k == 1:
-            return plan, charged, attempt
-        art = load_artifact(export(graph, plan, work / f"attempt-{attempt}", target=target))
-        measured_ms = measure_interleaved({"p": lambda: art.run(feeds)}, rounds=3)["p"]
-        if best is None or measured_ms < best[0]:
-            best = (measured_ms, plan, charged)
-        predicted = plan.predicted_ms or 0.0
-        _say(progress, "attempt %d: %d partitions, predicted %.3f ms, measured %.3f ms (best single %.3f ms)",
-             attempt, k, predicted, measured_ms, best_single_ms)
-        if measured_ms < best_single_ms:
-            break
-        excess = (measured_ms - predicted) / k
-        if excess <= 0:
-            break
-        for b in plan.backends:
-            overhead[b] = overhead.get(b, 0.0) + excess
-    assert best is not None and plan is not None
-    return best[1], best[2], attempt
-
-
-def _fill_boundaries(graph: Graph, plan: Plan) -> Plan:
-    parts = []
-    for p in plan.partitions:
-        ins, outs = graph.boundary(p.nodes)
-        parts.append(Partition(p.nodes, p.backend, p.cost_ms, p.runner_up, tuple(ins), tuple(outs),
-                               p.fingerprint or graph.fingerprint(p.nodes)))
-    return Plan(parts, plan.predicted_ms, list(plan.notes))
-
-
 def tune(model: str | Path | Any, out_dir: str | Path, **options: Any) -> TuneResult:
     """Tune ``model`` for ``target`` over ``backends`` and write the artifact to ``out_dir``.
 
@@ -211,6 +119,7 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
     from collage.search.candidates import Candidate, Limits, candidate_counts, enumerate_candidates
     from collage.search.ranges import range_candidates
     from collage.search.dp import search
+    from collage.tune_search import _fill_boundaries, calibrate_partition_overhead, search_checked
 
     t_start = time.monotonic()
     tolerance = dict(tolerance or DEFAULT_TOLERANCE)

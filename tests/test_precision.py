@@ -148,7 +148,7 @@ def _synthetic(monkeypatch, errs: dict[tuple[int, ...], float], n: int = 4, pref
     def fake_errors(graph, cs, backends, calib, db=None, progress=False, budget_s=None):
         return {c: ErrorMeasure(rel=errs.get(c.nodes, sum(errs.get((i,), 0.0) for i in c.nodes))) for c in cs}
 
-    monkeypatch.setattr(P, "measure_errors", fake_errors)
+    monkeypatch.setattr("collage.precision_search.measure_errors", fake_errors)  # where the search calls it
     # range candidates' errors at the model's outputs (collage.precision_errors): the same synthetic figures
     monkeypatch.setattr(P.OutputErrors, "measure", lambda self, cs, budget_s=None, progress=False:
                         fake_errors(g, [c for c in cs if self.span(c) is not None], None, None))

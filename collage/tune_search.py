@@ -1,0 +1,113 @@
+"""The tune's search step, checked by measurement: the per-partition overhead and the search that uses it.
+
+Each candidate is timed alone, so a stitched chain of them costs more than the sum of its parts
+(DESIGN.md, "Stitching"). ``calibrate_partition_overhead`` measures that excess per partition on each
+backend before the search; ``search_checked`` searches with it charged, stitches and measures the plan,
+and where the plan loses to the best single backend by more than predicted, charges the measured excess
+and searches again. ``_fill_boundaries`` gives a searched plan its boundary tensors and fingerprints.
+Called by :func:`collage.tune.tune` (which owns the verification and the never-worse rule, and imports
+this module inside the call, as it does every pipeline step); progress lines go through its ``_say``.
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from collage.errors import CollageError
+from collage.graph import Graph
+from collage.plan import Partition, Plan
+from collage.tune import _say
+from collage.verify import measure_interleaved
+
+
+def calibrate_partition_overhead(graph: Graph, costs: Mapping[Any, float], transition: Callable[[str, str, int], float],
+                                 backends: Sequence[str], feeds: Mapping[str, np.ndarray], work: Path, *,
+                                 target: str = "cpu", progress: bool = True) -> dict[str, float]:
+    """Measured ms that one more partition costs on each backend, beyond the parts' own measured costs.
+
+    Each candidate is timed alone, in a loop: its weights are hot and the runtime's threads awake. In a
+    chain neither holds, and the sum of parts under-predicts the chain (DESIGN.md, "Stitching"). So for
+    each backend the cheapest plan on that backend alone (usually many partitions) is stitched, run and
+    measured end to end; (measured - predicted) / partitions is charged to every candidate of that
+    backend, so the search stops splitting where splitting does not pay.
+    """
+    from collage.artifact import export
+    from collage.runtime import load as load_artifact
+    from collage.search.dp import search
+
+    overhead: dict[str, float] = {}
+    for name in backends:
+        # the cheapest chain of this backend's parts (the whole-model candidate left out)
+        own = {c: v for c, v in costs.items() if c.backend == name and len(c.nodes) < len(graph)}
+        try:
+            chain = _fill_boundaries(graph, search(graph, own, transition))
+        except CollageError:
+            continue  # the backend cannot cover the graph alone
+        k = len(chain.partitions)
+        if k < 2 or chain.predicted_ms is None:
+            overhead[name] = 0.0
+            continue
+        art = load_artifact(export(graph, chain, work / f"chain-{name}", target=target))
+        measured_ms = measure_interleaved({"chain": lambda: art.run(feeds)}, rounds=3)["chain"]
+        overhead[name] = max(0.0, (measured_ms - chain.predicted_ms) / k)
+        _say(progress, "%s: a %d-partition chain measured %.3f ms vs %.3f ms predicted: %.3f ms per partition",
+             name, k, measured_ms, chain.predicted_ms, overhead[name])
+    if overhead:
+        fallback = statistics.median(overhead.values())
+        for name in backends:
+            overhead.setdefault(name, fallback)
+    return overhead
+
+
+def search_checked(graph: Graph, costs: Mapping[Any, float], overhead: dict[str, float],
+                   do_search: Callable[[Mapping[Any, float]], Plan], feeds: Mapping[str, np.ndarray], work: Path,
+                   best_single_ms: float, *, target: str = "cpu", attempts: int = 3,
+                   progress: bool = True) -> tuple[Plan, dict[Any, float], int]:
+    """Search, stitch and measure the plan; where it loses to the best single backend by more than the
+    search predicted, charge the measured excess per partition to its backends and search again.
+
+    Returns (plan, the charged costs it was found with, attempts used). The plan returned is the best
+    measured mixed plan, or the last one searched if none beat the best single backend (the caller's
+    never-worse rule then decides).
+    """
+    from collage.artifact import export
+    from collage.runtime import load as load_artifact
+
+    best: tuple[float, Plan, dict[Any, float]] | None = None
+    charged: dict[Any, float] = {}
+    plan = None
+    for attempt in range(1, attempts + 1):
+        charged = {c: v + overhead.get(c.backend, 0.0) for c, v in costs.items()}
+        plan = do_search(charged)
+        k = len(plan.partitions)
+        if k == 1:
+            return plan, charged, attempt
+        art = load_artifact(export(graph, plan, work / f"attempt-{attempt}", target=target))
+        measured_ms = measure_interleaved({"p": lambda: art.run(feeds)}, rounds=3)["p"]
+        if best is None or measured_ms < best[0]:
+            best = (measured_ms, plan, charged)
+        predicted = plan.predicted_ms or 0.0
+        _say(progress, "attempt %d: %d partitions, predicted %.3f ms, measured %.3f ms (best single %.3f ms)",
+             attempt, k, predicted, measured_ms, best_single_ms)
+        if measured_ms < best_single_ms:
+            break
+        excess = (measured_ms - predicted) / k
+        if excess <= 0:
+            break
+        for b in plan.backends:
+            overhead[b] = overhead.get(b, 0.0) + excess
+    assert best is not None and plan is not None
+    return best[1], best[2], attempt
+
+
+def _fill_boundaries(graph: Graph, plan: Plan) -> Plan:
+    parts = []
+    for p in plan.partitions:
+        ins, outs = graph.boundary(p.nodes)
+        parts.append(Partition(p.nodes, p.backend, p.cost_ms, p.runner_up, tuple(ins), tuple(outs),
+                               p.fingerprint or graph.fingerprint(p.nodes)))
+    return Plan(parts, plan.predicted_ms, list(plan.notes))
