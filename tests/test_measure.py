@@ -269,15 +269,19 @@ def test_two_processes_share_one_db(tmp_path):
 
 @pytest.mark.slow
 def test_stability_two_separate_runs():
-    """Same subgraph, two worker processes: medians agree within a generous bound (strict check: benchmark)."""
-    model = chain_model(["Relu", "Exp", "Tanh"] * 4, n=200_000)
+    """Same subgraph, two worker processes: the machinery adds no per-process bias. The call is a fixed
+    4 ms wait (the fake backend's ``run_delay_s``), so the machine's own speed, which moves 1.5-2x here
+    over minutes (results/machine-level.md), does not decide the test; how two runs of real kernels
+    agree is the noise benchmark's job (results/noise.md)."""
+    model = chain_model(["Relu"] * 4, n=1000)
     meds = []
     for _ in range(2):
         with Measurer() as m:
-            r = m.measure(model, FAKE, {}, cap_s=1.0)
-            assert r.ok
+            r = m.measure(model, FAKE, {"run_delay_s": 0.004}, cap_s=0.5)
+            assert r.ok, r.error
             meds.append(r.median_ms)
-    assert max(meds) / min(meds) < 1.6, meds
+    assert min(meds) >= 4.0, meds
+    assert max(meds) / min(meds) < 1.2, meds
 
 
 def test_slow_calls_are_not_mistaken_for_hangs():
