@@ -357,14 +357,12 @@ class OnnxRuntimeBackend(Backend):
         return None
 
     def compile(self, model: onnx.ModelProto) -> OrtCompiled:
-        names = _residual_inputs(model) if self.residual_fusion and self.opt_level == "all" else []
-        if names:
+        optimized = self._routed_form(model)
+        if optimized is not None:
             try:
-                optimized = self._optimize_routed(model, names)
-                if optimized is not None:
-                    return OrtCompiled(self, self._session(optimized, opt_level="disable"), model, optimized)
+                return OrtCompiled(self, self._session(optimized, opt_level="disable"), model, optimized)
             except Exception as e:  # noqa: BLE001 - an optimisation only: the plain session below decides
-                log.debug("onnxruntime: residual routing failed (%s); compiling the partition as it is", e)
+                log.debug("onnxruntime: the residual-routed form does not load (%s); compiling the partition as it is", e)
         try:
             session = self._session(model.SerializeToString())
         except CollageError:
@@ -379,15 +377,30 @@ class OnnxRuntimeBackend(Backend):
 
         return compile_linked(self, models, plain)
 
-    def _optimize_routed(self, model: onnx.ModelProto, names: list[str]) -> bytes | None:
-        """ORT's optimised model of ``model`` with ``names`` routed for the residual fusion (module doc);
-        None when ORT did not keep the routing MaxPools apart (then the plain session is used)."""
+    def _optimized_graph(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """ORT's optimised graph of ``model`` at this backend's level (as ORT writes it, read back)."""
         so = self.session_options()
         with tempfile.TemporaryDirectory(prefix="collage-ort-") as tmp:
             so.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
-            _ort().InferenceSession(_route_residual_inputs(model, names).SerializeToString(), so,
-                                    providers=["CPUExecutionProvider"])
-            optimized = onnx.load(so.optimized_model_filepath)
+            _ort().InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            return onnx.load(so.optimized_model_filepath)
+
+    def _routed_form(self, model: onnx.ModelProto) -> bytes | None:
+        """``compile``'s optimised form of ``model`` with its residual inputs routed (module doc); None where
+        there is none to route, the routing is off, or it fails (then the plain session is used)."""
+        names = _residual_inputs(model) if self.residual_fusion and self.opt_level == "all" else []
+        if not names:
+            return None
+        try:
+            return self._optimize_routed(model, names)
+        except Exception as e:  # noqa: BLE001 - an optimisation only
+            log.debug("onnxruntime: residual routing failed (%s); compiling the partition as it is", e)
+            return None
+
+    def _optimize_routed(self, model: onnx.ModelProto, names: list[str]) -> bytes | None:
+        """ORT's optimised model of ``model`` with ``names`` routed for the residual fusion (module doc);
+        None when ORT did not keep the routing MaxPools apart (then the plain session is used)."""
+        optimized = self._optimized_graph(_route_residual_inputs(model, names))
         dropped = _drop_routes(optimized)
         if dropped != len(names):
             log.debug("onnxruntime: residual routing of %s not applied (%d of %d routes found)",

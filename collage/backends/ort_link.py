@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import tempfile
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 from onnx import helper
 
-from collage.backends.onnxruntime import OrtCompiled, _ort, _residual_inputs
+from collage.backends.onnxruntime import OrtCompiled
 from collage.errors import CollageError
 
 if TYPE_CHECKING:
@@ -98,20 +97,8 @@ def block_size() -> int:
 
 def optimized_graph(backend: OnnxRuntimeBackend, model: onnx.ModelProto) -> onnx.ModelProto:
     """ORT's level-``all`` optimised graph of ``model``, residual routing applied as ``compile`` does."""
-    if backend.residual_fusion:
-        names = _residual_inputs(model)
-        if names:
-            try:
-                data = backend._optimize_routed(model, names)
-                if data is not None:
-                    return onnx.load_from_string(data)
-            except Exception as e:  # noqa: BLE001 - an optimisation only, as in compile
-                log.debug("onnxruntime: residual routing failed (%s); optimising the partition as it is", e)
-    so = backend.session_options("all")
-    with tempfile.TemporaryDirectory(prefix="collage-ort-link-") as tmp:
-        so.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
-        _ort().InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        return onnx.load(so.optimized_model_filepath)
+    routed = backend._routed_form(model)
+    return onnx.load_from_string(routed) if routed is not None else backend._optimized_graph(model)
 
 
 def _channels_last(node: onnx.NodeProto) -> int:
