@@ -132,18 +132,19 @@ class OVCompiled(Compiled):
         self._request.infer(share_outputs=True)
         return dict(self._outputs)
 
+    def _ir(self) -> tuple[Any, str]:
+        """The ``ov.Model`` to save and its file stem (named by a digest of what it was read from)."""
+        if isinstance(self._source, Path):
+            return core().read_model(str(self._source)), f"openvino-{sha256_bytes(self._source.read_bytes())[:16]}"
+        data = self._source.SerializeToString()
+        return self._backend._read(data), f"openvino-{sha256_bytes(data)[:16]}"
+
     def save(self, directory: Path) -> dict[str, Any]:
         """Write OpenVINO IR (.xml + .bin, fp32 weights kept as they are)."""
         ov = _ov()
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        if isinstance(self._source, Path):
-            model = core().read_model(str(self._source))
-            stem = f"openvino-{sha256_bytes(self._source.read_bytes())[:16]}"
-        else:
-            data = self._source.SerializeToString()
-            model = self._backend._read(data)
-            stem = f"openvino-{sha256_bytes(data)[:16]}"
+        model, stem = self._ir()
         try:
             ov.save_model(model, str(directory / f"{stem}.xml"), compress_to_fp16=False)
         except Exception as e:  # noqa: BLE001

@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from collage.backends.openvino import OVCompiled, _ov, _ports
-from collage.errors import ArtifactError
 from collage.util import sha256_bytes
 
 if TYPE_CHECKING:
@@ -101,19 +100,15 @@ class LinkedOVCompiled(OVCompiled):
         self._ov_model = model
         self.linked = dict(linked)
 
-    def save(self, directory: Path) -> dict[str, Any]:
-        """Write the IR after the PrePostProcessor (the linked form), fp32 weights kept as they are."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
+    def _ir(self) -> tuple[Any, str]:
+        """The IR after the PrePostProcessor (the linked form), named by the source and its links."""
         key = self._source.SerializeToString() + repr(sorted(self.linked.items())).encode()
-        stem = f"openvino-linked-{sha256_bytes(key)[:16]}"
-        try:
-            _ov().save_model(self._ov_model, str(directory / f"{stem}.xml"), compress_to_fp16=False)
-        except Exception as e:  # noqa: BLE001
-            raise ArtifactError(f"{directory / stem}.xml: openvino could not write the partition: {e}") from e
-        return {"backend": self.backend, "files": [f"{stem}.xml", f"{stem}.bin"], "format": "openvino IR",
-                "version": self._backend.version(), "options": self._backend.options,
-                "inputs": self.input_names, "outputs": self.output_names, "linked": self.linked}
+        return self._ov_model, f"openvino-linked-{sha256_bytes(key)[:16]}"
+
+    def save(self, directory: Path) -> dict[str, Any]:
+        entry = super().save(directory)
+        entry["linked"] = self.linked
+        return entry
 
 
 def compile_linked(backend: OpenVINOBackend, models: Sequence[onnx.ModelProto],
