@@ -68,3 +68,13 @@ def residual_pieces(graph) -> list[list[int]]:
 def layer_pieces(graph) -> list[list[int]]:
     """A BERT cut after each LayerNormalization."""
     return pieces_ending_after(graph, [i for i in range(len(graph)) if graph.op_type(i) == "LayerNormalization"])
+
+
+def run_chain(graph, parts, compiled, feeds) -> dict:
+    """Run compiled pieces (node-id lists ``parts`` of ``graph``) in order, handing tensors over by name;
+    every tensor made, by name (copied: a backend may reuse its output buffers)."""
+    env = dict(feeds)
+    for ids, c in zip(parts, compiled):
+        entering, _ = graph.boundary(ids)
+        env.update({k: np.array(v, copy=True) for k, v in c.run({t: env[t] for t in entering}).items()})
+    return env

@@ -23,7 +23,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
-from _helpers import model_feeds, ort_reference
+from _helpers import model_feeds, ort_reference, run_chain
 from collage import zoo
 from collage.backends import backend_names, get_backend, unavailable_reason
 from collage.errors import CollageError, CompileError, UnsupportedError
@@ -202,14 +202,12 @@ def test_compile_linked_chain_matches_reference(backend, model_name):
     graph = zoo.load_graph(f"zoo:{model_name}")
     bounds = [0, *narrow_cuts(graph, max_cuts=4), len(graph)]
     assert len(bounds) >= 4, bounds  # at least three pieces, two linked boundaries
-    models = [graph.extract(list(range(a, b))) for a, b in zip(bounds, bounds[1:])]
+    parts = [list(range(a, b)) for a, b in zip(bounds, bounds[1:])]
+    models = [graph.extract(p) for p in parts]
     compiled = backend.compile_linked(models, plain=graph.outputs)
     assert len(compiled) == len(models)
     feeds = zoo.random_inputs(graph)
-    env = dict(feeds)
-    for c, m in zip(compiled, models):
-        out = c.run({i.name: env[i.name] for i in m.graph.input if i.name in env})
-        env.update({k: np.array(v, copy=True) for k, v in out.items()})
+    env = run_chain(graph, parts, compiled, feeds)
     want = _reference(graph.model, feeds)
     for name in graph.outputs:
         assert env[name].shape == want[name].shape, name

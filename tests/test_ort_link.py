@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from _helpers import need_backends, residual_pieces
+from _helpers import need_backends, residual_pieces, run_chain
 from collage import zoo
 from collage.backends import get_backend
 from collage.backends import ort_link
@@ -25,15 +25,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def ort():
     need_backends("onnxruntime")
     return get_backend("onnxruntime")
-
-
-def _chain(graph: Graph, parts: list[list[int]], compiled: list, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run the pieces in order, handing tensors over by name; every tensor made (copied) by name."""
-    env = dict(feeds)
-    for ids, c in zip(parts, compiled):
-        entering, _ = graph.boundary(ids)
-        env.update({k: np.array(v, copy=True) for k, v in c.run({t: env[t] for t in entering}).items()})
-    return env
 
 
 def _reorders(compiled) -> int:
@@ -68,8 +59,8 @@ def test_linked_chain_matches_plain_chain_and_drops_every_pair(ort, tiny_resnet)
     assert len(parts) == 5, [len(p) for p in parts]
     plain = [ort.compile(m) for m in models]
     linked = ort.compile_linked(models, plain=graph.outputs)
-    want = _chain(graph, parts, plain, feeds)
-    got = _chain(graph, parts, linked, feeds)
+    want = run_chain(graph, parts, plain, feeds)
+    got = run_chain(graph, parts, linked, feeds)
     for name in graph.outputs:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
     # every one of the 4 boundaries lost its ReorderOutput + ReorderInput pair, nothing else changed
@@ -99,8 +90,8 @@ def test_plain_tensors_stay_nchw(ort, tiny_resnet):
     keep = graph.boundary(parts[1])[1][0]  # the tensor between pieces 1 and 2
     plain = [ort.compile(m) for m in models]
     linked = ort.compile_linked(models, plain=[*graph.outputs, keep])
-    want = _chain(graph, parts, plain, feeds)
-    got = _chain(graph, parts, linked, feeds)
+    want = run_chain(graph, parts, plain, feeds)
+    got = run_chain(graph, parts, linked, feeds)
     np.testing.assert_allclose(got[keep], want[keep], rtol=1e-4, atol=1e-5)  # NCHW, as the plain chain
     np.testing.assert_allclose(got[graph.outputs[0]], want[graph.outputs[0]], rtol=1e-4, atol=1e-5)
     assert keep not in linked[1].linked and keep not in linked[2].linked
@@ -180,7 +171,7 @@ _LOADER = textwrap.dedent("""
 def test_save_load_round_trip_in_fresh_process(ort, tiny_resnet, tmp_path):
     graph, parts, models, feeds = tiny_resnet
     linked = ort.compile_linked(models, plain=graph.outputs)
-    want = _chain(graph, parts, linked, feeds)
+    want = run_chain(graph, parts, linked, feeds)
     entries = [c.save(tmp_path / f"part{k}") for k, c in enumerate(linked)]
     for k, (c, e) in enumerate(zip(linked, entries)):
         assert e["linked"]["tensors"] == c.linked

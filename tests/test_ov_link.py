@@ -9,7 +9,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from _helpers import layer_pieces, model_feeds, need_backends, residual_pieces
+from _helpers import layer_pieces, model_feeds, need_backends, residual_pieces, run_chain
 
 from collage import zoo
 from collage.backends import get_backend
@@ -27,14 +27,6 @@ def _bf16() -> None:
     reason = cpu_bf16_reason()
     if reason:
         pytest.skip(f"no native bf16 on this CPU: {reason}")
-
-
-def _chain(graph, parts, compiled, feeds, keep_all: bool = False) -> dict[str, np.ndarray]:
-    env = dict(feeds)
-    for ids, c in zip(parts, compiled):
-        entering, _ = graph.boundary(ids)
-        env.update({k: np.array(v, copy=True) for k, v in c.run({t: env[t] for t in entering}).items()})
-    return env if keep_all else {t: env[t] for t in graph.outputs}
 
 
 def _setup(model: str, cuts=residual_pieces):
@@ -64,8 +56,8 @@ def test_fp32_linked_chain_equals_plain_chain_with_nhwc_boundaries():
     backend = get_backend("openvino")
     plain_c = [backend.compile(m) for m in models]
     linked_c = backend.compile_linked(models, plain=set(graph.outputs))
-    plain = _chain(graph, parts, plain_c, feeds, keep_all=True)
-    linked = _chain(graph, parts, linked_c, feeds, keep_all=True)
+    plain = run_chain(graph, parts, plain_c, feeds)
+    linked = run_chain(graph, parts, linked_c, feeds)
     bounds = _boundaries(graph, parts)
     hand = _linked(linked_c)
     # every boundary between convolutions is linked; the one into the NCHW pooling head stays plain
@@ -112,8 +104,8 @@ def test_bf16_linked_boundaries_are_nhwc_bf16_and_cheaper():
     backend = get_backend("openvino", precision="bf16")
     plain_c = [backend.compile(m) for m in models]
     linked_c = backend.compile_linked(models, plain=set(graph.outputs))
-    plain = _chain(graph, parts, plain_c, feeds, keep_all=True)
-    linked = _chain(graph, parts, linked_c, feeds, keep_all=True)
+    plain = run_chain(graph, parts, plain_c, feeds)
+    linked = run_chain(graph, parts, linked_c, feeds)
     bounds = _linked(linked_c)
     # every boundary is linked, the one into the pooling head too (in bf16 its Reorder converts anyway)
     assert bounds == _boundaries(graph, parts), bounds
@@ -142,7 +134,7 @@ def test_plain_names_stay_onnx_form():
     backend = get_backend("openvino", precision="bf16")
     first = sorted(_boundaries(graph, parts[:2]))
     linked_c = backend.compile_linked(models, plain={*graph.outputs, *first})
-    env = _chain(graph, parts, linked_c, feeds, keep_all=True)
+    env = run_chain(graph, parts, linked_c, feeds)
     for t in first:
         assert env[t].dtype == np.float32 and env[t].shape == graph.tensor(t).shape, t
     assert linked_c[0].__class__.__name__ == "OVCompiled"  # nothing of piece 0 is linked
@@ -172,7 +164,7 @@ def test_linked_save_load_in_fresh_process(name, tmp_path):
     backend = get_backend(name)
     linked_c = backend.compile_linked(models, plain=set(graph.outputs))
     keep = sorted({*graph.outputs, *_boundaries(graph, parts)})
-    env = _chain(graph, parts, linked_c, feeds, keep_all=True)
+    env = run_chain(graph, parts, linked_c, feeds)
     metas = []
     for k, (ids, c) in enumerate(zip(parts, linked_c)):
         entry = c.save(tmp_path / f"part{k}")
@@ -197,7 +189,7 @@ def test_bert_pieces_without_convolutions_still_work(precision):
         _bf16()
     graph, parts, models, feeds = _setup("tiny-bert", layer_pieces)
     backend = get_backend("openvino", precision=precision)
-    plain = _chain(graph, parts, [backend.compile(m) for m in models], feeds)
-    linked = _chain(graph, parts, backend.compile_linked(models, plain=set(graph.outputs)), feeds)
+    plain = run_chain(graph, parts, [backend.compile(m) for m in models], feeds)
+    linked = run_chain(graph, parts, backend.compile_linked(models, plain=set(graph.outputs)), feeds)
     for t in graph.outputs:
         np.testing.assert_allclose(linked[t], plain[t], rtol=1e-4, atol=1e-5, err_msg=t)
