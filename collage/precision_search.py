@@ -133,11 +133,7 @@ class BudgetedSearch:
                       "end to end %s: %s", k, lam, len(lows), plan.predicted_ms or math.nan, err.describe(),
                       "within budget" if ok else "over budget")
             if ok:
-                self.final_error = err
-                self.notes.append(f"precision: {len(lows)} lower-precision partition(s) within the accuracy budget "
-                                  f"({self.budget.describe()}): measured end to end {err.describe()}")
-                plan.notes.extend(self.notes)
-                return plan
+                return self._accept(plan, err, f"{len(lows)} lower-precision partition(s)")
             # tighten: no lower precision where the worst partition is, and a higher price on error. A
             # whole-model candidate stays (its own error IS its end-to-end error, within budget) unless
             # it is that worst partition itself.
@@ -165,11 +161,7 @@ class BudgetedSearch:
             ok = self.budget.allows(err)
             self.rounds.append(Round(0.0, len(excluded), 1, plan.predicted_ms, err, ok))
             if ok:
-                self.final_error = err
-                self.notes.append(f"precision: {best.backend} on the whole model is within the accuracy budget "
-                                  f"({self.budget.describe()}): measured end to end {err.describe()}")
-                plan.notes.extend(self.notes)
-                return plan
+                return self._accept(plan, err, f"{best.backend} on the whole model is")
         tried = sum(1 for r in self.rounds if r.low_partitions)
         if tried:
             self.fallback = True
@@ -192,6 +184,14 @@ class BudgetedSearch:
         self.notes.append(note)
         fp32_plan.notes.extend(self.notes)
         return fp32_plan
+
+    def _accept(self, plan: Plan, err: ErrorMeasure, what: str) -> Plan:
+        """``plan`` is the answer: its measured end-to-end error ``err`` is within budget; say so in its notes."""
+        self.final_error = err
+        self.notes.append(f"precision: {what} within the accuracy budget "
+                          f"({self.budget.describe()}): measured end to end {err.describe()}")
+        plan.notes.extend(self.notes)
+        return plan
 
 
 def _parts(plan: Plan) -> list[tuple[tuple[int, ...], str]]:
