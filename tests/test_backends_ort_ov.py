@@ -10,7 +10,7 @@ from onnx import TensorProto as T
 from onnx import helper
 
 from collage import backends, zoo
-from collage.backends import backend_names, get_backend, support_report, unavailable_reason
+from collage.backends import backend_names, get_backend, ort_route, support_report, unavailable_reason
 from collage.errors import CollageError, CompileError
 from collage.util import physical_cores
 
@@ -246,11 +246,10 @@ def _residual_block(c: int = 32, hw: int = 8, op: str = "Add") -> onnx.ModelProt
 
 @pytest.mark.parametrize("op", ["Add", "Sum"])
 def test_onnxruntime_fuses_the_residual_sum_of_a_cut_block(op, tmp_path):
-    from collage.backends import onnxruntime as ortb
     from tests._helpers import ort_reference
 
     model = _residual_block(op=op)
-    assert ortb._residual_inputs(model) == ["x"]
+    assert ort_route.residual_inputs(model) == ["x"]
     x = np.random.default_rng(4).standard_normal((1, 32, 8, 8)).astype(np.float32)
     want = ort_reference(model, {"x": x}, optimize=False)["y"]
     fused = get_backend("onnxruntime").compile(model)
@@ -271,12 +270,10 @@ def test_onnxruntime_fuses_the_residual_sum_of_a_cut_block(op, tmp_path):
 
 
 def test_onnxruntime_residual_routing_only_where_it_applies():
-    from collage.backends import onnxruntime as ortb
-
-    assert ortb._residual_inputs(_add_mul()) == []  # no Conv
+    assert ort_route.residual_inputs(_add_mul()) == []  # no Conv
     no_sum = _residual_block()
     no_sum.graph.node[3].input[1] = "b"  # the Add no longer reads the input
-    assert ortb._residual_inputs(no_sum) == []
+    assert ort_route.residual_inputs(no_sum) == []
     assert get_backend("onnxruntime").compile(no_sum)._optimized is None
     assert get_backend("onnxruntime", opt_level="extended").compile(_residual_block())._optimized is None
     opts = get_backend("onnxruntime", residual_fusion=False).options

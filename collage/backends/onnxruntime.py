@@ -42,6 +42,7 @@ import numpy as np
 import onnx
 
 from collage.backends.base import Backend, Compiled
+from collage.backends.ort_route import drop_routes, residual_inputs, route_residual_inputs
 from collage.errors import ArtifactError, BackendUnavailable, CollageError
 from collage.util import physical_cores, sha256_bytes
 
@@ -129,58 +130,6 @@ _TYPE_TO_NP = {
     "tensor(uint64)": np.uint64, "tensor(bool)": np.bool_,
 }
 
-
-#: Marks the 1x1 MaxPool that ``_route_residual_inputs`` adds (the name survives ORT's NCHWc rewrite).
-_ROUTE = "__collage_nchwc_route"
-
-
-def _residual_inputs(model: onnx.ModelProto) -> list[str]:
-    """Graph inputs (4-D float, not initializers) read by both a Conv and an Add/Sum: cut residual inputs."""
-    inits = {t.name for t in model.graph.initializer}
-    readers: dict[str, set[str]] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            readers.setdefault(name, set()).add(node.op_type)
-    out = []
-    for value in model.graph.input:
-        ttype = value.type.tensor_type
-        ops = readers.get(value.name, set())
-        if (value.name not in inits and ttype.elem_type == onnx.TensorProto.FLOAT and len(ttype.shape.dim) == 4
-                and "Conv" in ops and ops & {"Add", "Sum"}):
-            out.append(value.name)
-    return out
-
-
-def _route_residual_inputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
-    """A copy of ``model`` where each input in ``names`` reaches its readers through a 1x1 MaxPool."""
-    routed = onnx.ModelProto()
-    routed.CopyFrom(model)
-    graph = routed.graph
-    alias = {name: f"{name}{_ROUTE}" for name in names}
-    for node in graph.node:
-        for k, name in enumerate(node.input):
-            if name in alias:
-                node.input[k] = alias[name]
-    for name in reversed(names):
-        graph.node.insert(0, onnx.helper.make_node("MaxPool", [name], [alias[name]], name=alias[name],
-                                                   kernel_shape=[1, 1]))
-    return routed
-
-
-def _drop_routes(optimized: onnx.ModelProto) -> int:
-    """Remove the 1x1 MaxPools of ``_route_residual_inputs`` from an ORT-optimised graph; how many went."""
-    graph = optimized.graph
-    bypass = {n.output[0]: n.input[0] for n in graph.node if n.op_type == "MaxPool" and _ROUTE in n.name}
-    if not bypass or {o.name for o in graph.output} & set(bypass):  # an alias is never a partition output
-        return 0
-    keep = [n for n in graph.node if not (n.op_type == "MaxPool" and _ROUTE in n.name)]
-    for node in keep:
-        for k, name in enumerate(node.input):
-            if name in bypass:
-                node.input[k] = bypass[name]
-    del graph.node[:]
-    graph.node.extend(keep)
-    return len(bypass)
 
 
 class OrtCompiled(Compiled):
@@ -388,7 +337,7 @@ class OnnxRuntimeBackend(Backend):
     def _routed_form(self, model: onnx.ModelProto) -> bytes | None:
         """``compile``'s optimised form of ``model`` with its residual inputs routed (module doc); None where
         there is none to route, the routing is off, or it fails (then the plain session is used)."""
-        names = _residual_inputs(model) if self.residual_fusion and self.opt_level == "all" else []
+        names = residual_inputs(model) if self.residual_fusion and self.opt_level == "all" else []
         if not names:
             return None
         try:
@@ -400,8 +349,8 @@ class OnnxRuntimeBackend(Backend):
     def _optimize_routed(self, model: onnx.ModelProto, names: list[str]) -> bytes | None:
         """ORT's optimised model of ``model`` with ``names`` routed for the residual fusion (module doc);
         None when ORT did not keep the routing MaxPools apart (then the plain session is used)."""
-        optimized = self._optimized_graph(_route_residual_inputs(model, names))
-        dropped = _drop_routes(optimized)
+        optimized = self._optimized_graph(route_residual_inputs(model, names))
+        dropped = drop_routes(optimized)
         if dropped != len(names):
             log.debug("onnxruntime: residual routing of %s not applied (%d of %d routes found)",
                       names, dropped, len(names))
