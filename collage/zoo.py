@@ -72,6 +72,8 @@ _ENTRIES = [
              "MobileNetV2 (torchvision layout, BN folded into Conv, ReLU6 as Clip), 1x3x224x224"),
     ZooEntry("bert-base", "bert", "built", 436, _built("bert"),
              "BERT-base encoder, 12 layers, hidden 768, seq 128, batch 1"),
+    ZooEntry("bert-base-masked", "bert", "built", 436, _built("bert_masked"),
+             "bert-base with a query x key padding mask at float32's lowest value (HF style): NaN in all-bf16"),
     ZooEntry("densenet121", "densenet", "onnx-light", 31, _light("densenet121"), "DenseNet-121, 1x3x224x224"),
     ZooEntry("inception_v1", "inception", "onnx-light", 27, _light("inception_v1"), "GoogLeNet, 1x3x224x224"),
     ZooEntry("inception_v2", "inception", "onnx-light", 43, _light("inception_v2"), "Inception v2 (BN), 1x3x224x224"),

@@ -252,6 +252,11 @@ def _pair_mask(b: Builder, mask: str) -> str:
     return b.op("Mul", [inv, b.const(np.float32(np.finfo(np.float32).min))], "mask.add")
 
 
+def bert_masked(seed: int) -> onnx.ModelProto:
+    """BERT-base with a query x key padding mask at float32's lowest value (HF style): all-bf16 gives NaN."""
+    return bert(seed, name="bert-base-masked", pair_mask=True)
+
+
 def tiny_bert_masked(seed: int) -> onnx.ModelProto:
     """tiny-bert with a query x key padding mask at float32's lowest value (HF style): all-bf16 gives NaN."""
     return bert(seed, layers=2, hidden=64, heads=4, ffn=256, seq=16, vocab=1000, name="tiny-bert-masked",

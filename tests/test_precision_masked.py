@@ -56,6 +56,20 @@ def test_all_bf16_gives_nan_and_the_budgeted_plan_does_not():
     err = tuner.end_to_end(plan, "check")  # stitched and run again: finite, within budget
     assert err.finite and tuner.budget.allows(err), err.describe()
 
+
+@needs_bf16
+@pytest.mark.slow
+def test_bert_base_masked_gives_nan_in_all_bf16():
+    """zoo:bert-base-masked (the precision benchmark's NaN model at full size) does what its entry says."""
+    g = zoo.load_graph("zoo:bert-base-masked")
+    feeds = zoo.random_inputs(g, seed=0)
+    assert 0 < int(feeds["attention_mask"].sum()) < feeds["attention_mask"].size  # some padding
+    ref = get_backend("onnxruntime").compile(g.model).run(dict(feeds))
+    assert all(np.isfinite(np.asarray(v)).all() for v in ref.values())
+    got = _all_bf16_outputs(g, feeds)
+    assert all(np.isnan(np.asarray(v)).any() for v in got.values()), "all-bf16 no longer gives NaN here"
+
+
 def test_whole_model_bf16_within_budget_is_found(monkeypatch):
     """Mixed plans predicted faster break the budget; bf16 on the whole model is within it on its own
     (its error is end to end) and must not be excluded with the mixed plan's worst partition."""
