@@ -119,7 +119,7 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
     from collage.search.candidates import Candidate, Limits, candidate_counts, enumerate_candidates
     from collage.search.ranges import range_candidates
     from collage.search.dp import search
-    from collage.tune_search import _fill_boundaries, calibrate_partition_overhead, search_checked
+    from collage.tune_search import _fill_boundaries, calibrate_partition_overhead, search_checked, whole_if_one_backend
 
     t_start = time.monotonic()
     tolerance = dict(tolerance or DEFAULT_TOLERANCE)
@@ -209,7 +209,8 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
                                             progress=progress)
 
     def do_search(charged: Mapping[Candidate, float]) -> Plan:
-        return _fill_boundaries(graph, prec.search(charged, transition) if prec else search(graph, charged, transition))
+        plan = prec.search(charged, transition) if prec else search(graph, charged, transition)
+        return _fill_boundaries(graph, whole_if_one_backend(graph, plan, charged, prec))
 
     t0 = time.perf_counter()
     plan, charged, attempts = search_checked(graph, costs, overhead, do_search, feeds, work, best_single_ms,

@@ -4,7 +4,8 @@ Each candidate is timed alone, so a stitched chain of them costs more than the s
 (DESIGN.md, "Stitching"). ``calibrate_partition_overhead`` measures that excess per partition on each
 backend before the search; ``search_checked`` searches with it charged, stitches and measures the plan,
 and where the plan loses to the best single backend by more than predicted, charges the measured excess
-and searches again. ``_fill_boundaries`` gives a searched plan its boundary tensors and fingerprints.
+and searches again. ``whole_if_one_backend`` turns a plan of one backend cut into pieces into that backend
+on the whole model. ``_fill_boundaries`` gives a searched plan its boundary tensors and fingerprints.
 Called by :func:`collage.tune.tune` (which owns the verification and the never-worse rule, and imports
 this module inside the call, as it does every pipeline step); progress lines go through its ``_say``.
 """
@@ -102,6 +103,36 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], overhead: dict[str,
             overhead[b] = overhead.get(b, 0.0) + excess
     assert best is not None and plan is not None
     return best[1], best[2], attempt
+
+
+def whole_if_one_backend(graph: Graph, plan: Plan, costs: Mapping[Any, float], prec: Any = None) -> Plan:
+    """``plan`` as it is, unless all its partitions are one backend's: then that backend on the whole model.
+
+    One runtime, one call instead of several: the search only cuts one backend's model where measurement
+    noise made the pieces' costs sum below the whole model's (mobilenetv2 in bf16 came out as ``[0, 77)`` +
+    ``[77, 100)``). Needs the whole-model candidate measured (in ``costs``) and, for a lower-precision
+    backend, its own error within the accuracy budget (``prec.whole_model_within_budget``); the
+    precision notes then say so (``prec.use_whole_model``).
+    """
+    from collage.search.candidates import Candidate
+
+    names = {p.backend for p in plan.partitions}
+    if len(plan.partitions) < 2 or len(names) != 1:
+        return plan
+    (name,) = names
+    n = len(graph)
+    whole = Candidate(tuple(range(n)), name)
+    if whole not in costs:
+        return plan
+    low = prec is not None and name in prec.low
+    if low and whole not in prec.whole_model_within_budget():
+        return plan
+    note = f"one backend in {len(plan.partitions)} partitions: {name} on the whole model instead (one call)"
+    merged = Plan.single(name, n, costs[whole])
+    merged.notes = [*plan.notes, note]
+    if low:
+        prec.use_whole_model(name, f"precision: {note}")
+    return merged
 
 
 def _fill_boundaries(graph: Graph, plan: Plan) -> Plan:

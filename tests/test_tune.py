@@ -147,3 +147,45 @@ def test_stale_cost_db_is_called_out():
     assert stale_costs({"onnxruntime": 10.0, "openvino": 9.0}, {"onnxruntime": 9.0, "openvino": 10.5}) is None
     msg = stale_costs({"onnxruntime": 30.0, "openvino": 9.0}, {"onnxruntime": 9.0, "openvino": 10.0})
     assert msg and "onnxruntime 30.000 ms in the DB vs 9.000 ms now" in msg and "openvino" not in msg.split("(")[1]
+
+
+class _Prec:
+    """The two things ``whole_if_one_backend`` asks of a PrecisionTuner."""
+
+    def __init__(self, within: list) -> None:
+        self.low, self._within, self.used = {"openvino-bf16"}, within, []
+
+    def whole_model_within_budget(self) -> list:
+        return self._within
+
+    def use_whole_model(self, backend: str, note: str) -> list[str]:
+        self.used.append((backend, note))
+        return [note]
+
+
+def test_one_backend_in_pieces_becomes_its_whole_model():
+    from collage.plan import Partition, Plan
+    from collage.search.candidates import Candidate
+    from collage.tune_search import whole_if_one_backend
+
+    graph = list(range(4))  # only its length is read
+    whole = {b: Candidate((0, 1, 2, 3), b) for b in ("onnxruntime", "openvino-bf16")}
+    costs = {whole["onnxruntime"]: 2.0, whole["openvino-bf16"]: 1.0}
+
+    def plan(*backends: str) -> Plan:
+        return Plan([Partition((0, 1), backends[0], 0.4), Partition((2, 3), backends[1], 0.4)], predicted_ms=0.8)
+
+    merged = whole_if_one_backend(graph, plan("onnxruntime", "onnxruntime"), costs)
+    assert [(p.backend, p.nodes) for p in merged.partitions] == [("onnxruntime", (0, 1, 2, 3))]
+    assert merged.predicted_ms == 2.0 and "one backend in 2 partitions" in merged.notes[-1]
+    mixed = plan("onnxruntime", "openvino-bf16")
+    assert whole_if_one_backend(graph, mixed, costs) is mixed  # two backends: as searched
+    unmeasured = plan("openvino", "openvino")
+    assert whole_if_one_backend(graph, unmeasured, costs) is unmeasured  # no whole-model cost: as searched
+    # lower precision: only where the whole model's own error is within the budget
+    over, within = _Prec([]), _Prec([whole["openvino-bf16"]])
+    bf16 = plan("openvino-bf16", "openvino-bf16")
+    assert whole_if_one_backend(graph, bf16, costs, over) is bf16 and not over.used
+    merged = whole_if_one_backend(graph, bf16, costs, within)
+    assert [(p.backend, p.nodes) for p in merged.partitions] == [("openvino-bf16", (0, 1, 2, 3))]
+    assert within.used and within.used[0][0] == "openvino-bf16"
