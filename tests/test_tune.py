@@ -189,3 +189,51 @@ def test_one_backend_in_pieces_becomes_its_whole_model():
     merged = whole_if_one_backend(graph, bf16, costs, within)
     assert [(p.backend, p.nodes) for p in merged.partitions] == [("openvino-bf16", (0, 1, 2, 3))]
     assert within.used and within.used[0][0] == "openvino-bf16"
+
+
+def test_a_winning_but_mispredicted_plan_is_searched_again(monkeypatch, tmp_path):
+    """Plan A beats the best single backend but measures 2x its prediction (an OpenVINO -> ONNX Runtime
+    switch does that): its excess is charged to its backends and the search runs again; B, measured as
+    predicted, is kept. The old rule stopped at A because it won."""
+    import collage.artifact
+    import collage.runtime
+    from collage import tune_search
+    from collage.plan import Partition, Plan
+
+    a = Plan([Partition((0, 1), "openvino-bf16", 5.0), Partition((2, 3), "onnxruntime", 5.0)], predicted_ms=10.0)
+    b = Plan([Partition((0, 1), "openvino-bf16", 5.0), Partition((2, 3), "openvino", 7.0)], predicted_ms=12.0)
+    measured = {id(a): 20.0, id(b): 12.5}
+    searched: list[dict] = []
+
+    def do_search(charged):
+        searched.append(dict(charged))
+        return a if charged["ort-tail"] <= charged["ov-tail"] else b
+
+    ran: list[Plan] = []
+
+    class _Art:  # the "artifact" of a plan: running it says which plan was measured
+        def __init__(self, plan):
+            self.plan = plan
+
+        def run(self, feeds):
+            ran.append(self.plan)
+            return {}
+
+    def fake_measure(runners, rounds=3):
+        runners["p"]()
+        return {"p": measured[id(ran[-1])]}
+
+    monkeypatch.setattr(collage.artifact, "export", lambda graph, plan, path, target="cpu": plan)
+    monkeypatch.setattr(collage.runtime, "load", lambda plan: _Art(plan))
+    monkeypatch.setattr(tune_search, "measure_interleaved", fake_measure)
+
+    class _C(str):  # a candidate: only its backend is read
+        @property
+        def backend(self):
+            return {"ort-tail": "onnxruntime", "ov-tail": "openvino"}[str(self)]
+
+    costs = {_C("ort-tail"): 5.0, _C("ov-tail"): 7.0}
+    plan, charged, attempts = tune_search.search_checked(list(range(4)), costs, {}, do_search, {}, tmp_path,
+                                                         best_single_ms=30.0, progress=False)
+    assert plan is b and attempts == 2
+    assert charged["ort-tail"] == 10.0 and charged["ov-tail"] == 7.0  # A's excess, (20 - 10) / 2, on its backends
