@@ -60,7 +60,7 @@ def _bench_model(name: str, accuracy: str, out: Path, *, max_nodes: int, budget_
                  rounds: int) -> dict:
     from collage import zoo
     from collage.backends import get_backend
-    from collage.cost_models.accuracy import ErrorMeasure, compare, load_calibration, parse_accuracy, reference_runs
+    from collage.cost_models.accuracy import load_calibration, parse_accuracy, reference_runs, run_error
     from collage.runtime import load
     from collage.search.candidates import Limits
     from collage.tune import tune
@@ -78,13 +78,7 @@ def _bench_model(name: str, accuracy: str, out: Path, *, max_nodes: int, budget_
         runners[b] = get_backend(b).compile(graph.model)
     calib = load_calibration(graph, None)  # the same seeded samples tune judged the budget on
     refs = reference_runs(graph, calib)
-    errors: dict[str, ErrorMeasure] = {}
-    for k, r in runners.items():
-        err = ErrorMeasure()
-        for feeds, ref in zip(calib.samples, refs):
-            got = {t: v.copy() for t, v in r.run(dict(feeds)).items()}
-            compare(got, ref, graph.outputs, err)
-        errors[k] = err
+    errors = {k: run_error(r.run, calib, refs, graph.outputs) for k, r in runners.items()}
     feeds = zoo.random_inputs(graph, seed=0)
     ms = measure_interleaved({k: (lambda r=r: r.run(feeds)) for k, r in runners.items()}, rounds=rounds)
     parts = res.plan.partitions

@@ -20,19 +20,14 @@ DEFAULT = ["shufflenet", "squeezenet", "mobilenetv2", "resnet50", "bert-base"]
 def measure(name: str, rounds: int) -> dict:
     from collage import zoo
     from collage.backends import get_backend
-    from collage.cost_models.accuracy import ErrorMeasure, compare, load_calibration, reference_runs
+    from collage.cost_models.accuracy import load_calibration, reference_runs, run_error
     from collage.verify import measure_interleaved
 
     graph = zoo.load_graph(f"zoo:{name}")
     calib = load_calibration(graph, None)
     refs = reference_runs(graph, calib)
     compiled = {b: get_backend(b).compile(graph.model) for b in VARIANTS}
-    errors = {}
-    for b, c in compiled.items():
-        err = ErrorMeasure()
-        for sample, ref in zip(calib.samples, refs):
-            compare({k: v.copy() for k, v in c.run(dict(sample)).items()}, ref, graph.outputs, err)
-        errors[b] = err
+    errors = {b: run_error(c.run, calib, refs, graph.outputs) for b, c in compiled.items()}
     feeds = dict(calib.samples[0])
     ms = measure_interleaved({b: (lambda c=c: c.run(feeds)) for b, c in compiled.items()}, rounds=rounds)
     return {"model": name, "ms": ms, "errors": errors}

@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from collage.cost_models.accuracy import (Budget, Calibration, ErrorMeasure, compare, load_calibration,
-                                          measure_errors, parse_accuracy, reference_runs)
+from collage.cost_models.accuracy import (Budget, Calibration, ErrorMeasure, load_calibration, measure_errors,
+                                          parse_accuracy, reference_runs, run_error)
 from collage.errors import CollageError
 from collage.plan import Plan
 from collage.precision_backends import (VARIANTS, OpenVINOBF16Backend, OpenVINOFP16Backend,
@@ -125,11 +125,7 @@ class PrecisionTuner(BudgetedSearch):
 
     def artifact_error(self, artifact: Any) -> ErrorMeasure:
         """A loaded artifact's outputs vs the fp32 reference on every calibration sample."""
-        err = ErrorMeasure()
-        for feeds, ref in zip(self.calib.samples, self.reference()):
-            got = {k: np.array(v, copy=True) for k, v in artifact.run(dict(feeds)).items()}
-            compare(got, ref, self.graph.outputs, err)
-        return err
+        return run_error(artifact.run, self.calib, self.reference(), self.graph.outputs)
 
     def end_to_end(self, plan: Plan, tag: str) -> ErrorMeasure:
         """Stitch ``plan`` into an artifact (the real runtime path), run it, compare with the reference."""

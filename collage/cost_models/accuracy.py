@@ -24,7 +24,7 @@ import math
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -190,6 +190,16 @@ def compare(got: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], names:
     err = into or ErrorMeasure()
     for t in names:
         err.add(t, got[t], ref[t])
+    return err
+
+
+def run_error(run: Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]], calib: Calibration,
+              refs: Sequence[Mapping[str, np.ndarray]], outputs: Iterable[str]) -> ErrorMeasure:
+    """A whole-model runner's outputs (copied: a backend may reuse its buffers) vs the reference runs
+    (``reference_runs``), over every calibration sample."""
+    outputs, err = list(outputs), ErrorMeasure()
+    for feeds, ref in zip(calib.samples, refs):
+        compare({k: np.array(v, copy=True) for k, v in run(dict(feeds)).items()}, ref, outputs, err)
     return err
 
 
