@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,25 +34,12 @@ ORDERS = (("openvino-bf16", "openvino"), ("openvino", "openvino-bf16"))
 SHORT = {"openvino": "fp32", "openvino-bf16": "bf16"}
 
 
-def run_chain(pieces: Sequence[tuple[Any, list[str]]], feeds: Mapping[str, np.ndarray],
-              outputs: Sequence[str]) -> dict[str, np.ndarray]:
-    """Run ``(compiled, input names)`` pieces in order, each fed from the feeds and earlier outputs."""
-    values: dict[str, np.ndarray] = dict(feeds)
-    for compiled, names in pieces:
-        values.update(compiled.run({n: values[n] for n in names}))
-    return {t: values[t] for t in outputs}
-
-
-def _inputs(model: Any) -> list[str]:
-    inits = {t.name for t in model.graph.initializer}
-    return [i.name for i in model.graph.input if i.name not in inits]
-
-
 def sweep(name: str, accuracy: str, rounds: int, out: Path, command: str, confirm: int = 3,
           confirm_rounds: int = 31) -> list[dict]:
+    from benchmarks.chain_tables import Chain
     from collage import zoo
     from collage.backends import get_backend
-    from collage.cost_models.accuracy import ErrorMeasure, compare, load_calibration, parse_accuracy, reference_runs
+    from collage.cost_models.accuracy import load_calibration, parse_accuracy, reference_runs, run_error
     from collage.search.ranges import narrow_cuts
     from collage.verify import measure_interleaved
 
@@ -65,22 +51,21 @@ def sweep(name: str, accuracy: str, rounds: int, out: Path, command: str, confir
     refs = reference_runs(graph, calib)
     feeds = dict(calib.samples[0])
     cuts = sorted(c for c in narrow_cuts(graph) if 0 < c < n)
+    wholes = {"fp32": lambda: whole["openvino"].run(feeds), "bf16": lambda: whole["openvino-bf16"].run(feeds)}
     rows: list[dict] = []
     t0 = time.monotonic()
     for k, c in enumerate(cuts):
         print(f"benchmarks.precision_cuts: {name} cut {c} ({k + 1}/{len(cuts)})", file=sys.stderr, flush=True)
-        runners = {"fp32": lambda: whole["openvino"].run(feeds), "bf16": lambda: whole["openvino-bf16"].run(feeds)}
-        row: dict[str, Any] = {"cut": c, "err": {}}
+        runners = dict(wholes)
+        row: dict[str, Any] = {"cut": c, "err": {}, "chains": {}}
+        parts = [list(range(0, c)), list(range(c, n))]
+        models = [graph.extract(p) for p in parts]
         for first, second in ORDERS:
             key = f"{SHORT[first]} > {SHORT[second]}"
-            models = [graph.extract(range(0, c)), graph.extract(range(c, n))]
-            pieces = [(backends[b].compile(m), _inputs(m)) for b, m in zip((first, second), models)]
-            err = ErrorMeasure()
-            for sample, ref in zip(calib.samples, refs):
-                compare(run_chain(pieces, sample, graph.outputs), ref, graph.outputs, err)
-            row["err"][key] = err
-            row.setdefault("pieces", {})[key] = pieces
-            runners[key] = lambda pieces=pieces: run_chain(pieces, feeds, graph.outputs)
+            chain = Chain(graph, parts, [backends[b].compile(m) for b, m in zip((first, second), models)])
+            row["err"][key] = run_error(chain, calib, refs, graph.outputs)
+            row["chains"][key] = chain
+            runners[key] = lambda chain=chain: chain(feeds)
         row["ms"] = measure_interleaved(runners, rounds=rounds)
         rows.append(row)
         write(out, name, rows, budget, accuracy, command, time.monotonic() - t0, len(cuts))
@@ -91,9 +76,9 @@ def sweep(name: str, accuracy: str, rounds: int, out: Path, command: str, confir
     if best:
         print(f"benchmarks.precision_cuts: confirming {len(best)} split(s) over {confirm_rounds} rounds",
               file=sys.stderr, flush=True)
-        runners = {"fp32": lambda: whole["openvino"].run(feeds), "bf16": lambda: whole["openvino-bf16"].run(feeds)}
+        runners = dict(wholes)
         for _, c, k, r in best:
-            runners[f"{k} at cut {c}"] = lambda p=r["pieces"][k]: run_chain(p, feeds, graph.outputs)
+            runners[f"{k} at cut {c}"] = lambda chain=r["chains"][k]: chain(feeds)
         confirmed = measure_interleaved(runners, rounds=confirm_rounds)
         write(out, name, rows, budget, accuracy, command, time.monotonic() - t0, len(cuts), confirmed, confirm_rounds)
     return rows
