@@ -22,18 +22,21 @@ from tests.test_precision import _synthetic, needs_bf16
 MODEL = "zoo:tiny-bert-masked"
 
 
-def _all_bf16_outputs(graph, feeds):
-    return get_backend("openvino-bf16").compile(graph.model).run(dict(feeds))
+def _nan_in_all_bf16(model: str):
+    """``model``'s graph, after checking that fp32 is finite and OpenVINO all-bf16 gives NaN in every output."""
+    g = zoo.load_graph(model)
+    feeds = zoo.random_inputs(g, seed=0)
+    assert 0 < int(feeds["attention_mask"].sum()) < feeds["attention_mask"].size  # some padding
+    ref = get_backend("onnxruntime").compile(g.model).run(dict(feeds))
+    assert all(np.isfinite(np.asarray(v)).all() for v in ref.values())  # fp32 is finite
+    got = get_backend("openvino-bf16").compile(g.model).run(dict(feeds))
+    assert all(np.isnan(np.asarray(v)).any() for v in got.values()), f"all-bf16 no longer gives NaN on {model}"
+    return g
 
 
 @needs_bf16
 def test_all_bf16_gives_nan_and_the_budgeted_plan_does_not():
-    g = zoo.load_graph(MODEL)
-    feeds = zoo.random_inputs(g, seed=0)
-    ref = get_backend("onnxruntime").compile(g.model).run(dict(feeds))
-    assert all(np.isfinite(np.asarray(v)).all() for v in ref.values())  # fp32 is finite
-    got = _all_bf16_outputs(g, feeds)
-    assert all(np.isnan(np.asarray(v)).any() for v in got.values()), "all-bf16 no longer gives NaN here"
+    g = _nan_in_all_bf16(MODEL)
 
     bks = [get_backend("onnxruntime"), get_backend("openvino-bf16")]
     # fp32 single nodes cover the graph; bf16 gets layer 0's attention (nodes 20-30) node by node, its
@@ -61,13 +64,7 @@ def test_all_bf16_gives_nan_and_the_budgeted_plan_does_not():
 @pytest.mark.slow
 def test_bert_base_masked_gives_nan_in_all_bf16():
     """zoo:bert-base-masked (the precision benchmark's NaN model at full size) does what its entry says."""
-    g = zoo.load_graph("zoo:bert-base-masked")
-    feeds = zoo.random_inputs(g, seed=0)
-    assert 0 < int(feeds["attention_mask"].sum()) < feeds["attention_mask"].size  # some padding
-    ref = get_backend("onnxruntime").compile(g.model).run(dict(feeds))
-    assert all(np.isfinite(np.asarray(v)).all() for v in ref.values())
-    got = _all_bf16_outputs(g, feeds)
-    assert all(np.isnan(np.asarray(v)).any() for v in got.values()), "all-bf16 no longer gives NaN here"
+    _nan_in_all_bf16("zoo:bert-base-masked")
 
 
 def test_whole_model_bf16_within_budget_is_found(monkeypatch):
