@@ -22,7 +22,7 @@ from tqdm import tqdm
 from benchmarks.backend_tables import _fname, _header, _md_table, _stats, interleaved
 from collage import zoo
 from collage.backends import get_backend, unavailable_reason
-from collage.graph import Graph
+from collage.graph.ir import Graph
 
 log = logging.getLogger("benchmarks.chain_tables")
 
@@ -142,7 +142,7 @@ def _compile_all(backend, models: list[onnx.ModelProto], graph: Graph, linked: b
 def _edge_reorders(backend, compiled) -> set[str]:  # noqa: ANN001
     """Names of the ReorderInput nodes reading a graph input and the ReorderOutput nodes making a graph output
     of the optimised graph an onnxruntime partition runs (conversions inside a piece are no boundary's cost)."""
-    from collage.backends.ort_link import optimized_graph
+    from collage.backends.onnxruntime.link import optimized_graph
 
     g = (onnx.load_from_string(compiled._optimized) if compiled._optimized is not None
          else optimized_graph(backend, compiled._model)).graph
@@ -283,7 +283,7 @@ def chains(models: list[str], rounds: int, command: str, out: Path) -> Path:
               "The tuner charges conversions without a model of its own: every candidate partition is compiled "
               "and measured on its own, conversions at its edges included; `gap` is the chain's median minus the "
               "whole model's, `rest` the part of it the conversions do not explain (thread wake-ups, colder caches, "
-              "call overhead), which `collage.tune_search.calibrate_partition_overhead` charges per partition. "
+              "call overhead), which `collage.tuner.search_step.calibrate_partition_overhead` charges per partition. "
               "Rows `, linked`: the pieces compiled together with `Backend.compile_linked` (only the graph outputs "
               "kept in ONNX layout), which hands a tensor from one piece to the next in the runtime's own layout. "
               "For onnxruntime (`collage/backends/ort_link.py`) this removes the ReorderOutput at the end of a piece "

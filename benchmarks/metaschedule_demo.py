@@ -27,7 +27,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from collage.backends import get_backend
-from collage.backends.tvm import TVMBackend
+from collage.backends.tvm.backend import TVMBackend
 from collage.util import machine_id, physical_cores
 
 log = logging.getLogger("benchmarks.metaschedule_demo")

@@ -36,7 +36,7 @@ import numpy as np
 
 from collage import zoo
 from collage.backends import get_backend, unavailable_reason
-from collage.graph import Graph
+from collage.graph.ir import Graph
 from collage.util import machine_id, physical_cores
 
 log = logging.getLogger("benchmarks.noise")

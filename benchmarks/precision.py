@@ -61,10 +61,10 @@ def _bench_model(name: str, accuracy: str, out: Path, *, max_nodes: int, budget_
     from collage import zoo
     from collage.backends import get_backend
     from collage.cost_models.accuracy import load_calibration, parse_accuracy, reference_runs, run_error
-    from collage.runtime import load
+    from collage.runtime.artifact import load
     from collage.search.candidates import Limits
-    from collage.tune import tune
-    from collage.verify import measure_interleaved
+    from collage.tuner.job import tune
+    from collage.tuner.verify import measure_interleaved
 
     t0 = time.monotonic()
     graph = zoo.load_graph(f"zoo:{name}")
@@ -116,7 +116,7 @@ def write(path: Path, rows: list[dict], args: argparse.Namespace, elapsed: float
              f"nodes; measuring budget per model: {budgets}). Total {elapsed / 60:.1f} min.{status}", "",
              "Backends searched: onnxruntime, openvino (fp32), openvino-bf16. Latency: median ms of a full call, "
              f"the four measured interleaved in {args.rounds} rounds in one process. Error: vs the ONNX Runtime "
-             "fp32 reference on 2 seeded random input samples (`collage.zoo.random_inputs`; not representative "
+             "fp32 reference on 2 seeded random input samples (`collage.zoo.catalog.random_inputs`; not representative "
              "data), as max |err| / output range and min cosine similarity over outputs. *Within budget*: the "
              "plan's error meets the budget and is finite (NaN: not). *vs fp32*: best fp32 single backend ms / "
              "plan ms (> 1: the plan is faster).", "",
@@ -159,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.command = "python -m benchmarks.precision " + " ".join(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    from collage.precision import cpu_bf16_reason
-    from collage.tune import parse_budget
+    from collage.tuner.precision.tuner import cpu_bf16_reason
+    from collage.tuner.job import parse_budget
 
     why = cpu_bf16_reason()
     if why:

@@ -3,7 +3,7 @@
     python -m benchmarks.roundtrip ART_ROOT [--out results/roundtrip.md]
 
 For every artifact directory under ART_ROOT (as `collage bench --artifacts ART_ROOT` leaves them),
-writes seeded inputs (collage.zoo.random_inputs) to .npy files, runs `python -m collage.cli run` on
+writes seeded inputs (collage.zoo.catalog.random_inputs) to .npy files, runs `python -m collage.cli run` on
 them in a fresh process, and compares every output with a whole-model ONNX Runtime fp32 run of the
 model the artifact was tuned from.
 """
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [check(d) for d in sorted(Path(args.root).iterdir()) if (d / "manifest.json").exists()]
     text = ("# Round trip: tuned artifact run by `collage run` in a fresh process vs ONNX Runtime fp32\n\n"
             f"Command: `python -m benchmarks.roundtrip {args.root}` (artifacts from `collage bench --artifacts`).\n"
-            "Tolerance atol 1e-4, rtol 1e-3; seeded inputs from collage.zoo.random_inputs(seed=7).\n\n"
+            "Tolerance atol 1e-4, rtol 1e-3; seeded inputs from collage.zoo.catalog.random_inputs(seed=7).\n\n"
             + markdown_table(rows))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)

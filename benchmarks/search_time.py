@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from collage import zoo
-from collage.graph import Graph
+from collage.graph.ir import Graph
 from collage.search import Limits, SearchStats, candidate_counts, enumerate_candidates, search
 from collage.search.ranges import range_candidates
 from collage.search.candidates import Candidate
@@ -88,7 +88,7 @@ def bench(name: str, repeats: int) -> dict:
         t0 = time.perf_counter()
         cands = enumerate_candidates(graph, supports, Limits())
         known = set(cands)
-        cands += [c for c in range_candidates(graph, supports) if c not in known]  # as collage.tune adds them
+        cands += [c for c in range_candidates(graph, supports) if c not in known]  # as collage.tuner.job adds them
         enum_s.append(time.perf_counter() - t0)
     costs = synthetic_costs(graph, cands)
     stats = SearchStats()

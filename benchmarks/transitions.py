@@ -36,7 +36,7 @@ from collage.cost_models.transitions import (FAST_HANDOVER, QUICK_SIZES, SIZES, 
                                              handovers, measure_model_transitions, measure_transition,
                                              transition_model)
 from collage.errors import CollageError
-from collage.graph import Graph
+from collage.graph.ir import Graph
 from collage.util import human_bytes, machine_id, physical_cores
 
 log = logging.getLogger("benchmarks.transitions")

@@ -2,7 +2,7 @@
 
 Public API (imported lazily so that loading an artifact does not import the tuner):
 
-    collage.tune(model, ...)      -> a tuned artifact directory (collage.tune)
+    collage.tune(model, ...)      -> a tuned artifact directory (collage.tuner.job)
     collage.load(path)            -> a runnable artifact (collage.runtime)
     collage.Graph, collage.Plan
 """
@@ -15,15 +15,15 @@ __all__ = ["Graph", "Plan", "load", "tune", "__version__"]
 
 def __getattr__(name: str):
     if name == "Graph":
-        from collage.graph import Graph
+        from collage.graph.ir import Graph
         return Graph
     if name == "Plan":
         from collage.plan import Plan
         return Plan
     if name == "load":
-        from collage.runtime import load
+        from collage.runtime.artifact import load
         return load
     if name == "tune":
-        from collage.tune import tune
+        from collage.tuner.job import tune
         return tune
     raise AttributeError(f"module 'collage' has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """The ``collage`` command.
 
-Each subcommand lives in the module that owns its idea and exposes two functions:
+Each subcommand is a module of :mod:`collage.commands` exposing two functions:
 ``add_arguments(parser)`` and ``run(args) -> int``. This file only wires them, imports each lazily
 (so ``collage run`` never imports the tuner), and turns every ``CollageError`` into one line on
 stderr and exit code 2.
@@ -14,14 +14,14 @@ import sys
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "tune": ("collage.tune", "measure candidates, search the cheapest plan, write an artifact"),
-    "report": ("collage.report", "show what runs where in a tuned artifact, and why"),
-    "run": ("collage.runtime_cli", "run a tuned artifact on inputs from .npy files"),
-    "inspect": ("collage.inspect", "op histogram, FLOPs, inputs/outputs (and --support per backend)"),
-    "bench": ("collage.bench", "tuned plan vs every single backend, written to results/"),
-    "measure": ("collage.cost_models.cli", "measure candidates of a model into the cost database"),
-    "backends": ("collage.backends", "list backends: available or why not, version, device, precision"),
-    "zoo": ("collage.zoo", "list the built-in models (zoo:NAME)"),
+    "tune": ("collage.commands.tune", "measure candidates, search the cheapest plan, write an artifact"),
+    "report": ("collage.commands.report", "show what runs where in a tuned artifact, and why"),
+    "run": ("collage.commands.run", "run a tuned artifact on inputs from .npy files"),
+    "inspect": ("collage.commands.inspect", "op histogram, FLOPs, inputs/outputs (and --support per backend)"),
+    "bench": ("collage.commands.bench", "tuned plan vs every single backend, written to results/"),
+    "measure": ("collage.commands.measure", "measure candidates of a model into the cost database"),
+    "backends": ("collage.commands.backends", "list backends: available or why not, version, device, precision"),
+    "zoo": ("collage.commands.zoo", "list the built-in models (zoo:NAME)"),
 }
 
 

@@ -40,7 +40,7 @@ def model_feeds(model: onnx.ModelProto, seed: int = 0, int_high: int = 8) -> dic
 
 def ort_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *, optimize: bool = True) -> dict[str, np.ndarray]:
     """The ONNX Runtime CPU outputs of ``model`` on ``feeds``, by output name."""
-    from collage.backends.onnxruntime import make_session
+    from collage.backends.onnxruntime.backend import make_session
 
     sess = make_session(model, optimize=optimize)
     names = [o.name for o in sess.get_outputs()]

@@ -12,11 +12,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from _helpers import need_backends
-from collage.artifact import FORMAT_VERSION, MANIFEST, export, read_manifest
+from collage.runtime.manifest import FORMAT_VERSION, MANIFEST, read_manifest
+from collage.tuner.export import export
 from collage.errors import ArtifactError
-from collage.graph import Graph
+from collage.graph.ir import Graph
 from collage.plan import Partition, Plan
-from collage.runtime import BoundaryOverhead
+from collage.runtime.artifact import BoundaryOverhead
 from collage.util import sha256_bytes, sha256_file
 
 

@@ -18,10 +18,10 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 from _helpers import model_feeds, ort_reference
-from collage.backends.tvm import TVMBackend
-from collage.backends.tvm_worker import ABORT_ENV, worker
+from collage.backends.tvm.backend import TVMBackend
+from collage.backends.tvm.worker import ABORT_ENV, worker
 from collage.errors import CollageError, CompileError, ModelError, UnsupportedError
-from collage.graph import Graph
+from collage.graph.ir import Graph
 
 RTOL, ATOL = 1e-4, 1e-5
 F = T.FLOAT
@@ -157,7 +157,7 @@ _LOADER = textwrap.dedent("""
     import json, sys
     from pathlib import Path
     import numpy as np
-    from collage.backends.tvm import TVMBackend
+    from collage.backends.tvm.backend import TVMBackend
     d = Path(sys.argv[1])
     compiled = TVMBackend().load(d / "part", json.loads((d / "entry.json").read_text()))
     np.savez(d / "out.npz", **compiled.run(dict(np.load(d / "feeds.npz"))))

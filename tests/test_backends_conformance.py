@@ -27,7 +27,7 @@ from _helpers import model_feeds, ort_reference, run_chain
 from collage import zoo
 from collage.backends import backend_names, get_backend, unavailable_reason
 from collage.errors import CollageError, CompileError, UnsupportedError
-from collage.graph import Graph
+from collage.graph.ir import Graph
 
 RTOL, ATOL = 1e-4, 1e-5
 SLOW_BACKENDS = {"tvm"}

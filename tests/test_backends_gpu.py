@@ -22,7 +22,7 @@ from _helpers import model_feeds, ort_reference
 from collage import zoo
 from collage.backends import REGISTRY, backend_names, get_backend, unavailable_reason
 from collage.backends import cuda_timing
-from collage.backends.onnxruntime import make_session
+from collage.backends.onnxruntime.backend import make_session
 from collage.backends.tensorrt import TensorRTBackend, engine_cache_key, engine_cache_path, timing_cache_path
 from collage.errors import CollageError, UnsupportedError
 
@@ -292,7 +292,7 @@ def test_host_timing_without_cuda(monkeypatch):
 # ---------------------------------------------------------------------- ORT CUDA's binding code, on the CPU
 def test_onnxruntime_cuda_binding_code_runs_with_cpu_buffers(tmp_path):
     """The IO-binding / save / load code of onnxruntime-cuda, with its buffers and provider moved to the CPU."""
-    from collage.backends.onnxruntime_cuda import OnnxRuntimeCudaBackend
+    from collage.backends.onnxruntime.cuda import OnnxRuntimeCudaBackend
 
     class CpuBuffers(OnnxRuntimeCudaBackend):
         ort_device = "cpu"
@@ -365,10 +365,11 @@ class _FakeCompiled:
 
 
 def test_manifest_round_trip_of_a_cuda_partition(monkeypatch, tmp_path):
-    from collage.artifact import export, read_manifest
-    from collage.graph import Graph
+    from collage.runtime.manifest import read_manifest
+    from collage.tuner.export import export
+    from collage.graph.ir import Graph
     from collage.plan import Partition, Plan
-    from collage.runtime import load
+    from collage.runtime.artifact import load
 
     monkeypatch.setitem(REGISTRY, "fake-cuda", (f"{__name__}:FakeCudaBackend", "cuda"))
     monkeypatch.setitem(sys.modules, __name__, sys.modules[__name__])
@@ -392,7 +393,7 @@ def test_manifest_round_trip_of_a_cuda_partition(monkeypatch, tmp_path):
 # ---------------------------------------------------------------------- the torch interpreter on the CPU
 def _torch_cpu(**kw):
     pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0 for these tests)")
-    from collage.backends.torch_cuda import TorchBackend
+    from collage.backends.torch.backend import TorchBackend
 
     return TorchBackend(device="cpu", **kw)
 
@@ -514,7 +515,7 @@ def test_torch_unsupported_op_names_op_and_node():
                    [("x", F, [3, 4])], [("y", F, [3])])
     with pytest.raises(UnsupportedError, match=r"Einsum.*my_einsum"):
         backend.compile(model)
-    from collage.graph import Graph
+    from collage.graph.ir import Graph
 
     g = Graph.load(model)
     answers = backend.supports_all(g)
@@ -543,10 +544,11 @@ def test_torch_device_io_takes_and_returns_tensors():
 
 def test_torch_artifact_round_trip_on_cpu(tmp_path):
     _torch_cpu()
-    from collage.artifact import export, read_manifest
-    from collage.graph import Graph
+    from collage.runtime.manifest import read_manifest
+    from collage.tuner.export import export
+    from collage.graph.ir import Graph
     from collage.plan import Partition, Plan
-    from collage.runtime import load
+    from collage.runtime.artifact import load
 
     graph = Graph.load(zoo.model_path("tiny-resnet"))
     k = len(graph) // 2
@@ -599,7 +601,7 @@ def test_gpu_backend_device_io(gpu_backend):
 
 
 def test_gpu_backend_refuses_an_op_it_cannot_take(gpu_backend):
-    from collage.graph import Graph
+    from collage.graph.ir import Graph
 
     model = _model([n("Relu", ["x"], ["r"], name="ok"),
                     n("StringNormalizer", ["s"], ["y"], name="strings")], [("x", F, [3, 4]), ("s", T.STRING, [2])],

@@ -10,7 +10,8 @@ from onnx import TensorProto as T
 from onnx import helper
 
 from collage import backends, zoo
-from collage.backends import backend_names, get_backend, ort_route, support_report, unavailable_reason
+from collage.backends import backend_names, get_backend, support_report, unavailable_reason
+from collage.backends.onnxruntime import route as ort_route
 from collage.errors import CollageError, CompileError
 from collage.util import physical_cores
 
@@ -107,7 +108,7 @@ def test_version_and_options_name_what_changes_results(backend):
 
 # ---------------------------------------------------------------------- settings
 def test_onnxruntime_shares_one_pool_and_stops_spinning():
-    from collage.backends import onnxruntime as ortb
+    from collage.backends.onnxruntime import backend as ortb
 
     b = get_backend("onnxruntime")
     b.compile(_add_mul())
@@ -135,7 +136,7 @@ def test_onnxruntime_shares_one_pool_and_stops_spinning():
 
 
 def test_openvino_compiles_f32_latency_one_stream_unpinned():
-    from collage.backends import openvino as ovb
+    from collage.backends.openvino import backend as ovb
 
     if (reason := unavailable_reason("openvino")) is not None:
         pytest.skip(reason)

@@ -102,7 +102,7 @@ def test_inspect_reports_counts_and_flops(capsys) -> None:
     g = zoo.load_graph("zoo:tiny-resnet")
     assert f"nodes:      {len(g)}" in out
     assert "data  float32  [1,3,64,64]" in out and "Conv" in out and "Sum" in out
-    from collage.inspect import inspect_graph, node_flops
+    from collage.graph.stats import inspect_graph, node_flops
     r = inspect_graph(g)
     conv = next(i for i in range(len(g)) if g.op_type(i) == "Conv")
     # stem: 16 x 32 x 32 outputs, each 3 x 7 x 7 MACs

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from collage import zoo
 from collage.errors import ModelError
-from collage.graph import Graph, parse_shapes
+from collage.graph.ir import Graph, parse_shapes
 
 SHAPE = [2, 3]
 

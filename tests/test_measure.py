@@ -25,7 +25,7 @@ from collage.cost_models.db import SQLiteCostDB
 from collage.cost_models.measure import measure_candidates
 from collage.cost_models.measurer import Measurer
 from collage.cost_models.worker import index_bounds, make_feeds, median_ci_halfwidth
-from collage.graph import Graph
+from collage.graph.ir import Graph
 
 HERE = Path(__file__).resolve()
 FAKE = f"{HERE}:FaultyOrt"
@@ -205,7 +205,7 @@ def test_dedup_by_fingerprint_and_budget(tmp_path):
 _JOB = textwrap.dedent("""
     import sys
     from collage.cost_models.measure import measure_candidates
-    from collage.graph import Graph
+    from collage.graph.ir import Graph
     sys.path.insert(0, {tests!r})
     from test_measure import chain_model
     ops = {ops!r}
@@ -353,7 +353,7 @@ def test_chain_timings_runs_real_partitions():
 
 # ---------------------------------------------------------------------- CLI
 def test_parse_duration():
-    from collage.cost_models.cli import parse_duration
+    from collage.commands.measure import parse_duration
     from collage.errors import CollageError
 
     assert parse_duration("90s") == 90 and parse_duration("10m") == 600 and parse_duration("1h") == 3600

@@ -1,4 +1,4 @@
-"""ONNX Runtime linked partitions (collage.backends.ort_link): NCHWc tensors handed over between sessions."""
+"""ONNX Runtime linked partitions (collage.backends.onnxruntime.link): NCHWc tensors handed over between sessions."""
 from __future__ import annotations
 
 import json
@@ -15,8 +15,8 @@ from onnx import TensorProto, helper, numpy_helper
 from _helpers import need_backends, residual_pieces, run_chain
 from collage import zoo
 from collage.backends import get_backend
-from collage.backends import ort_link
-from collage.graph import Graph
+from collage.backends.onnxruntime import link as ort_link
+from collage.graph.ir import Graph
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -190,11 +190,11 @@ def test_save_load_round_trip_in_fresh_process(ort, tiny_resnet, tmp_path):
 
 
 def test_exported_all_ort_plan_is_linked_and_runs(ort, tiny_resnet, tmp_path):
-    """collage.artifact.export compiles one backend's partitions together: the two-partition plan hands the
+    """collage.tuner.export.export compiles one backend's partitions together: the two-partition plan hands the
     tensor at the cut over in NCHWc, and the loaded artifact still computes what the whole model does."""
-    from collage.artifact import export
+    from collage.tuner.export import export
     from collage.plan import Partition, Plan
-    from collage.runtime import load
+    from collage.runtime.artifact import load
 
     graph, parts, _, feeds = tiny_resnet
     cut = parts[1][-1] + 1  # after the first residual block
@@ -214,9 +214,9 @@ def test_exported_all_ort_plan_is_linked_and_runs(ort, tiny_resnet, tmp_path):
 
 
 def test_exported_mixed_plan_keeps_tensors_read_by_another_backend_plain(ort, tiny_resnet, tmp_path):
-    from collage.artifact import export
+    from collage.tuner.export import export
     from collage.plan import Partition, Plan
-    from collage.runtime import load
+    from collage.runtime.artifact import load
 
     need_backends("openvino")
     graph, parts, _, feeds = tiny_resnet

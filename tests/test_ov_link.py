@@ -22,7 +22,7 @@ def _openvino():
 
 
 def _bf16() -> None:
-    from collage.precision import cpu_bf16_reason
+    from collage.tuner.precision.tuner import cpu_bf16_reason
 
     reason = cpu_bf16_reason()
     if reason:
@@ -50,7 +50,7 @@ def _boundaries(graph, parts) -> set[str]:
 
 
 def test_fp32_linked_chain_equals_plain_chain_with_nhwc_boundaries():
-    from collage.backends.ov_link import COPY_SUFFIX, LinkedOVCompiled, conversion_count
+    from collage.backends.openvino.link import COPY_SUFFIX, LinkedOVCompiled, conversion_count
 
     graph, parts, models, feeds = _setup("tiny-resnet")
     backend = get_backend("openvino")
@@ -97,7 +97,7 @@ def test_linked_inputs_are_read_not_written():
 
 
 def test_bf16_linked_boundaries_are_nhwc_bf16_and_cheaper():
-    from collage.backends.ov_link import LinkedOVCompiled, conversion_count
+    from collage.backends.openvino.link import LinkedOVCompiled, conversion_count
 
     _bf16()
     graph, parts, models, feeds = _setup("tiny-resnet")

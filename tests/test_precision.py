@@ -8,12 +8,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from collage import precision as P
+from collage.tuner.precision import tuner as P
 from collage.backends import backend_names, get_backend
 from collage.cost_models.accuracy import (Budget, Calibration, ErrorMeasure, ErrorStore, load_calibration,
                                           measure_errors, parse_accuracy, tensor_error)
 from collage.errors import CollageError
-from collage.graph import Graph
+from collage.graph.ir import Graph
 from collage.search.candidates import Candidate, Limits, enumerate_candidates
 
 
@@ -126,7 +126,7 @@ def test_lower_precision_refused_without_budget():
 
 
 def test_tune_refuses_bf16_without_accuracy(tmp_path):
-    from collage.tune import tune
+    from collage.tuner.job import tune
 
     if get_backend("openvino").available():
         pytest.skip("openvino unavailable")
@@ -148,8 +148,8 @@ def _synthetic(monkeypatch, errs: dict[tuple[int, ...], float], n: int = 4, pref
     def fake_errors(graph, cs, backends, calib, db=None, progress=False, budget_s=None):
         return {c: ErrorMeasure(rel=errs.get(c.nodes, sum(errs.get((i,), 0.0) for i in c.nodes))) for c in cs}
 
-    monkeypatch.setattr("collage.precision_search.measure_errors", fake_errors)  # where the search calls it
-    # range candidates' errors at the model's outputs (collage.precision_errors): the same synthetic figures
+    monkeypatch.setattr("collage.tuner.precision.search.measure_errors", fake_errors)  # where the search calls it
+    # range candidates' errors at the model's outputs (collage.tuner.precision.output_errors): the same synthetic figures
     monkeypatch.setattr(P.OutputErrors, "measure", lambda self, cs, budget_s=None, progress=False:
                         fake_errors(g, [c for c in cs if self.span(c) is not None], None, None))
     cal = Calibration([{"x": np.zeros((4, 64), np.float32)}], "h", "test", False)
@@ -255,8 +255,8 @@ def test_impossible_budget_falls_back_to_fp32():
 def test_tune_with_accuracy_on_attention(tmp_path):
     import json
 
-    from collage.report import partition_table, render_markdown
-    from collage.tune import tune
+    from collage.report.render import partition_table, render_markdown
+    from collage.tuner.job import tune
 
     m = attention_block()
     g = Graph.load(m)
@@ -278,7 +278,7 @@ def test_tune_with_accuracy_on_attention(tmp_path):
     md = render_markdown(res.out_dir)
     assert "## Precision (accuracy budget)" in md and "within budget" in md
     if "bf16" in set(table["precision"]):  # the artifact runs again as tuned, bf16 partitions included
-        from collage.runtime import load
+        from collage.runtime.artifact import load
 
         art = load(res.out_dir)
         assert any(p.backend == "openvino-bf16" for p in art.partitions)
@@ -288,7 +288,7 @@ def test_tune_with_accuracy_on_attention(tmp_path):
 def test_tune_without_accuracy_is_fp32(tmp_path):
     import json
 
-    from collage.tune import tune
+    from collage.tuner.job import tune
 
     if get_backend("openvino").available():
         pytest.skip("openvino unavailable")

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from collage import precision as P
+from collage.tuner.precision import tuner as P
 from collage import zoo
 from collage.backends import get_backend
 from collage.cost_models.accuracy import ErrorMeasure
@@ -90,7 +90,7 @@ def test_nan_whole_model_is_no_alternative(monkeypatch):
 def test_tune_masked_model_plan_is_finite_and_within_budget(tmp_path, capsys):
     """`collage tune zoo:tiny-bert-masked --backends onnxruntime,openvino,openvino-bf16 --accuracy ...`."""
     from collage.cli import main
-    from collage.runtime import load
+    from collage.runtime.artifact import load
 
     out = tmp_path / "art"
     rc = main(["tune", MODEL, "-o", str(out), "--backends", "onnxruntime,openvino,openvino-bf16",
@@ -115,7 +115,7 @@ def test_error_budget_measures_the_first_candidates_only(tmp_path):
     """measure_errors(budget_s=0): nothing new is measured (the store's known errors still count)."""
     from collage.cost_models.accuracy import load_calibration, measure_errors
     from collage.cost_models.db import get_db
-    from collage.graph import Graph
+    from collage.graph.ir import Graph
     from tests.test_precision import _chain
 
     g = Graph.load(_chain(3))
@@ -153,7 +153,7 @@ def test_whole_model_alternative_offered_to_the_verification(monkeypatch):
 def test_tune_verification_picks_faster_whole_model_bf16(tmp_path, monkeypatch):
     """The searched plan is fp32 (search forced so); bf16 on the whole model is within budget and much
     faster (big MatMuls): tune's verification times it and ships it; the fp32 baselines stay fp32."""
-    from collage.tune import tune
+    from collage.tuner.job import tune
     from tests.test_precision import _chain
 
     orig = P.PrecisionTuner.search

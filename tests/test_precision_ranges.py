@@ -1,14 +1,14 @@
-"""Lower-precision range candidates judged at the model's outputs (collage.precision_errors)."""
+"""Lower-precision range candidates judged at the model's outputs (collage.tuner.precision.output_errors)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from collage import precision as P
+from collage.tuner.precision import tuner as P
 from collage.backends import get_backend
 from collage.cost_models.accuracy import Budget, ErrorMeasure, compare, load_calibration, measure_errors, reference_runs
-from collage.graph import Graph
-from collage.precision_errors import OutputErrors, range_bounds, screen_ranges, span_of
+from collage.graph.ir import Graph
+from collage.tuner.precision.output_errors import OutputErrors, range_bounds, screen_ranges, span_of
 from collage.search.candidates import Candidate
 from tests.test_precision import _chain, needs_bf16
 

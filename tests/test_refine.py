@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from collage.errors import CollageError
-from collage.graph import Graph
+from collage.graph.ir import Graph
 from collage.plan import Plan
 from collage.search import Limits, check_plan, cover_cost, enumerate_candidates, search
 from collage.search.cover import usable_costs
@@ -178,8 +178,8 @@ def _have(mod: str) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (_have("collage.backends.onnxruntime") and _have("collage.backends.openvino")),
-                    reason="needs collage.backends.onnxruntime and collage.backends.openvino")
+@pytest.mark.skipif(not (_have("collage.backends.onnxruntime.backend") and _have("collage.backends.openvino.backend")),
+                    reason="needs collage.backends.onnxruntime.backend and collage.backends.openvino.backend")
 def test_refine_on_a_real_small_model(tmp_path):
     import statistics
     import time

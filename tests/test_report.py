@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from collage.report import baselines_table, partition_table, render_html, render_markdown, summary
-from collage.report_svg import PALETTE, render_svg
+from collage.report.render import baselines_table, partition_table, render_html, render_markdown, summary
+from collage.report.svg import PALETTE, render_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -147,8 +147,8 @@ def test_report_of_a_real_exported_artifact(tmp_path):
     for name in ("onnxruntime", "openvino"):
         if get_backend(name).available():
             pytest.skip(f"{name} unavailable")
-    from collage.artifact import export
-    from collage.graph import Graph
+    from collage.tuner.export import export
+    from collage.graph.ir import Graph
     from collage.plan import Partition, Plan
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w")

@@ -17,13 +17,14 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from _helpers import need_backends
-from collage.artifact import FORMAT_VERSION, MANIFEST, export
+from collage.runtime.manifest import FORMAT_VERSION, MANIFEST
+from collage.tuner.export import export
 from collage.errors import ArtifactError, CollageError
-from collage.graph import Graph
+from collage.graph.ir import Graph
 from collage.plan import Partition, Plan
 
 TOL = 1e-4
-TUNER_MODULES = ("collage.search", "collage.cost_models", "collage.tune", "collage.graph", "optuna", "pandas",
+TUNER_MODULES = ("collage.search", "collage.cost_models", "collage.tuner.job", "collage.graph.ir", "optuna", "pandas",
                  "networkx", "tqdm")
 
 
@@ -137,7 +138,7 @@ def test_round_trip_in_a_fresh_process_is_light_and_matches_ort(tmp_path, spec):
 
 
 def test_outputs_survive_the_next_run_and_inputs_are_specified(art):
-    from collage.runtime import load
+    from collage.runtime.artifact import load
     graph, out = art
     a = load(out)
     assert [s.name for s in a.inputs] == ["x", "scale"] and a.inputs[0].shape == (1, 4, 8, 8)
@@ -154,7 +155,7 @@ def test_outputs_survive_the_next_run_and_inputs_are_specified(art):
 
 
 def test_boundary_overhead_shape(art):
-    from collage.runtime import load
+    from collage.runtime.artifact import load
     a = load(art[1])
     bo = a.boundary_overhead(repeat=3, warmup=1)
     assert bo.boundaries == 2 and len(bo.parts_ms) == 3 and len(bo.per_boundary_ms) == 2
@@ -166,7 +167,7 @@ def test_boundary_overhead_shape(art):
 
 # ---------------------------------------------------------------------- feeds
 def test_feed_validation_names_the_tensor(art):
-    from collage.runtime import load
+    from collage.runtime.artifact import load
     graph, out = art
     a = load(out)
     good = _feeds(graph)
@@ -185,7 +186,7 @@ def test_feed_validation_names_the_tensor(art):
 
 # ---------------------------------------------------------------------- refusals
 def test_flipped_byte_names_the_file(art, tmp_path):
-    from collage.runtime import load
+    from collage.runtime.artifact import load
     d = _copy(art[1], tmp_path)
     part = json.loads((d / MANIFEST).read_text())["partitions"][1]
     f = d / part["dir"] / part["files"][-1]["name"]
@@ -197,7 +198,7 @@ def test_flipped_byte_names_the_file(art, tmp_path):
 
 
 def test_missing_file_names_the_file(art, tmp_path):
-    from collage.runtime import load
+    from collage.runtime.artifact import load
     d = _copy(art[1], tmp_path)
     part = json.loads((d / MANIFEST).read_text())["partitions"][2]
     f = d / part["dir"] / part["files"][0]["name"]
@@ -207,7 +208,7 @@ def test_missing_file_names_the_file(art, tmp_path):
 
 
 def test_newer_format_says_upgrade(art, tmp_path):
-    from collage.runtime import load
+    from collage.runtime.artifact import load
     d = _copy(art[1], tmp_path)
     m = json.loads((d / MANIFEST).read_text())
     m["format_version"] = FORMAT_VERSION + 1
@@ -217,7 +218,7 @@ def test_newer_format_says_upgrade(art, tmp_path):
 
 
 def test_backend_version_mismatch(art, tmp_path, caplog):
-    from collage.runtime import load
+    from collage.runtime.artifact import load
     d = _copy(art[1], tmp_path)
     m = json.loads((d / MANIFEST).read_text())
     have = m["backends"]["openvino"]["version"]
@@ -235,7 +236,7 @@ def test_backend_version_mismatch(art, tmp_path, caplog):
 
 def test_backends_are_recreated_as_tuned(art, tmp_path):
     """A machine with another core count still loads the artifact: the recorded thread count is used."""
-    from collage.runtime import load
+    from collage.runtime.artifact import load
     d = _copy(art[1], tmp_path)
     m = json.loads((d / MANIFEST).read_text())
     ov = m["backends"]["openvino"]
@@ -265,7 +266,7 @@ def _tar_with(tmp_path: Path, good: Path, evil: tarfile.TarInfo, data: bytes = b
                                             ("art/link", "sym", "../../etc/passwd"),
                                             ("art/hard", "hard", "/etc/passwd")])
 def test_unsafe_tar_members_are_refused(art, tmp_path, name, kind, link):
-    from collage.runtime import load
+    from collage.runtime.artifact import load
     info = tarfile.TarInfo(name)
     if kind == "file":
         info.size = 1
@@ -279,7 +280,7 @@ def test_unsafe_tar_members_are_refused(art, tmp_path, name, kind, link):
 
 
 def test_tar_without_manifest(tmp_path):
-    from collage.runtime import load
+    from collage.runtime.artifact import load
     path = tmp_path / "x.tar.gz"
     with tarfile.open(path, "w:gz") as tar:
         info = tarfile.TarInfo("a/readme.txt")
@@ -318,7 +319,7 @@ def test_cli_run_inputs_outputs_repeat(art, tmp_path, capsys):
 def test_cli_single_input_without_name(tmp_path, capsys):
     need_backends("onnxruntime")
     from collage.cli import main
-    from collage.runtime import load
+    from collage.runtime.artifact import load
     g = Graph.load(_single_input_model())
     out = export(g, Plan.single("onnxruntime", len(g)), tmp_path / "a")
     np.save(tmp_path / "in.npy", np.ones((2, 3), np.float32))
@@ -336,7 +337,7 @@ def _single_input_model() -> onnx.ModelProto:
 
 def test_reexport_from_a_loaded_artifact_without_recompiling(art, tmp_path):
     """What the tuner does for its final export: reuse the partitions it already compiled and verified."""
-    from collage.runtime import load
+    from collage.runtime.artifact import load
     graph, out = art
     a = load(out)
     plan = Plan.from_json((out / "plan.json").read_text())

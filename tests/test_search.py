@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 from collage.errors import CollageError
-from collage.graph import Graph
+from collage.graph.ir import Graph
 from collage.search import (Candidate, Limits, SearchStats, check_plan, cover_cost, enumerate_candidates,
                             exhaustive_search, search)
 from collage.search.candidates import candidate_counts

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper
 from collage import zoo
 from collage.errors import CollageError
 from collage.search.candidates import Limits
-from collage.tune import parse_budget, tune
+from collage.tuner.job import parse_budget, tune
 
 BACKENDS = ["onnxruntime", "openvino"]
 
@@ -130,7 +130,7 @@ def test_cli_tune_and_report(tmp_path):
 
 @pytest.mark.slow
 def test_bench_writes_ratios(tmp_path):
-    from collage.bench import bench
+    from collage.tuner.bench import bench
 
     rows = bench(["zoo:tiny-resnet"], backends=BACKENDS, db=str(tmp_path / "c.sqlite"), max_nodes=1,
                  out_dir=tmp_path / "results")
@@ -142,7 +142,7 @@ def test_bench_writes_ratios(tmp_path):
 
 
 def test_stale_cost_db_is_called_out():
-    from collage.verify import stale_costs
+    from collage.tuner.verify import stale_costs
 
     assert stale_costs({"onnxruntime": 10.0, "openvino": 9.0}, {"onnxruntime": 9.0, "openvino": 10.5}) is None
     msg = stale_costs({"onnxruntime": 30.0, "openvino": 9.0}, {"onnxruntime": 9.0, "openvino": 10.0})
@@ -166,7 +166,7 @@ class _Prec:
 def test_one_backend_in_pieces_becomes_its_whole_model():
     from collage.plan import Partition, Plan
     from collage.search.candidates import Candidate
-    from collage.tune_search import whole_if_one_backend
+    from collage.tuner.search_step import whole_if_one_backend
 
     graph = list(range(4))  # only its length is read
     whole = {b: Candidate((0, 1, 2, 3), b) for b in ("onnxruntime", "openvino-bf16")}
@@ -195,9 +195,9 @@ def test_a_winning_but_mispredicted_plan_is_searched_again(monkeypatch, tmp_path
     """Plan A beats the best single backend but measures 2x its prediction (an OpenVINO -> ONNX Runtime
     switch does that): its excess is charged to its backends and the search runs again; B, measured as
     predicted, is kept. The old rule stopped at A because it won."""
-    import collage.artifact
-    import collage.runtime
-    from collage import tune_search
+    import collage.tuner.export
+    import collage.runtime.artifact
+    from collage.tuner import search_step as tune_search
     from collage.plan import Partition, Plan
 
     a = Plan([Partition((0, 1), "openvino-bf16", 5.0), Partition((2, 3), "onnxruntime", 5.0)], predicted_ms=10.0)
@@ -223,8 +223,8 @@ def test_a_winning_but_mispredicted_plan_is_searched_again(monkeypatch, tmp_path
         runners["p"]()
         return {"p": measured[id(ran[-1])]}
 
-    monkeypatch.setattr(collage.artifact, "export", lambda graph, plan, path, target="cpu": plan)
-    monkeypatch.setattr(collage.runtime, "load", lambda plan: _Art(plan))
+    monkeypatch.setattr(collage.tuner.export, "export", lambda graph, plan, path, target="cpu": plan)
+    monkeypatch.setattr(collage.runtime.artifact, "load", lambda plan: _Art(plan))
     monkeypatch.setattr(tune_search, "measure_interleaved", fake_measure)
 
     class _C(str):  # a candidate: only its backend is read

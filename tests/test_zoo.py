@@ -15,7 +15,7 @@ import pytest
 
 from collage import zoo
 from collage.errors import ModelError
-from collage.graph import Graph
+from collage.graph.ir import Graph
 
 FAST = ["tiny-resnet", "tiny-mobilenetv2", "tiny-bert", "squeezenet", "shufflenet", "inception_v1",
         "inception_v2", "densenet121"]
@@ -170,7 +170,7 @@ def test_outputs_finite_and_informative(name: str) -> None:
 
 
 def test_tiny_models_have_the_full_models_op_kinds() -> None:
-    from collage import zoo_light, zoo_models
+    from collage.zoo import light as zoo_light, models as zoo_models
 
     pairs = [("tiny-mobilenetv2", zoo_models.mobilenetv2(0)), ("tiny-bert", zoo_models.bert(0, layers=1, hidden=64, heads=4,
                                                                                               ffn=128, vocab=100))]

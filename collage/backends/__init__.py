@@ -12,39 +12,35 @@ reason, never an import error at the caller.
 """
 from __future__ import annotations
 
-import argparse
 import importlib
-import json
 import logging
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from collage.errors import BackendUnavailable, CollageError
 
 if TYPE_CHECKING:
     from collage.backends.base import Backend
-    from collage.graph import Graph
+    from collage.graph.ir import Graph
 
 log = logging.getLogger(__name__)
 
 #: name -> ("module:Class", device). Devices are listed here so that filtering by device imports nothing.
 REGISTRY: dict[str, tuple[str, str]] = {
-    "onnxruntime": ("collage.backends.onnxruntime:OnnxRuntimeBackend", "cpu"),
-    "openvino": ("collage.backends.openvino:OpenVINOBackend", "cpu"),
-    "tvm": ("collage.backends.tvm:TVMBackend", "cpu"),
+    "onnxruntime": ("collage.backends.onnxruntime.backend:OnnxRuntimeBackend", "cpu"),
+    "openvino": ("collage.backends.openvino.backend:OpenVINOBackend", "cpu"),
+    "tvm": ("collage.backends.tvm.backend:TVMBackend", "cpu"),
     "tensorrt": ("collage.backends.tensorrt:TensorRTBackend", "cuda"),
-    "onnxruntime-cuda": ("collage.backends.onnxruntime_cuda:OnnxRuntimeCudaBackend", "cuda"),
-    "torch": ("collage.backends.torch_cuda:TorchBackend", "cuda"),
+    "onnxruntime-cuda": ("collage.backends.onnxruntime.cuda:OnnxRuntimeCudaBackend", "cuda"),
+    "torch": ("collage.backends.torch.backend:TorchBackend", "cuda"),
 }
 
-#: Lower-precision variants (collage.precision), name -> ("module:Class", device). ``get_backend`` finds
+#: Lower-precision variants (collage.tuner.precision.tuner), name -> ("module:Class", device). ``get_backend`` finds
 #: them, but ``backend_names`` / ``available_backends`` do not list them: they change results and are
 #: used only when named in --backends together with an accuracy budget (--accuracy).
 VARIANTS: dict[str, tuple[str, str]] = {
-    "openvino-bf16": ("collage.precision:OpenVINOBF16Backend", "cpu"),
-    "openvino-fp16": ("collage.precision:OpenVINOFP16Backend", "cpu"),
+    "openvino-bf16": ("collage.backends.openvino.lowp:OpenVINOBF16Backend", "cpu"),
+    "openvino-fp16": ("collage.backends.openvino.lowp:OpenVINOFP16Backend", "cpu"),
 }
 
 
@@ -151,52 +147,3 @@ def support_report(graph: Graph, backend_names: list[str] | None = None) -> str:
     for row in rows:
         lines.append("| " + " | ".join(str(row[k]) for k in ("op", "count", *names)) + " |")
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------- `collage backends`
-@dataclass
-class BackendStatus:
-    name: str
-    device: str
-    available: bool
-    reason: str | None
-    version: str | None
-    precision: str | None
-
-
-def backend_status(name: str) -> BackendStatus:
-    device = (REGISTRY.get(name) or VARIANTS[name])[1]
-    try:
-        backend = get_backend(name)
-    except (BackendUnavailable, CollageError) as e:
-        return BackendStatus(name, device, False, str(e), None, None)
-    reason = backend.available()
-    version = None
-    if reason is None:
-        try:
-            version = backend.version()
-        except Exception as e:  # noqa: BLE001 - report, do not crash the listing
-            reason = f"version() failed: {e}"
-    return BackendStatus(name, device, reason is None, reason, version, getattr(backend, "precision", None))
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all",
-                        help="which backends to list (default: all)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-
-
-def run(args: argparse.Namespace) -> int:
-    device = None if args.device == "all" else args.device
-    statuses = [backend_status(n) for n in backend_names(device)]
-    statuses += [backend_status(n) for n, (_, d) in VARIANTS.items() if device is None or d == device]
-    if args.json:
-        print(json.dumps([asdict(s) for s in statuses], indent=2))
-        return 0
-    rows = [(s.name, s.device, "yes" if s.available else "no", s.version or "-", s.precision or "-",
-             s.reason or "") for s in statuses]
-    head = ("backend", "device", "available", "version", "precision", "why not")
-    widths = [max(len(str(r[k])) for r in [head, *rows]) for k in range(len(head))]
-    for r in [head, *rows]:
-        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
-    return 0

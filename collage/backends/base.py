@@ -53,7 +53,7 @@ from collage.errors import CompileError, UnsupportedError
 from collage.util import cache_dir, sha256_bytes
 
 if TYPE_CHECKING:
-    from collage.graph import Graph
+    from collage.graph.ir import Graph
 
 log = logging.getLogger(__name__)
 

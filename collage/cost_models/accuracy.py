@@ -36,7 +36,7 @@ from collage.errors import CollageError
 if TYPE_CHECKING:
     from collage.backends.base import Backend
     from collage.cost_models.db import CostDB, CostKey
-    from collage.graph import Graph
+    from collage.graph.ir import Graph
     from collage.search.candidates import Candidate
 
 log = logging.getLogger(__name__)
@@ -237,7 +237,7 @@ def load_calibration(graph: Graph, path: str | Path | None = None, *, seed: int 
         samples = [zoo.random_inputs(graph, seed=seed + k) for k in range(2)]
         log.warning("no --calibration inputs: the accuracy budget is judged on %d seeded random input "
                     "sample(s), which may not represent real data; pass --calibration inputs.npz", len(samples))
-        return Calibration(samples, _digest(samples), f"random (collage.zoo.random_inputs, seed {seed})", True)
+        return Calibration(samples, _digest(samples), f"random (collage.zoo.catalog.random_inputs, seed {seed})", True)
     path = Path(path)
     try:
         data = dict(np.load(path, allow_pickle=False))

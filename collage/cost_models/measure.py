@@ -45,7 +45,7 @@ from collage.cost_models.worker import resolve_backend
 from collage.errors import BackendUnavailable, CollageError, MeasurementError
 
 if TYPE_CHECKING:
-    from collage.graph import Graph
+    from collage.graph.ir import Graph
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def reference_int_values(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     if not wanted:
         return out
     try:
-        from collage.backends.onnxruntime import make_session
+        from collage.backends.onnxruntime.backend import make_session
 
         sess = make_session(graph.with_outputs(wanted))
         names = [o.name for o in sess.get_outputs()]

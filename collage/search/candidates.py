@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from collage.errors import CollageError
 
 if TYPE_CHECKING:
-    from collage.graph import Graph
+    from collage.graph.ir import Graph
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from collage.plan import Partition, Plan
 from collage.search.candidates import Candidate
 
 if TYPE_CHECKING:
-    from collage.graph import Graph
+    from collage.graph.ir import Graph
 
 Transition = Callable[[str, str, int], float]
 

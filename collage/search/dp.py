@@ -59,7 +59,7 @@ from collage.search.cover import Transition, _to_plan, usable_costs
 from collage.search.dp_tables import _SCALE, Group, build_groups, prepare, quantize
 
 if TYPE_CHECKING:
-    from collage.graph import Graph
+    from collage.graph.ir import Graph
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collage.graph import Graph
+    from collage.graph.ir import Graph
 
 #: Costs are compared in integer units of 1e-6 ms (nanoseconds): sums are exact, so "equal cost"
 #: is well defined for the partition-count tie-break.

@@ -20,7 +20,7 @@ from collage.search.cover import Transition, _to_plan, usable_costs
 from collage.search.dp_tables import quantize
 
 if TYPE_CHECKING:
-    from collage.graph import Graph
+    from collage.graph.ir import Graph
 
 #: Refuse graphs larger than this: the enumeration is exponential.
 MAX_NODES = 16

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from collage.search.candidates import Candidate
 
 if TYPE_CHECKING:
-    from collage.graph import Graph
+    from collage.graph.ir import Graph
 
 #: Most cuts kept (evenly spread by node position when a graph has more narrow cuts).
 MAX_CUTS = 24

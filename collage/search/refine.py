@@ -41,7 +41,7 @@ from collage.search.candidates import Candidate
 from collage.search.cover import Transition, cover_cost, usable_costs
 
 if TYPE_CHECKING:
-    from collage.graph import Graph
+    from collage.graph.ir import Graph
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,2 @@
+"""Apache TVM (relax): the backend (:mod:`.backend`), the worker process that compiles and runs TVM code
+(:mod:`.worker`; TVM can abort) and MetaSchedule tuning (:mod:`.tuning`)."""

@@ -1,0 +1,115 @@
+"""``collage measure MODEL``: measure a model's candidates into the cost database.
+
+    collage measure zoo:resnet50 --backends onnxruntime,openvino --budget 10m
+    collage measure model.onnx --db sqlite:////data/costs.sqlite --shape input=1,3,224,224
+
+What is measured (``--what``): ``candidates`` (default) enumerates the candidates the tuner would
+(``collage.search.candidates``: convex connected node sets each backend supports); ``nodes`` measures
+every single node each backend supports plus the whole model on each backend that takes all of it.
+A fingerprint already in the database is reused, never measured again; the job stops at ``--budget``
+keeping what it finished, and a rerun picks up where it stopped.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+
+from collage.errors import CollageError
+
+log = logging.getLogger(__name__)
+
+_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str | None) -> float | None:
+    """Seconds in ``90s``, ``10m``, ``1h``, ``1h30m``, ``2.5m`` or ``120``; None/"none" for no limit."""
+    if text is None or str(text).strip().lower() in ("", "none", "inf"):
+        return None
+    s = str(text).strip().lower()
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([a-z]*)", s)
+    if not parts or "".join(f"{n}{u}" for n, u in parts) != s.replace(" ", ""):
+        raise CollageError(f"bad duration {text!r}: use forms like 90s, 10m, 1h, 1h30m or plain seconds")
+    total = 0.0
+    for num, unit in parts:
+        if unit not in _UNITS:
+            raise CollageError(f"bad duration {text!r}: unknown unit {unit!r} (use s, m or h)")
+        total += float(num) * _UNITS[unit]
+    return total
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="ONNX file or zoo:NAME")
+    parser.add_argument("--backends", default="onnxruntime,openvino",
+                        help="comma-separated backend names (default: onnxruntime,openvino)")
+    parser.add_argument("--db", default=None, help="cost database: a path or sqlite:///URL "
+                        "(default: <cache>/costs.sqlite)")
+    parser.add_argument("--budget", default=None, help="stop starting new measurements after this long "
+                        "(90s, 10m, 1h); finished work is kept")
+    parser.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2,...",
+                        help="fix a symbolic input shape (repeatable)")
+    parser.add_argument("--what", choices=("candidates", "nodes"), default="candidates",
+                        help="candidates (what the tuner enumerates) or nodes (each node + the whole model)")
+    parser.add_argument("--max-nodes", type=int, default=None, help="largest candidate, in nodes (--what candidates)")
+    parser.add_argument("--cap", default="2s", help="timing cap per candidate (default 2s)")
+    parser.add_argument("--timeout", default="120s", help="kill a compile+measure that takes longer (default 120s)")
+    parser.add_argument("--retry-failed", action="store_true", help="measure again keys stored as failed")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _items(graph, names: list[str], what: str, max_nodes: int | None) -> list[tuple[tuple[int, ...], str]]:
+    from collage.backends import get_backend, unavailable_reason
+
+    supports: dict[str, dict[int, bool]] = {}
+    for name in names:
+        why = unavailable_reason(name)
+        if why:
+            raise CollageError(f"backend {name!r} cannot run here: {why} (drop it from --backends)")
+        supports[name] = get_backend(name).supports_all(graph)
+    if what == "candidates":
+        from collage.search.candidates import Limits, enumerate_candidates
+
+        limits = Limits() if max_nodes is None else Limits(max_nodes=max_nodes)
+        return [(c.nodes, c.backend) for c in enumerate_candidates(graph, supports, limits)]
+    items: list[tuple[tuple[int, ...], str]] = []
+    everything = tuple(range(len(graph)))
+    for name in names:
+        table = supports[name]
+        items.extend(((i,), name) for i in everything if table.get(i))
+        if all(table.get(i) for i in everything) and len(everything) > 1:
+            items.append((everything, name))
+        skipped = [i for i in everything if not table.get(i)]
+        if skipped:
+            log.info("%s does not take %d nodes (e.g. %s)", name, len(skipped), graph.node_label(skipped[0]))
+    return items
+
+
+def run(args: argparse.Namespace) -> int:
+    from collage import zoo
+    from collage.cost_models.db import get_db
+    from collage.cost_models.measure import measure_candidates
+    from collage.graph.ir import parse_shapes
+
+    names = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if not names:
+        raise CollageError("--backends names no backend")
+    graph = zoo.load_graph(args.model, parse_shapes(args.shape))
+    db = get_db(args.db)
+    items = _items(graph, names, args.what, args.max_nodes)
+    result = measure_candidates(graph, items, db=db, budget_s=parse_duration(args.budget),
+                                progress=not args.no_progress, timeout_s=parse_duration(args.timeout) or 120.0,
+                                cap_s=parse_duration(args.cap) or 2.0, retry_failed=args.retry_failed)
+    per_backend: dict[str, list[int]] = {}
+    for (_, bname), cost in result.items():
+        row = per_backend.setdefault(bname, [0, 0])
+        row[0 if cost.ok else 1] += 1
+    print(f"{graph.summary()} -> {db}")
+    print(f"candidates: {result.candidates}   distinct fingerprints: {result.distinct}")
+    print(f"measured now: {result.measured}   reused from the DB: {result.reused}   failed now: {result.failed}"
+          f"   left unmeasured (budget): {result.unmeasured}   time: {result.elapsed_s:.1f} s")
+    for bname in names:
+        ok, bad = per_backend.get(bname, [0, 0])
+        print(f"  {bname:<14} candidates with a cost: {ok}   failed: {bad}")
+    for key, err in list(result.failures.items())[:10]:
+        print(f"  failed: {key.backend} {key.fingerprint}: {err}")
+    return 0

@@ -1,0 +1,102 @@
+"""``collage run``: run a tuned artifact on inputs from .npy / .npz files (or seeded random ones).
+
+    collage run OUT --input NAME=x.npy ... [--random] [--output DIR] [--repeat N] [--ignore-version-mismatch]
+
+Prints each output's name, shape and dtype (and where ``--output`` wrote it), and with ``--repeat``
+the median latency. Loading and running is :mod:`collage.runtime.artifact`; like it, this module imports
+nothing of the tuner.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from collage.errors import CollageError
+from collage.runtime.artifact import Artifact, load
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("artifact", help="artifact directory or .tar.gz written by `collage tune`")
+    parser.add_argument("--input", "-i", action="append", default=[], metavar="[NAME=]FILE",
+                        help="an input as a .npy file (NAME= may be left out for a single-input model); "
+                             "a .npz file gives several inputs by name")
+    parser.add_argument("--random", action="store_true", help="run on seeded random inputs instead")
+    parser.add_argument("--seed", type=int, default=0, help="seed for --random (default 0)")
+    parser.add_argument("--output", "-o", metavar="DIR", help="write each output to DIR/<name>.npy")
+    parser.add_argument("--repeat", type=int, default=0, metavar="N", help="time N runs and print the median latency")
+    parser.add_argument("--ignore-version-mismatch", action="store_true",
+                        help="run even if a backend's installed version differs from the tuned one")
+
+
+def _load_npy(path: str) -> Any:
+    p = Path(path)
+    if not p.is_file():
+        raise CollageError(f"{p}: no such input file")
+    try:
+        return np.load(p, allow_pickle=False)
+    except Exception as e:
+        raise CollageError(f"{p}: not a readable .npy/.npz file ({e})") from None
+
+
+def read_feeds(art: Artifact, specs: list[str]) -> dict[str, np.ndarray]:
+    feeds: dict[str, np.ndarray] = {}
+    for spec in specs:
+        name, sep, file = spec.partition("=")
+        if not sep or (name not in art._input_specs and Path(spec).is_file()):
+            name, file = "", spec
+        data = _load_npy(file)
+        if isinstance(data, np.lib.npyio.NpzFile):
+            with data:
+                feeds.update({k: data[k] for k in data.files})
+            continue
+        if not name:
+            if len(art.inputs) != 1:
+                raise CollageError(f"--input {spec}: the model has {len(art.inputs)} inputs "
+                                   f"({', '.join(s.name for s in art.inputs)}); write NAME=FILE")
+            name = art.inputs[0].name
+        feeds[name] = data
+    return feeds
+
+
+def sanitize(name: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).lstrip(".")
+    return safe or "output"
+
+
+def run(args: argparse.Namespace) -> int:
+    art = load(args.artifact, check_versions=not args.ignore_version_mismatch)
+    if args.random and args.input:
+        raise CollageError("give either --input or --random, not both")
+    if args.random:
+        feeds = art.random_inputs(args.seed)
+    elif args.input:
+        feeds = read_feeds(art, args.input)
+    else:
+        raise CollageError("no inputs: pass --input NAME=FILE.npy for each of "
+                           + ", ".join(f"{s.name} ({s.describe()})" for s in art.inputs) + ", or --random")
+    outputs = art.run(feeds)
+    used: set[str] = set()
+    out_dir = Path(args.output) if args.output else None
+    if out_dir:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    for name, arr in outputs.items():
+        line = f"{name}\tshape={tuple(arr.shape)}\tdtype={arr.dtype.name}"
+        if out_dir:
+            base = sanitize(name)
+            fname, k = base, 1
+            while fname in used:
+                k += 1
+                fname = f"{base}_{k}"
+            used.add(fname)
+            np.save(out_dir / f"{fname}.npy", arr)
+            line += f"\t-> {out_dir / (fname + '.npy')}"
+        print(line)
+    if args.repeat > 0:
+        times = art.latency_ms(feeds, repeat=args.repeat)
+        print(f"latency: median {np.median(times):.3f} ms over {len(times)} runs "
+              f"(min {min(times):.3f}, max {max(times):.3f})")
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,46 @@
+"""``collage tune MODEL -o OUT``: the tuning job (collage.tuner.job) from the command line."""
+from __future__ import annotations
+
+import argparse
+
+from collage.graph.ir import parse_shapes
+from collage.tuner.job import DEFAULT_BACKENDS, DEFAULT_TOLERANCE, parse_budget, tune
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="ONNX file or zoo:NAME")
+    p.add_argument("-o", "--output", required=True, help="artifact directory to write")
+    p.add_argument("--target", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--backends", default=",".join(DEFAULT_BACKENDS), help="comma-separated backend names")
+    p.add_argument("--budget", default=None, help="time limit for measuring candidates, e.g. 10m")
+    p.add_argument("--db", default=None, help="cost database URL (default ~/.cache/collage/costs.sqlite)")
+    p.add_argument("--refine-trials", type=int, default=0, help="measured Optuna trials around the DP plan")
+    p.add_argument("--max-nodes", type=int, default=None, help="largest candidate subgraph, in nodes")
+    p.add_argument("--shape", action="append", default=[], help="fix a symbolic input: NAME=D1,D2,...")
+    p.add_argument("--archive", action="store_true", help="also write OUTPUT.tar.gz")
+    p.add_argument("--atol", type=float, default=DEFAULT_TOLERANCE["atol"])
+    p.add_argument("--rtol", type=float, default=DEFAULT_TOLERANCE["rtol"])
+    p.add_argument("--accuracy", default=None,
+                   help="accuracy budget that allows lower-precision backends (e.g. openvino-bf16): "
+                        "'cos=0.999,rel=0.01' = min cosine similarity, max error / output range, per output")
+    p.add_argument("--calibration", default=None, metavar="INPUTS.npz",
+                   help="inputs the accuracy budget is judged on (default: seeded random inputs, with a warning)")
+
+
+def run(args: argparse.Namespace) -> int:
+    limits = None
+    if args.max_nodes:
+        from collage.search.candidates import Limits
+        limits = Limits(max_nodes=args.max_nodes)
+    res = tune(args.model, args.output, target=args.target,
+               backends=[b.strip() for b in args.backends.split(",") if b.strip()],
+               budget_s=parse_budget(args.budget), db=args.db, refine_trials=args.refine_trials,
+               shapes=parse_shapes(args.shape), limits=limits, archive=args.archive,
+               tolerance={"atol": args.atol, "rtol": args.rtol},
+               accuracy=args.accuracy, calibration=args.calibration)
+    best, best_ms = res.best_single if res.baselines else ("-", float("nan"))
+    print(f"{res.plan.describe()}")
+    print(f"measured end to end: plan {res.plan_ms:.3f} ms; best single backend {best} {best_ms:.3f} ms "
+          f"({best_ms / res.plan_ms:.2f}x)")
+    print(f"artifact: {res.out_dir}   (collage report {res.out_dir})")
+    return 0

@@ -1,0 +1,397 @@
+"""The Graph IR: an ONNX model as a DAG of nodes that can be cut into runnable pieces.
+
+A ``Graph`` wraps one shape-inferred ONNX model. Its contract, so that nobody has to read the
+builder to know what it holds:
+
+* **Nodes** are the model's ONNX nodes, keyed by ``int`` ids ``0 .. len(graph)-1`` in a stable
+  topological order (the model's own order wherever it already was topological). ``Constant`` nodes
+  are folded into initializers at load and nodes whose outputs reach no graph output are dropped, so
+  every node id is real work. ``graph.dag.nodes[i]["op"]`` is the ``onnx.NodeProto``.
+* **Edges** ``(i, j)`` of ``graph.dag`` exist when node ``j`` reads a tensor that node ``i``
+  writes. Edge attributes: ``tensor`` (the first such tensor's name), ``tensors`` (all of them, a
+  tuple), ``dtype`` (numpy dtype of ``tensor``) and ``shape`` (tuple of ints).
+* **Tensors** are named as in the model. ``graph.tensor(name)`` gives a ``TensorInfo`` (static shape,
+  dtype) for every graph input, initializer and node output; a model whose shapes cannot all be made
+  static is refused at load with the tensor named and the ``--shape`` override to pass.
+* Initializers and graph inputs are not nodes. A node set's boundary (``boundary(nodes)``) is the
+  non-initializer tensors entering it and the tensors leaving it (read outside it, or graph outputs).
+* Node sets are given as any iterable of ids; bit masks (``1 << id``) are used internally and offered
+  to the search (``mask``, ``desc_mask``, ``anc_mask``).
+
+``extract(nodes)`` returns a standalone, checker-valid model of a node set carrying exactly the
+initializers it reads; it never re-serialises the whole model. ``fingerprint(nodes)`` hashes what
+determines latency (op types, attributes, shapes, dtypes, wiring, small integer constants), not
+weight values nor tensor names, so structurally identical blocks share a fingerprint.
+
+Reading the file and bringing the model into this form (shape overrides, constant folding, pruning,
+sorting, shape inference) is :mod:`collage.graph.load`.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from collage.errors import ModelError
+from collage.graph.load import copy_model, node_reads, prepare_model, read_model, skeleton
+
+#: Integer initializers up to this many elements are treated as structure (shapes, axes) and enter
+#: the fingerprint; larger or floating-point ones are weights and do not.
+_SMALL_CONST = 64
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    @property
+    def elem_type(self) -> int:
+        return helper.np_dtype_to_tensor_dtype(self.dtype)
+
+    def value_info(self, name: str | None = None) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name or self.name, self.elem_type, list(self.shape))
+
+
+def parse_shapes(specs: Iterable[str]) -> dict[str, tuple[int, ...]]:
+    """Parse ``name=1,3,224,224`` overrides (the CLI's ``--shape``) into a dict."""
+    out: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        name, sep, dims = spec.rpartition("=")
+        if not sep or not name:
+            raise ModelError(f"bad --shape {spec!r}: expected NAME=D1,D2,... (for example input=1,3,224,224)")
+        try:
+            out[name] = tuple(int(d) for d in dims.split(",") if d.strip())
+        except ValueError:
+            raise ModelError(f"bad --shape {spec!r}: dimensions must be integers") from None
+    return out
+
+
+class Graph:
+    """An ONNX model as a DAG of nodes (see the module docstring for the full contract)."""
+
+    def __init__(self, model: onnx.ModelProto, *, source: str = "<model>",
+                 shapes: Mapping[str, Sequence[int]] | None = None) -> None:
+        self.source = source
+        self.model = prepare_model(model, dict(shapes or {}), source)
+        g = self.model.graph
+        self.initializers: dict[str, onnx.TensorProto] = {t.name: t for t in g.initializer}
+        self.inputs: list[str] = [i.name for i in g.input if i.name not in self.initializers]
+        self.outputs: list[str] = [o.name for o in g.output]
+        self.opset_import = list(self.model.opset_import)
+        self._tensors: dict[str, TensorInfo] = {}
+        self._collect_tensor_info()
+        self._build_dag()
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def load(cls, source: str | os.PathLike | onnx.ModelProto,
+             shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+        """Load from a path or a ModelProto; ``shapes`` fixes symbolic input dimensions."""
+        model, name = read_model(source)
+        return cls(model, source=name, shapes=shapes)
+
+    def _collect_tensor_info(self) -> None:
+        g = self.model.graph
+        for vi in list(g.input) + list(g.value_info) + list(g.output):
+            info = _tensor_info(vi)
+            if info is not None:
+                self._tensors[vi.name] = info
+        for t in g.initializer:
+            self._tensors[t.name] = TensorInfo(t.name, np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)),
+                                               tuple(int(d) for d in t.dims))
+        read = {t for node in g.node for t in node_reads(node)} | {o.name for o in g.output}
+        for node in g.node:
+            for out in node.output:
+                if out and out in read and out not in self._tensors:
+                    raise ModelError(
+                        f"{self.source}: tensor {out!r} (output of node {node.name or node.op_type!r}) has no static "
+                        f"shape after inference; fix symbolic input dims with --shape NAME=D1,D2,...")
+
+    def _build_dag(self) -> None:
+        g = self.model.graph
+        self.dag = nx.DiGraph()
+        self._producer: dict[str, int] = {}
+        self._consumers: dict[str, list[int]] = {}
+        self._reads: list[list[str]] = []
+        for i, node in enumerate(g.node):
+            self.dag.add_node(i, op=node)
+            for t in node.output:
+                if t:
+                    self._producer[t] = i
+            reads = node_reads(node)
+            self._reads.append(reads)
+            for t in reads:
+                self._consumers.setdefault(t, []).append(i)
+                src = self._producer.get(t)
+                if src is None:
+                    continue
+                if self.dag.has_edge(src, i):
+                    self.dag.edges[src, i]["tensors"] += (t,)
+                else:
+                    info = self._tensors[t]
+                    self.dag.add_edge(src, i, tensor=t, tensors=(t,), dtype=info.dtype, shape=info.shape)
+        n = len(g.node)
+        self._desc = [0] * n
+        self._anc = [0] * n
+        for i in reversed(range(n)):
+            m = 0
+            for j in self.dag.successors(i):
+                m |= (1 << j) | self._desc[j]
+            self._desc[i] = m
+        for i in range(n):
+            m = 0
+            for j in self.dag.predecessors(i):
+                m |= (1 << j) | self._anc[j]
+            self._anc[i] = m
+
+    # ------------------------------------------------------------------ queries
+    def __len__(self) -> int:
+        return self.dag.number_of_nodes()
+
+    @property
+    def name(self) -> str:
+        return self.model.graph.name or Path(self.source).stem
+
+    def op(self, i: int) -> onnx.NodeProto:
+        return self.dag.nodes[i]["op"]
+
+    def op_type(self, i: int) -> str:
+        return self.dag.nodes[i]["op"].op_type
+
+    def node_label(self, i: int) -> str:
+        node = self.op(i)
+        return f"#{i} {node.op_type}" + (f" {node.name!r}" if node.name else "")
+
+    def tensor(self, name: str) -> TensorInfo:
+        try:
+            return self._tensors[name]
+        except KeyError:
+            raise ModelError(f"{self.source}: no tensor named {name!r}") from None
+
+    def reads(self, i: int) -> list[str]:
+        """Tensors node ``i`` reads (its inputs, and outer-scope names its subgraphs use)."""
+        return self._reads[i]
+
+    def producer(self, tensor: str) -> int | None:
+        return self._producer.get(tensor)
+
+    def consumers(self, tensor: str) -> list[int]:
+        return self._consumers.get(tensor, [])
+
+    def is_weight(self, tensor: str) -> bool:
+        return tensor in self.initializers
+
+    # bitsets -----------------------------------------------------------
+    @staticmethod
+    def mask(nodes: Iterable[int]) -> int:
+        m = 0
+        for i in nodes:
+            m |= 1 << i
+        return m
+
+    @staticmethod
+    def ids(mask: int) -> list[int]:
+        out = []
+        while mask:
+            low = mask & -mask
+            out.append(low.bit_length() - 1)
+            mask ^= low
+        return out
+
+    def desc_mask(self, i: int) -> int:
+        """Bitset of every node reachable from node ``i`` (``i`` excluded)."""
+        return self._desc[i]
+
+    def anc_mask(self, i: int) -> int:
+        """Bitset of every node from which node ``i`` is reachable (``i`` excluded)."""
+        return self._anc[i]
+
+    def is_convex(self, nodes: Iterable[int]) -> bool:
+        """True when no path leaves the set and comes back into it."""
+        s = nodes if isinstance(nodes, int) else self.mask(nodes)
+        outside_reach = 0
+        for i in self.ids(s):
+            for j in self.dag.successors(i):
+                if not (s >> j) & 1:
+                    outside_reach |= (1 << j) | self._desc[j]
+        return outside_reach & s == 0
+
+    def is_connected(self, nodes: Iterable[int]) -> bool:
+        ids = self.ids(nodes) if isinstance(nodes, int) else sorted(set(nodes))
+        return bool(ids) and nx.is_weakly_connected(self.dag.subgraph(ids))
+
+    def boundary(self, nodes: Iterable[int]) -> tuple[list[str], list[str]]:
+        """(tensors entering the set, tensors leaving it), deterministic order; weights not included."""
+        ids = self.ids(nodes) if isinstance(nodes, int) else sorted(set(nodes))
+        inside = set(ids)
+        produced: set[str] = set()
+        entering: list[str] = []
+        for i in ids:
+            for t in self._reads[i]:
+                if t in self.initializers or t in produced or t in entering:
+                    continue
+                src = self._producer.get(t)
+                if src is None or src not in inside:
+                    entering.append(t)
+            produced.update(o for o in self.op(i).output if o)
+        graph_outputs = set(self.outputs)
+        leaving: list[str] = []
+        for i in ids:
+            for t in self.op(i).output:
+                if t and (t in graph_outputs or any(c not in inside for c in self.consumers(t))):
+                    leaving.append(t)
+        return entering, leaving
+
+    # ------------------------------------------------------------------ cutting
+    def extract(self, nodes: Iterable[int], name: str | None = None) -> onnx.ModelProto:
+        """A standalone, checker-valid model of the node set (see the module docstring)."""
+        ids = self.ids(nodes) if isinstance(nodes, int) else sorted(set(nodes))
+        if not ids:
+            raise ModelError("extract() needs at least one node")
+        bad = [i for i in ids if i < 0 or i >= len(self)]
+        if bad:
+            raise ModelError(f"{self.source}: no node with id {bad[0]} (the graph has {len(self)} nodes)")
+        entering, leaving = self.boundary(ids)
+        weights: list[onnx.TensorProto] = []
+        seen: set[str] = set()
+        for i in ids:
+            for t in self._reads[i]:
+                if t in self.initializers and t not in seen:
+                    seen.add(t)
+                    weights.append(self.initializers[t])
+        graph = helper.make_graph(
+            [self.op(i) for i in ids],
+            name or f"{self.name}_part",
+            [self._tensors[t].value_info() for t in entering],
+            [self._tensors[t].value_info() for t in leaving],
+            initializer=weights,
+        )
+        model = helper.make_model(graph, opset_imports=self.opset_import, producer_name="collage")
+        model.ir_version = self.model.ir_version
+        return model
+
+    def fingerprint(self, nodes: Iterable[int]) -> str:
+        """Stable hash of what determines the latency of a node set (see the module docstring)."""
+        ids = self.ids(nodes) if isinstance(nodes, int) else sorted(set(nodes))
+        entering, leaving = self.boundary(ids)
+        local: dict[str, str] = {t: f"in{k}" for k, t in enumerate(entering)}
+        h = hashlib.sha256()
+
+        def put(*parts: object) -> None:
+            h.update(repr(parts).encode())
+            h.update(b"\x00")
+
+        for t in entering:
+            info = self._tensors[t]
+            put("in", info.dtype.str, info.shape)
+        for k, i in enumerate(ids):
+            node = self.op(i)
+            put("node", node.domain, node.op_type, _attrs_key(node))
+            for t in self._reads[i]:
+                if t in local:
+                    put("ref", local[t])
+                elif t in self.initializers:
+                    put("const", *self._const_key(t))
+                else:  # cannot happen for a valid boundary; keep the hash total
+                    put("ext", t)
+            for j, t in enumerate(node.output):
+                if t:
+                    local[t] = f"n{k}.{j}"
+                    info = self._tensors.get(t)  # None: an output nothing reads (Dropout's mask)
+                    put("out", info.dtype.str if info else None, info.shape if info else None)
+        put("leaving", tuple(local[t] for t in leaving))
+        return h.hexdigest()[:24]
+
+    def _const_key(self, name: str) -> tuple:
+        t = self.initializers[name]
+        info = self._tensors[name]
+        small_int = info.dtype.kind in "iub" and int(np.prod(info.shape, dtype=np.int64)) <= _SMALL_CONST
+        if small_int:
+            return info.dtype.str, info.shape, tuple(numpy_helper.to_array(t).ravel().tolist())
+        return info.dtype.str, info.shape
+
+    def with_outputs(self, tensors: Sequence[str]) -> onnx.ModelProto:
+        """The whole model with extra tensors exposed as outputs (for reference runs)."""
+        model = copy_model(self.model)
+        have = {o.name for o in model.graph.output}
+        for t in tensors:
+            if t not in have:
+                model.graph.output.append(self._tensors[t].value_info())
+                have.add(t)
+        return model
+
+    # ------------------------------------------------------------------ checking
+    def validate(self) -> None:
+        """Check the invariants; raise ModelError with a message that says how to fix what is wrong."""
+        if not nx.is_directed_acyclic_graph(self.dag):
+            cycle = nx.find_cycle(self.dag)
+            raise ModelError(f"{self.source}: graph has a cycle through nodes {[u for u, _ in cycle]}; "
+                             "ONNX graphs must be acyclic (re-export the model)")
+        for u, v in self.dag.edges:
+            if u >= v:
+                raise ModelError(f"{self.source}: edge {u}->{v} breaks topological ids (internal error: "
+                                 "rebuild the Graph with Graph.load)")
+        for t in self.inputs + self.outputs:
+            if t not in self._tensors:
+                raise ModelError(f"{self.source}: graph input/output {t!r} has no type or shape; "
+                                 f"pass --shape {t}=D1,D2,...")
+        defined = set(self.inputs) | set(self.initializers)
+        for i in range(len(self)):
+            for t in self._reads[i]:
+                if t not in defined and self._producer.get(t, len(self)) >= i:
+                    raise ModelError(f"{self.source}: {self.node_label(i)} reads {t!r}, which nothing defines "
+                                     "before it; the model is malformed (run onnx.checker on it)")
+            defined.update(o for o in self.op(i).output if o)
+        for u, v, data in self.dag.edges(data=True):
+            if any(d < 0 for d in data["shape"]):
+                raise ModelError(f"{self.source}: tensor {data['tensor']!r} between {self.node_label(u)} and "
+                                 f"{self.node_label(v)} has no static shape; pass --shape overrides")
+        try:
+            onnx.checker.check_model(skeleton(self.model))
+        except onnx.checker.ValidationError as e:
+            raise ModelError(f"{self.source}: ONNX checker: {str(e).strip().splitlines()[0]}") from e
+
+    def summary(self) -> str:
+        return f"{self.name}: {len(self)} nodes, {len(self.initializers)} initializers"
+
+
+# ---------------------------------------------------------------------- helpers
+def _tensor_info(vi: onnx.ValueInfoProto) -> TensorInfo | None:
+    if not vi.type.HasField("tensor_type"):
+        return None
+    tt = vi.type.tensor_type
+    if tt.elem_type == 0 or not tt.HasField("shape"):
+        return None
+    dims = []
+    for d in tt.shape.dim:
+        if not d.HasField("dim_value"):
+            return None
+        dims.append(int(d.dim_value))
+    return TensorInfo(vi.name, np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)), tuple(dims))
+
+
+def _attrs_key(node: onnx.NodeProto) -> tuple:
+    items = []
+    for a in sorted(node.attribute, key=lambda a: a.name):
+        if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+            g = a.g if a.HasField("g") else None
+            items.append((a.name, "graph", len(g.node) if g is not None else len(a.graphs)))
+        elif a.type == onnx.AttributeProto.TENSOR:
+            arr = numpy_helper.to_array(a.t)
+            items.append((a.name, arr.dtype.str, arr.shape, arr.ravel()[:_SMALL_CONST].tolist()))
+        else:
+            items.append((a.name, str(helper.get_attribute_value(a))))
+    return tuple(items)

@@ -1,0 +1,203 @@
+"""Reading an ONNX model and normalising it into the form :class:`collage.graph.ir.Graph` holds.
+
+``read_model`` opens a file (or takes a ``ModelProto``) and refuses what is not a readable, non-empty
+ONNX model, naming the file. ``prepare_model`` turns it into what the Graph's contract promises:
+symbolic input dimensions fixed by ``--shape`` overrides (or refused, with the override to pass),
+operators only from known domains, ``Constant`` nodes folded into initializers, nodes that reach no
+graph output dropped, nodes in a stable topological order, and every tensor's shape inferred (on a
+``skeleton`` of the model, so that the weights are not serialised). ``node_reads`` is the one rule for
+which tensors a node reads (its inputs, and the outer-scope names its subgraphs use).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, shape_inference
+
+from collage.errors import ModelError
+
+log = logging.getLogger(__name__)
+
+#: Operator domains collage knows how to hand to a backend.
+KNOWN_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
+
+
+def read_model(source: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
+    """(the model, a name for messages: the path, or the graph's name for a ModelProto)."""
+    if isinstance(source, onnx.ModelProto):
+        return source, source.graph.name or "<model>"
+    path = Path(source)
+    if not path.exists():
+        raise ModelError(f"{path}: no such file")
+    if path.is_dir():
+        raise ModelError(f"{path}: is a directory, expected an .onnx file")
+    try:
+        model = onnx.load(str(path))
+    except Exception as e:  # DecodeError, truncated external data, ...
+        raise ModelError(f"{path}: not a readable ONNX model ({type(e).__name__}: {str(e).strip() or 'parse error'})") from e
+    if not model.graph.node:
+        raise ModelError(f"{path}: not an ONNX model, or an empty one (no graph nodes)")
+    return model, str(path)
+
+
+def _subgraph_reads(node: onnx.NodeProto) -> list[str]:
+    """Outer-scope tensors read by a node's subgraphs (If/Loop/Scan bodies)."""
+    names: list[str] = []
+    for attr in node.attribute:
+        graphs = list(attr.graphs) + ([attr.g] if attr.HasField("g") else [])
+        for g in graphs:
+            local = {i.name for i in g.input} | {t.name for t in g.initializer}
+            for n in g.node:
+                for t in list(n.input) + _subgraph_reads(n):
+                    if t and t not in local:
+                        names.append(t)
+                local.update(n.output)
+    return names
+
+
+def node_reads(node: onnx.NodeProto) -> list[str]:
+    """Tensors a node reads, each once, in order: its inputs, then outer-scope names its subgraphs use."""
+    seen: list[str] = []
+    for t in list(node.input) + _subgraph_reads(node):
+        if t and t not in seen:
+            seen.append(t)
+    return seen
+
+
+def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], source: str) -> onnx.ModelProto:
+    """The model as ``Graph`` holds it (module docstring): a copy, with ``shapes`` fixing symbolic input
+    dimensions, constants folded, dead nodes dropped, nodes in topological order, shapes inferred."""
+    model = copy_model(model)
+    g = model.graph
+    for node in g.node:
+        if node.domain not in KNOWN_DOMAINS:
+            raise ModelError(
+                f"{source}: node {node.name or node.output[0]!r} uses op {node.op_type!r} from unknown "
+                f"domain {node.domain!r}; collage handles the domains {sorted(d or 'ai.onnx' for d in KNOWN_DOMAINS)}")
+    init_names = {t.name for t in g.initializer}
+    real_inputs = [i for i in g.input if i.name not in init_names]
+    unknown = set(shapes) - {i.name for i in real_inputs}
+    if unknown:
+        raise ModelError(f"{source}: --shape names no graph input: {sorted(unknown)} "
+                         f"(inputs are {[i.name for i in real_inputs]})")
+    for inp in real_inputs:
+        tt = inp.type.tensor_type
+        if inp.name in shapes:
+            dims = shapes[inp.name]
+            if tt.HasField("shape") and len(tt.shape.dim) not in (0, len(dims)):
+                raise ModelError(f"{source}: --shape {inp.name} has {len(dims)} dims, the input has "
+                                 f"{len(tt.shape.dim)}")
+            tt.ClearField("shape")
+            for d in dims:
+                tt.shape.dim.add().dim_value = int(d)
+        elif not tt.HasField("shape") or any(not d.HasField("dim_value") or d.dim_value <= 0 for d in tt.shape.dim):
+            dims = ["?" if not d.HasField("dim_value") else str(d.dim_value) for d in tt.shape.dim]
+            sym = [d.dim_param or "?" for d in tt.shape.dim if not d.HasField("dim_value")]
+            raise ModelError(
+                f"{source}: input {inp.name!r} has symbolic dims [{','.join(dims)}] ({', '.join(sym) or 'no shape'}); "
+                f"fix them with --shape {inp.name}=" + ",".join("1" if x == "?" else x for x in dims))
+    _fold_constants(g)
+    # keep only the nodes that feed a graph output; reorder topologically (stable)
+    _prune_and_sort(g, source)
+    for vi in list(g.value_info):
+        g.value_info.remove(vi)
+    try:
+        # on a skeleton: inferring on the full model serialises every weight twice (7 s for VGG-19)
+        inferred = shape_inference.infer_shapes(skeleton(model), strict_mode=True, data_prop=True)
+    except Exception as e:
+        raise ModelError(f"{source}: shape inference failed: {str(e).strip().splitlines()[0]}") from e
+    g.value_info.extend(inferred.graph.value_info)
+    del g.output[:]
+    g.output.extend(inferred.graph.output)
+    return model
+
+
+def copy_model(model: onnx.ModelProto) -> onnx.ModelProto:
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    return m
+
+
+def skeleton(model: onnx.ModelProto, keep_elems: int = 4096) -> onnx.ModelProto:
+    """The model without its large initializers, which become typed graph inputs instead: what shape
+    inference and the checker need (small initializers, e.g. Reshape targets, keep their values),
+    without serialising the weights."""
+    g = model.graph
+    skel = onnx.ModelProto()
+    skel.ir_version = model.ir_version
+    skel.opset_import.extend(model.opset_import)
+    skel.functions.extend(model.functions)
+    sg = skel.graph
+    sg.name = g.name
+    sg.node.extend(g.node)
+    sg.input.extend(g.input)
+    sg.output.extend(g.output)
+    sg.value_info.extend(g.value_info)
+    listed = {i.name for i in g.input}
+    for t in g.initializer:
+        if int(np.prod(t.dims, dtype=np.int64)) <= keep_elems or t.data_location == onnx.TensorProto.EXTERNAL:
+            sg.initializer.append(t)
+        elif t.name not in listed:
+            sg.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    return skel
+
+
+def _fold_constants(g: onnx.GraphProto) -> None:
+    """Turn ``Constant`` nodes into initializers, so that constants travel with the nodes that read them."""
+    keep = []
+    for node in g.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.attribute) == 1:
+            a = node.attribute[0]
+            value = None
+            if a.name == "value":
+                value = numpy_helper.to_array(a.t)
+            elif a.name in ("value_float", "value_int"):
+                value = np.array(a.f if a.name == "value_float" else a.i,
+                                 dtype=np.float32 if a.name == "value_float" else np.int64)
+            elif a.name in ("value_floats", "value_ints"):
+                value = np.array(list(a.floats) if a.name == "value_floats" else list(a.ints),
+                                 dtype=np.float32 if a.name == "value_floats" else np.int64)
+            if value is not None:
+                g.initializer.append(numpy_helper.from_array(value, node.output[0]))
+                continue
+        keep.append(node)
+    if len(keep) != len(g.node):
+        del g.node[:]
+        g.node.extend(keep)
+
+
+def _prune_and_sort(g: onnx.GraphProto, source: str) -> None:
+    producers: dict[str, int] = {}
+    nodes = list(g.node)
+    for i, node in enumerate(nodes):
+        for t in node.output:
+            if t:
+                if t in producers:
+                    raise ModelError(f"{source}: tensor {t!r} is written by two nodes; the model is malformed")
+                producers[t] = i
+    dag = nx.DiGraph()
+    dag.add_nodes_from(range(len(nodes)))
+    for i, node in enumerate(nodes):
+        for t in node_reads(node):
+            if t in producers:
+                dag.add_edge(producers[t], i)
+    if not nx.is_directed_acyclic_graph(dag):
+        raise ModelError(f"{source}: the graph has a cycle; ONNX graphs must be acyclic")
+    live: set[int] = set()
+    for o in g.output:
+        if o.name in producers:
+            p = producers[o.name]
+            live.add(p)
+            live |= nx.ancestors(dag, p)
+    dropped = len(nodes) - len(live)
+    if dropped:
+        log.info("%s: dropped %d nodes that feed no graph output", source, dropped)
+    order = list(nx.lexicographical_topological_sort(dag.subgraph(live)))
+    del g.node[:]
+    g.node.extend(nodes[i] for i in order)

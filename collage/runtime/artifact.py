@@ -1,0 +1,387 @@
+"""Load a tuned artifact and run it: the light deploy path.
+
+    art = collage.load("out/")                    # or "out.tar.gz"
+    outputs = art.run({"input": x})               # {output name: np.ndarray}
+
+Loading imports numpy, the standard library and the backends the artifact uses: nothing of the
+tuner (no search, no cost database, no optuna, no pandas, no networkx, no tqdm). It checks, before
+loading anything, the manifest's format version, every partition file's sha256 and every backend's
+version, and names the file or backend that does not match.
+
+A backend version mismatch is an error by default, because the plan (which backend runs which
+nodes) was measured with the recorded versions and its outputs were checked against them; pass
+``check_versions=False`` (CLI ``--ignore-version-mismatch``) to run anyway, e.g. after a security
+update of a runtime, until the model is re-tuned. The mismatch is then logged as a warning.
+
+CLI: ``collage run OUT --input NAME=x.npy ... [--random] [--output DIR] [--repeat N]``, in
+:mod:`collage.commands.run`.
+"""
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import numpy as np
+
+from collage.runtime.manifest import MANIFEST, read_manifest
+from collage.errors import ArtifactError, BackendUnavailable, CollageError
+from collage.util import sha256_file
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def describe(self) -> str:
+        return f"shape {self.shape} {self.dtype.name}"
+
+
+@dataclass
+class LoadedPartition:
+    index: int
+    backend: str
+    directory: Path
+    inputs: list[str]
+    outputs: list[str]
+    compiled: Any
+    n_nodes: int
+    cost_ms: float | None = None
+
+
+@dataclass
+class BoundaryOverhead:
+    """What stitching costs: the stitched run minus the partitions' own run times.
+
+    ``per_boundary_ms[k]`` is the overhead of the hand-over between partitions k and k+1, measured
+    as (time of running k then k+1) - (time of k alone) - (time of k+1 alone), all interleaved.
+    """
+
+    stitched_ms: float
+    parts_ms: list[float]
+    per_boundary_ms: list[float] = field(default_factory=list)
+    repeat: int = 0
+
+    @property
+    def boundaries(self) -> int:
+        return max(0, len(self.parts_ms) - 1)
+
+    @property
+    def total_ms(self) -> float:
+        return self.stitched_ms - sum(self.parts_ms)
+
+    @property
+    def mean_per_boundary_ms(self) -> float:
+        return self.total_ms / self.boundaries if self.boundaries else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stitched_ms": self.stitched_ms, "parts_ms": list(self.parts_ms), "sum_parts_ms": sum(self.parts_ms),
+                "boundaries": self.boundaries, "total_ms": self.total_ms,
+                "mean_per_boundary_ms": self.mean_per_boundary_ms, "per_boundary_ms": list(self.per_boundary_ms),
+                "repeat": self.repeat}
+
+
+def _spec(d: Mapping[str, Any]) -> TensorSpec:
+    return TensorSpec(str(d["name"]), tuple(int(x) for x in d["shape"]), np.dtype(d["dtype"]))
+
+
+class Artifact:
+    """A loaded artifact: partitions compiled by their backends, run in order."""
+
+    def __init__(self, path: Path, manifest: dict, partitions: list[LoadedPartition],
+                 cleanup: Path | None = None, backends: Mapping[str, Any] | None = None) -> None:
+        self.path = path
+        #: the backend objects running the partitions, by name
+        self.backend_objects: dict[str, Any] = dict(backends or {})
+        self.manifest = manifest
+        self.partitions = partitions
+        self.inputs: list[TensorSpec] = [_spec(d) for d in manifest["inputs"]]
+        self.outputs: list[TensorSpec] = [_spec(d) for d in manifest["outputs"]]
+        self._input_specs = {s.name: s for s in self.inputs}
+        self._output_names = [s.name for s in self.outputs]
+        # last partition reading each tensor: intermediate tensors are dropped after it
+        self._last_use: dict[str, int] = {}
+        for p in partitions:
+            for t in p.inputs:
+                self._last_use[t] = p.index
+        self._copy_out = {t: any(getattr(p.compiled, "reuses_outputs", True) for p in partitions
+                                 if t in p.outputs) for t in self._output_names}
+        self._finalizer = weakref.finalize(self, shutil.rmtree, str(cleanup), True) if cleanup else None
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{p.backend}[{p.n_nodes}]" for p in self.partitions)
+        return f"<collage.Artifact {self.path} model={self.manifest['model'].get('name')!r}: {parts}>"
+
+    @property
+    def backends(self) -> list[str]:
+        return list(dict.fromkeys(p.backend for p in self.partitions))
+
+    def close(self) -> None:
+        """Remove the extraction directory of a loaded .tar.gz (also done when garbage-collected)."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+    # ------------------------------------------------------------------ running
+    def check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Feeds as C-contiguous arrays; CollageError naming the tensor when one is missing, extra or wrong."""
+        extra = [n for n in feeds if n not in self._input_specs]
+        if extra:
+            raise CollageError(f"unknown input {extra[0]!r}: the model's inputs are "
+                               + ", ".join(f"{s.name!r} ({s.describe()})" for s in self.inputs))
+        out: dict[str, np.ndarray] = {}
+        for spec in self.inputs:
+            if spec.name not in feeds:
+                raise CollageError(f"missing input {spec.name!r}: expected {spec.describe()}")
+            arr = feeds[spec.name]
+            if not isinstance(arr, np.ndarray):
+                arr = np.asarray(arr)
+            if arr.dtype != spec.dtype or arr.shape != spec.shape:
+                raise CollageError(f"input {spec.name!r}: expected {spec.describe()}, got shape {arr.shape} "
+                                   f"{arr.dtype.name}" + (f" (convert it with .astype(np.{spec.dtype.name}))"
+                                                          if arr.dtype != spec.dtype else ""))
+            out[spec.name] = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+        return out
+
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Run every partition in order on ``feeds``; return the graph outputs by name."""
+        env: dict[str, np.ndarray] = self.check_feeds(feeds)
+        keep = set(self._output_names)
+        for p in self.partitions:
+            try:
+                result = p.compiled.run({t: env[t] for t in p.inputs})
+            except CollageError:
+                raise
+            except Exception as e:
+                raise CollageError(f"partition {p.index} ({p.backend}, {p.directory.name}) failed: "
+                                   f"{type(e).__name__}: {e}") from e
+            for t in p.outputs:
+                try:
+                    env[t] = result[t]
+                except KeyError:
+                    raise CollageError(f"partition {p.index} ({p.backend}, {p.directory.name}) returned no tensor "
+                                       f"{t!r} (it returned {sorted(result)}); the artifact is inconsistent: "
+                                       "re-export it") from None
+            for t in p.inputs:
+                if self._last_use.get(t) == p.index and t not in keep:
+                    del env[t]
+        return {t: (np.array(env[t], copy=True) if self._copy_out.get(t) else env[t]) for t in self._output_names}
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Seeded random feeds of the right shapes and dtypes (normal for floats, small ints otherwise)."""
+        rng = np.random.default_rng(seed)
+        feeds = {}
+        for s in self.inputs:
+            if s.dtype.kind == "f":
+                feeds[s.name] = rng.standard_normal(s.shape).astype(s.dtype)
+            elif s.dtype.kind == "b":
+                feeds[s.name] = rng.integers(0, 2, s.shape).astype(s.dtype)
+            else:
+                feeds[s.name] = rng.integers(0, 2, s.shape).astype(s.dtype)
+        return feeds
+
+    def latency_ms(self, feeds: Mapping[str, Any], repeat: int = 20, warmup: int = 3) -> list[float]:
+        """Wall-clock times (ms) of ``repeat`` runs after ``warmup`` runs."""
+        feeds = self.check_feeds(feeds)
+        for _ in range(warmup):
+            self.run(feeds)
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter_ns()
+            self.run(feeds)
+            times.append((time.perf_counter_ns() - t0) / 1e6)
+        return times
+
+    def boundary_overhead(self, feeds: Mapping[str, Any] | None = None, repeat: int = 20,
+                          warmup: int = 3) -> BoundaryOverhead:
+        """Measure the per-boundary overhead of stitching, interleaving all timings (medians)."""
+        feeds = self.check_feeds(feeds if feeds is not None else self.random_inputs())
+        env = dict(feeds)
+        for p in self.partitions:  # capture every partition's inputs once
+            env.update(p.compiled.run({t: env[t] for t in p.inputs}))
+        pfeeds = [{t: env[t] for t in p.inputs} for p in self.partitions]
+        n = len(self.partitions)
+
+        def timed(fn) -> float:
+            t0 = time.perf_counter_ns()
+            fn()
+            return (time.perf_counter_ns() - t0) / 1e6
+
+        def pair(k: int) -> None:
+            a, b = self.partitions[k], self.partitions[k + 1]
+            out = a.compiled.run(pfeeds[k])
+            b.compiled.run({t: out[t] if t in out else pfeeds[k + 1][t] for t in b.inputs})
+
+        stitched: list[float] = []
+        parts: list[list[float]] = [[] for _ in range(n)]
+        pairs: list[list[float]] = [[] for _ in range(n - 1)]
+        for r in range(warmup + repeat):
+            s = timed(lambda: self.run(feeds))
+            ps = [timed(lambda p=p, f=f: p.compiled.run(f)) for p, f in zip(self.partitions, pfeeds)]
+            qs = [timed(lambda k=k: pair(k)) for k in range(n - 1)]
+            if r >= warmup:
+                stitched.append(s)
+                for k in range(n):
+                    parts[k].append(ps[k])
+                for k in range(n - 1):
+                    pairs[k].append(qs[k])
+        med = [float(np.median(x)) for x in parts]
+        per = [float(np.median(pairs[k])) - med[k] - med[k + 1] for k in range(n - 1)]
+        return BoundaryOverhead(float(np.median(stitched)), med, per, repeat)
+
+
+# ---------------------------------------------------------------------- loading
+def _safe_extract(archive: Path, dest: Path) -> None:
+    try:
+        tar = tarfile.open(archive, "r:*")
+    except (tarfile.TarError, OSError) as e:
+        raise ArtifactError(f"{archive}: not a readable .tar.gz artifact ({e})") from None
+    with tar:
+        members = tar.getmembers()
+        for m in members:
+            name = PurePosixPath(m.name)
+            if m.name.startswith(("/", "\\")) or name.is_absolute() or (len(m.name) > 1 and m.name[1] == ":"):
+                raise ArtifactError(f"{archive}: member {m.name!r} has an absolute path; refused (unsafe archive)")
+            if ".." in name.parts:
+                raise ArtifactError(f"{archive}: member {m.name!r} points outside the artifact ('..'); "
+                                    "refused (unsafe archive)")
+            if m.issym() or m.islnk():
+                target = PurePosixPath(m.linkname)
+                resolved = (name.parent / target) if m.issym() else target
+                depth = 0
+                for part in resolved.parts:
+                    depth += -1 if part == ".." else (0 if part == "." else 1)
+                    if depth < 0:
+                        break
+                if target.is_absolute() or depth < 0:
+                    raise ArtifactError(f"{archive}: member {m.name!r} is a link to {m.linkname!r}, outside the "
+                                        "artifact; refused (unsafe archive)")
+            elif not (m.isfile() or m.isdir()):
+                raise ArtifactError(f"{archive}: member {m.name!r} is not a regular file or directory; refused")
+        try:
+            tar.extractall(dest, filter="data")
+        except (tarfile.TarError, OSError) as e:
+            raise ArtifactError(f"{archive}: cannot extract ({e}); refused") from None
+
+
+def _artifact_root(extracted: Path, archive: Path) -> Path:
+    if (extracted / MANIFEST).is_file():
+        return extracted
+    subdirs = [p for p in extracted.iterdir() if p.is_dir()]
+    if len(subdirs) == 1 and (subdirs[0] / MANIFEST).is_file():
+        return subdirs[0]
+    raise ArtifactError(f"{archive}: archive holds no {MANIFEST} at its top or in a single top-level folder; "
+                        "not a collage artifact")
+
+
+def verify_files(root: Path, manifest: dict) -> None:
+    """Check each partition file's sha256; ArtifactError naming the first file missing or changed."""
+    for part in manifest["partitions"]:
+        for f in part["files"]:
+            path = root / part["dir"] / f["name"]
+            if not path.is_file():
+                raise ArtifactError(f"{path}: missing (listed in {root / MANIFEST} for partition {part['index']}); "
+                                    "the artifact is incomplete: copy it again or re-export it")
+            digest = sha256_file(path)
+            if digest != f["sha256"]:
+                raise ArtifactError(f"{path}: checksum mismatch (sha256 {digest[:16]}..., manifest says "
+                                    f"{str(f['sha256'])[:16]}...); the file was changed or corrupted: copy the "
+                                    "artifact again or re-export it")
+
+
+def _make_backend(name: str, info: Mapping[str, Any], root: Path, overrides: Mapping[str, Any] | None = None) -> Any:
+    """The backend as it was tuned: get_backend(name, **options), with the recorded settings that are
+    constructor parameters (thread count, precision...) filled in, then ``overrides`` on top."""
+    from collage.backends import get_backend
+
+    options = dict(info.get("options") or {})
+    try:
+        b = get_backend(name, **options)
+        params = inspect.signature(type(b).__init__).parameters
+        settings = {k: v for k, v in (info.get("settings") or {}).items() if k in params and k not in options}
+        if settings or overrides:
+            b = get_backend(name, **{**settings, **options, **dict(overrides or {})})
+    except CollageError:
+        raise
+    except Exception as e:
+        raise BackendUnavailable(f"{root / MANIFEST}: backend {name!r} cannot be created here with options "
+                                 f"{options} ({type(e).__name__}: {e})") from e
+    return b
+
+
+def _backends(manifest: dict, root: Path, check_versions: bool,
+              backend_options: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any]:
+    out = {}
+    for name, info in manifest["backends"].items():
+        b = _make_backend(name, info, root)
+        reason = b.available()
+        if reason:
+            raise BackendUnavailable(f"{root}: needs backend {name!r}, which cannot run here: {reason}")
+        have, want = b.version(), str(info.get("version"))
+        if have != want:
+            msg = (f"{root}: backend {name!r} version mismatch: the artifact was tuned with {want!r}, this "
+                   f"machine has {have!r}. Install the {name} version it was tuned with to run the plan as "
+                   f"tuned, or re-tune the model on this version with `collage tune`")
+            if check_versions:
+                raise ArtifactError(msg + "; to run anyway pass check_versions=False (CLI --ignore-version-mismatch)")
+            log.warning("%s; running anyway (version check disabled)", msg)
+        if backend_options and name in backend_options:
+            b = _make_backend(name, info, root, backend_options[name])
+            log.info("%s: running %s as %s (overridden options)", root, name, b.version())
+        out[name] = b
+    return out
+
+
+def load(path: str | os.PathLike, *, check_versions: bool = True,
+         backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> Artifact:
+    """Load an artifact directory or ``.tar.gz`` (see the module docstring for what is checked).
+
+    Backends are created as they were tuned (same options and recorded settings, e.g. thread
+    count); ``backend_options={"openvino": {"threads": 8}}`` overrides settings after the version
+    check (the plan was measured with the recorded ones).
+    """
+    src = Path(path)
+    cleanup: Path | None = None
+    if src.is_file() and (src.suffix in (".gz", ".tgz", ".tar") or tarfile.is_tarfile(src)):
+        cleanup = Path(tempfile.mkdtemp(prefix="collage-artifact-"))
+        try:
+            _safe_extract(src, cleanup)
+            root = _artifact_root(cleanup, src)
+        except BaseException:
+            shutil.rmtree(cleanup, ignore_errors=True)
+            raise
+    else:
+        root = src
+    try:
+        manifest = read_manifest(root)
+        verify_files(root, manifest)
+        backends = _backends(manifest, root, check_versions, backend_options)
+        parts = []
+        for part in manifest["partitions"]:
+            pdir = root / part["dir"]
+            try:
+                compiled = backends[part["backend"]].load(pdir, part["entry"])
+            except CollageError:
+                raise
+            except Exception as e:
+                raise ArtifactError(f"{pdir}: backend {part['backend']!r} cannot load this partition "
+                                    f"({type(e).__name__}: {e}); re-export the artifact") from e
+            parts.append(LoadedPartition(int(part["index"]), part["backend"], pdir, list(part["inputs"]),
+                                         list(part["outputs"]), compiled, len(part["nodes"]), part.get("cost_ms")))
+        return Artifact(root, manifest, parts, cleanup, backends)
+    except BaseException:
+        if cleanup is not None:
+            shutil.rmtree(cleanup, ignore_errors=True)
+        raise

@@ -1,0 +1,291 @@
+"""Export a tuned plan as a deployable artifact, and read an artifact's manifest.
+
+An artifact is a directory (optionally also packed as ``<dir>.tar.gz``)::
+
+    out/
+      manifest.json                 what is in it, and the checksums that prove it (schema below)
+      plan.json                     the Plan, boundaries filled in (collage.plan.Plan.from_json)
+      report.json                   the tuner's report dict, verbatim (schema: collage.report.render)
+      partitions/000-onnxruntime/   one file set per partition, written by the backend's
+      partitions/001-openvino/      Compiled.save(dir); read back by Backend.load(dir, entry)
+      ...
+
+manifest.json (``FORMAT_VERSION`` 1)::
+
+    {"format_version": 1, "collage_version": "0.1.0", "created": "2026-11-29T21:50:00Z",
+     "target": "cpu", "machine": "x86_64|<cpu model>|2c",
+     "model": {"name": ..., "source": "resnet50.onnx", "nodes": 122,
+               "sha256": ..., "sha256_of": "source file" | "serialized model"},
+     "backends": {"openvino": {"version": ..., "device": "cpu", "options": {<kwargs of get_backend>},
+                               "settings": {<Backend.options>}}},
+     "inputs":  [{"name": "x", "shape": [1, 3, 224, 224], "dtype": "float32"}],
+     "outputs": [{"name": "y", "shape": [1, 1000], "dtype": "float32"}],
+     "partitions": [   # in execution order
+        {"index": 0, "backend": "onnxruntime", "dir": "partitions/000-onnxruntime",
+         "nodes": [0, 1, ...], "ops": ["Conv", "Relu", ...],     # op type of each node, same order
+         "inputs": ["x"], "outputs": ["t7"],                       # tensor names at its boundary
+         "entry": {<what Compiled.save returned>},
+         "files": [{"name": "model.onnx", "sha256": ..., "bytes": 1234}],
+         "cost_ms": 0.61, "runner_up": ["openvino", 0.74], "fingerprint": ...}],
+     "plan": "plan.json", "report": "report.json"}
+
+``model.sha256`` is the sha256 of the original model file's bytes when the graph was loaded from a
+file (what ``sha256sum model.onnx`` prints, so a deployer can check which model was tuned);
+otherwise (a Graph built from an in-memory ModelProto) of that model serialised as loaded
+(``graph.model``); ``sha256_of`` says which.
+
+The runtime reads it with :mod:`collage.runtime.manifest`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from collage.errors import ArtifactError, BackendUnavailable
+from collage.runtime.manifest import FORMAT_VERSION, MANIFEST, PLAN_FILE, REPORT_FILE, collage_version
+from collage.util import machine_id, sha256_bytes, sha256_file
+
+if TYPE_CHECKING:
+    from collage.backends.base import Compiled
+    from collage.graph.ir import Graph
+    from collage.plan import Plan
+
+log = logging.getLogger(__name__)
+
+def partition_dir_name(index: int, backend: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in backend)
+    return f"{index:03d}-{safe}"
+
+
+def _model_sha256(graph: Graph) -> tuple[str, str]:
+    src = Path(graph.source)
+    if graph.source not in ("", "<model>") and src.is_file():
+        return sha256_file(src), "source file"
+    return sha256_bytes(graph.model.SerializeToString()), "serialized model"
+
+
+def _tensor_entry(graph: Graph, name: str) -> dict[str, Any]:
+    info = graph.tensor(name)
+    return {"name": name, "shape": [int(d) for d in info.shape], "dtype": info.dtype.name}
+
+
+def _json_default(obj: Any) -> Any:
+    # numpy scalars and arrays, result objects (BoundaryOverhead), dataclasses, paths: what the tuner hands us
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj)
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2, default=_json_default, allow_nan=True) + "\n")
+
+
+def _check_execution_order(graph: Graph, plan: Plan, bounds: list[tuple[list[str], list[str]]]) -> None:
+    try:
+        plan.check_cover(len(graph))
+    except ValueError as e:
+        raise ArtifactError(f"cannot export {graph.source}: the plan does not cover the graph exactly once: {e}") from None
+    available = set(graph.inputs)
+    for k, (p, (ins, outs)) in enumerate(zip(plan.partitions, bounds)):
+        missing = [t for t in ins if t not in available]
+        if missing:
+            raise ArtifactError(
+                f"cannot export {graph.source}: partition {k} ({p.backend}, nodes {list(p.nodes)[:8]}...) reads "
+                f"tensor {missing[0]!r} before any earlier partition produces it; the plan's partitions are not "
+                "in an executable order (sort them topologically)")
+        available.update(outs)
+    lost = [t for t in graph.outputs if t not in available]
+    if lost:
+        raise ArtifactError(f"cannot export {graph.source}: graph output {lost[0]!r} is produced by no partition")
+
+
+def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike, *,
+           compiled: Mapping[int, Compiled] | None = None,
+           backend_options: dict[str, dict] | None = None,
+           target: str = "cpu", report: dict | None = None, archive: bool = False) -> Path:
+    """Write ``plan`` for ``graph`` as an artifact directory at ``out_dir``; return its path.
+
+    Each partition is compiled from ``graph.extract(p.nodes)`` by its backend (created with
+    ``get_backend(name, **backend_options[name])``) unless ``compiled[k]`` already holds the
+    compiled partition ``k``; the partitions of one backend are compiled together with
+    ``Backend.compile_linked`` (tensors passed only between them may keep the runtime's own layout). The directory is built next to ``out_dir`` and renamed into place
+    only when complete; an existing ``out_dir`` is replaced only if it is a collage artifact (or an
+    empty directory). ``archive=True`` also writes ``<out_dir>.tar.gz``.
+    """
+    from collage.backends import get_backend
+    from collage.plan import Partition, Plan as _Plan
+
+    out = Path(out_dir).resolve()
+    if out.exists() and not out.is_dir():
+        raise ArtifactError(f"{out} exists and is not a directory; choose another output path")
+    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
+        raise ArtifactError(f"{out} exists, is not empty and is not a collage artifact (no {MANIFEST}); "
+                            "choose another output directory or remove it")
+    compiled = dict(compiled or {})
+    backend_options = {k: dict(v) for k, v in (backend_options or {}).items()}
+    bounds = [graph.boundary(p.nodes) for p in plan.partitions]
+    _check_execution_order(graph, plan, bounds)
+
+    backends: dict[str, Any] = {}
+    for name in plan.backends:
+        b = get_backend(name, **backend_options.get(name, {}))
+        reason = b.available()
+        if reason:
+            raise BackendUnavailable(f"cannot export {graph.source}: backend {name!r} is not available here: {reason}")
+        backends[name] = b
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        compiled.update(_compile_linked(graph, plan, bounds, backends, compiled))
+        parts_meta = []
+        tied: list[Partition] = []
+        for k, (p, (ins, outs)) in enumerate(zip(plan.partitions, bounds)):
+            rel = f"partitions/{partition_dir_name(k, p.backend)}"
+            pdir = tmp / rel
+            pdir.mkdir(parents=True)
+            c = compiled[k]
+            _check_compiled_names(graph, k, p.backend, c, ins, outs)
+            entry = c.save(pdir)
+            if not isinstance(entry, dict) or not isinstance(entry.get("files"), list) or not entry["files"]:
+                raise ArtifactError(f"backend {p.backend!r}: Compiled.save() for partition {k} returned {entry!r}; "
+                                    "it must return a dict with a non-empty 'files' list (a bug in the backend)")
+            files = []
+            for fname in entry["files"]:
+                fpath = (pdir / fname).resolve()
+                if pdir.resolve() not in fpath.parents or not fpath.is_file():
+                    raise ArtifactError(f"backend {p.backend!r} listed file {fname!r} for partition {k}, which is not "
+                                        f"a file inside {rel} (a bug in the backend's save())")
+                files.append({"name": str(fname), "sha256": sha256_file(fpath), "bytes": fpath.stat().st_size})
+            parts_meta.append({
+                "index": k, "backend": p.backend, "dir": rel,
+                "nodes": [int(i) for i in p.nodes], "ops": [graph.op_type(i) for i in p.nodes],
+                "inputs": list(ins), "outputs": list(outs), "entry": entry, "files": files,
+                "cost_ms": p.cost_ms, "runner_up": list(p.runner_up) if p.runner_up else None,
+                "fingerprint": p.fingerprint})
+            tied.append(Partition(tuple(p.nodes), p.backend, p.cost_ms, p.runner_up, tuple(ins), tuple(outs),
+                                  p.fingerprint))
+        sha, sha_of = _model_sha256(graph)
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "collage_version": collage_version(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "target": target,
+            "machine": machine_id(),
+            "model": {"name": graph.name, "source": Path(graph.source).name, "nodes": len(graph),
+                      "sha256": sha, "sha256_of": sha_of},
+            "backends": {name: {"version": b.version(), "device": b.device,
+                                "options": backend_options.get(name, {}), "settings": b.options}
+                         for name, b in backends.items()},
+            "inputs": [_tensor_entry(graph, t) for t in graph.inputs],
+            "outputs": [_tensor_entry(graph, t) for t in graph.outputs],
+            "partitions": parts_meta,
+            "plan": PLAN_FILE,
+            "report": REPORT_FILE,
+        }
+        _write_json(tmp / PLAN_FILE, _Plan(tied, plan.predicted_ms, list(plan.notes)).to_dict())
+        _write_json(tmp / REPORT_FILE, report if report is not None else {})
+        _write_json(tmp / MANIFEST, manifest)  # last: a directory with a manifest is complete
+        _replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if archive:
+        write_archive(out)
+    log.info("wrote artifact %s (%d partitions)", out, len(plan.partitions))
+    return out
+
+
+def _compile_linked(graph: Graph, plan: Plan, bounds: list[tuple[list[str], list[str]]], backends: Mapping[str, Any],
+                    done: Mapping[int, Compiled]) -> dict[int, Compiled]:
+    """Compile the partitions not in ``done``, those of one backend together (``Backend.compile_linked``, in plan
+    order): a tensor passed between two of them may stay in the runtime's own layout. Graph outputs and tensors
+    read by any other partition (another backend's, or one compiled earlier) keep the ONNX layout."""
+    groups: dict[str, list[int]] = {}
+    for k, p in enumerate(plan.partitions):
+        if k not in done:
+            groups.setdefault(p.backend, []).append(k)
+    out: dict[int, Compiled] = {}
+    for name, ks in groups.items():
+        group = set(ks)
+        plain = set(graph.outputs) | {t for j, (ins, _) in enumerate(bounds) if j not in group for t in ins}
+        models = [graph.extract(plan.partitions[k].nodes, name=f"{graph.name}_p{k:03d}_{name}") for k in ks]
+        log.info("compiling %d partition(s) (%s nodes) with %s", len(ks), [len(plan.partitions[k].nodes) for k in ks],
+                 name)
+        compiled = backends[name].compile_linked(models, plain) if len(ks) > 1 else [backends[name].compile(models[0])]
+        if len(compiled) != len(ks):
+            raise ArtifactError(f"backend {name!r}: compile_linked returned {len(compiled)} partitions for {len(ks)} "
+                                "models (a bug in the backend)")
+        out.update(zip(ks, compiled))
+    return out
+
+
+def _check_compiled_names(graph: Graph, k: int, backend: str, c: Compiled, ins: list[str], outs: list[str]) -> None:
+    have_in, have_out = list(getattr(c, "input_names", ins)), list(getattr(c, "output_names", outs))
+    if set(have_in) != set(ins) or set(have_out) != set(outs):
+        raise ArtifactError(
+            f"partition {k} ({backend}): the compiled partition takes {have_in} -> {have_out}, but the plan's "
+            f"boundary in {graph.source} is {ins} -> {outs}; was it compiled from another node set?")
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _replace_dir(tmp: Path, out: Path) -> None:
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp made it 0700
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        os.rmdir(old)
+        os.rename(out, old)
+    try:
+        os.rename(tmp, out)
+    except BaseException:
+        if old is not None:
+            os.rename(old, out)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def write_archive(artifact_dir: str | os.PathLike) -> Path:
+    """Pack an artifact directory as ``<dir>.tar.gz`` (members under ``<dir name>/``), atomically."""
+    src = Path(artifact_dir).resolve()
+    dest = src.parent / (src.name + ".tar.gz")
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", dir=src.parent)
+    os.close(fd)
+    try:
+        with tarfile.open(tmp_name, "w:gz") as tar:
+            for path in sorted(src.rglob("*")):
+                if path.is_symlink():
+                    raise ArtifactError(f"{path}: artifacts hold no symbolic links; cannot archive it")
+                tar.add(path, arcname=f"{src.name}/{path.relative_to(src).as_posix()}", recursive=False)
+        os.chmod(tmp_name, 0o666 & ~_umask())  # mkstemp made it 0600
+        os.replace(tmp_name, dest)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return dest
+
+
+__all__ = ["export", "write_archive", "partition_dir_name"]

@@ -1,0 +1,247 @@
+"""Precision as a searched dimension: lower-precision partitions under a user's accuracy budget.
+
+A lower-precision *backend variant* (``openvino-bf16``: OpenVINO's CPU plugin with
+``INFERENCE_PRECISION_HINT`` bf16; ``openvino-fp16``) is a backend like any other: its own registry
+name, version and cost keys, its candidates measured on the normal measuring path. What it adds is an
+error, so it is only used under an accuracy budget (``--accuracy cos=0.999,rel=0.01``, see
+``collage.cost_models.accuracy``); without one, naming such a backend is refused: plans stay
+fp32-faithful.
+
+Before any latency is measured (:meth:`PrecisionTuner.prescreen`, called by ``tune``), the
+lower-precision prefixes and suffixes between the graph's narrow cuts get their error at the model's
+outputs (``collage.tuner.precision.output_errors``: the rest of the model run in fp32), by bisection; those over the
+budget are not timed, and the longest within it, with their fp32 complements, are timed first (on vgg19
+and zfnet512, 5-10 s a candidate, the measuring budget otherwise ran out before "bf16 but the classifier").
+
+The budgeted search (:meth:`PrecisionTuner.search`, a Lagrangian loop over the exact DP with each
+round's plan stitched and its end-to-end error measured, falling back to fp32) lives in
+:mod:`collage.tuner.precision.search`; the backend variants in :mod:`collage.backends.openvino.lowp`. Here: the
+tuner's setup, the prescreen, artifacts' end-to-end errors, the whole-model alternatives for tune's
+verification, the final check and report.json's "precision" section.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from collage.cost_models.accuracy import (Budget, Calibration, ErrorMeasure, load_calibration, measure_errors,
+                                          parse_accuracy, reference_runs, run_error)
+from collage.errors import CollageError
+from collage.plan import Plan
+from collage.backends.openvino.lowp import (VARIANTS, OpenVINOBF16Backend, OpenVINOFP16Backend,
+                                        cpu_bf16_reason, native_support, precision_of)
+from collage.tuner.precision.output_errors import OutputErrors, screen_ranges
+from collage.tuner.precision.search import BudgetedSearch, Round
+
+log = logging.getLogger(__name__)
+
+__all__ = ["VARIANTS", "OpenVINOBF16Backend", "OpenVINOFP16Backend", "PrecisionTuner", "Round", "check_backends",
+           "cpu_bf16_reason", "native_support", "precision_of"]  # the backend variants live in precision_backends
+
+
+def check_backends(backends: Sequence[Any], budget: Budget | None) -> list[str]:
+    """Names of the lower-precision backends among ``backends``; CollageError if any is named without a budget."""
+    low = [b.name for b in backends if precision_of(b) != "fp32"]
+    if low and budget is None:
+        raise CollageError(
+            f"backend(s) {', '.join(low)} compute in lower precision and change the model's outputs; collage "
+            "keeps plans fp32-faithful unless you give an accuracy budget: add e.g. --accuracy cos=0.999,rel=0.01 "
+            "(and --calibration inputs.npz with representative inputs), or drop them from --backends")
+    if budget is not None and len(low) == len(backends):
+        raise CollageError(f"--backends {', '.join(low)} are all lower precision: add an fp32 backend "
+                           "(e.g. onnxruntime) so that a plan within the accuracy budget always exists")
+    return low
+
+
+@dataclass
+class PrecisionTuner(BudgetedSearch):
+    """The precision part of one tuning job (module docstring); ``tune`` calls setup, search (inherited from
+    :class:`collage.tuner.precision.search.BudgetedSearch`), check, report."""
+
+    graph: Any
+    budget: Budget
+    calib: Calibration
+    backends: dict[str, Any]
+    low: set[str]
+    db: Any = None
+    target: str = "cpu"
+    work: Path | None = None
+    progress: bool = True
+    #: seconds for measuring candidates' errors (most time saved first); None: all of them
+    error_budget_s: float | None = None
+    errors: dict[Any, ErrorMeasure] = field(default_factory=dict)
+    rounds: list[Round] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    fallback: bool = False
+    final_error: ErrorMeasure | None = None
+    _refs: list[dict[str, np.ndarray]] | None = None
+    _outputs: OutputErrors | None = None
+
+    @classmethod
+    def setup(cls, graph: Any, backends: Sequence[Any], accuracy: str | Budget | None,
+              calibration: str | Path | None = None, *, seed: int = 0, db: Any = None, target: str = "cpu",
+              work: Path | None = None, progress: bool = True,
+              budget_s: float | None = None) -> PrecisionTuner | None:
+        """None when no budget is given (refusing lower-precision backends then), else a tuner.
+
+        ``budget_s`` (tune's measuring budget): errors are then measured for at most half of it (30 s at least).
+        """
+        budget = accuracy if isinstance(accuracy, Budget) or accuracy is None else parse_accuracy(accuracy)
+        low = check_backends(backends, budget)
+        if budget is None:
+            if calibration is not None:
+                log.warning("--calibration is only used with --accuracy; ignored")
+            return None
+        if not low:
+            log.warning("--accuracy %s given, but no lower-precision backend among %s: the plan is fp32 "
+                        "(add e.g. openvino-bf16 to --backends)", budget.describe(), [b.name for b in backends])
+        calib = load_calibration(graph, calibration, seed=seed)
+        tuner = cls(graph, budget, calib, {b.name: b for b in backends}, set(low), db, target, work, progress,
+                    None if budget_s is None else max(30.0, 0.5 * budget_s))
+        if calib.random:
+            tuner.notes.append(f"accuracy judged on {len(calib.samples)} seeded random input sample(s), not on "
+                               "representative data: pass --calibration inputs.npz")
+        return tuner
+
+    def _say(self, msg: str, *args: object) -> None:
+        log.info(msg, *args)
+        if self.progress:
+            print("collage: " + (msg % args if args else msg), file=sys.stderr, flush=True)
+
+    # ------------------------------------------------------------------ end-to-end error
+    def reference(self) -> list[dict[str, np.ndarray]]:
+        if self._refs is None:
+            self._refs = reference_runs(self.graph, self.calib)
+        return self._refs
+
+    def artifact_error(self, artifact: Any) -> ErrorMeasure:
+        """A loaded artifact's outputs vs the fp32 reference on every calibration sample."""
+        return run_error(artifact.run, self.calib, self.reference(), self.graph.outputs)
+
+    def end_to_end(self, plan: Plan, tag: str) -> ErrorMeasure:
+        """Stitch ``plan`` into an artifact (the real runtime path), run it, compare with the reference."""
+        from collage.tuner.export import export
+        from collage.runtime.artifact import load
+
+        work = self.work or Path(tempfile.mkdtemp(prefix="collage-precision-"))
+        where = export(self.graph, plan, work / f"precision-{tag}", target=self.target)
+        try:
+            return self.artifact_error(load(where))
+        finally:  # a round's artifact is only measured (BERT-base writes ~0.4 GB a round)
+            shutil.rmtree(where, ignore_errors=True)
+
+    # ------------------------------------------------------------------ range errors, before latencies
+    def output_errors(self) -> OutputErrors:
+        if self._outputs is None:
+            self._outputs = OutputErrors(self.graph, self.backends, self.calib, self.db)
+        return self._outputs
+
+    def prescreen(self, cands: Sequence[Any]) -> list[Any]:
+        """tune's measuring order, lower-precision ranges judged at the model's outputs before any latency
+        (``collage.tuner.precision.output_errors.screen_ranges``): prefixes and suffixes over the budget dropped (on the
+        heavy models the measuring budget then goes to ranges that can be used); the longest ones within it
+        and their fp32 complements moved right after the whole models; otherwise the order is kept."""
+        t0 = time.monotonic()
+        n = len(self.graph)
+        screen = screen_ranges(self.output_errors(), self.budget, cands, self.low, budget_s=self.error_budget_s,
+                               progress=self.progress)
+        self.errors.update(screen.errors)
+        if screen.errors:
+            self._say("precision: %d lower-precision prefixes/suffixes measured at the model's outputs first (%.0f s): "
+                      "%d over the accuracy budget (or longer than one that is), not timed; %d timed first",
+                      len(screen.errors), time.monotonic() - t0, len(screen.dropped), len(screen.first))
+        first = [c for c in dict.fromkeys(screen.first) if c not in screen.dropped]
+        whole = [c for c in cands if len(c.nodes) == n]
+        taken = set(first) | set(whole) | screen.dropped
+        return whole + first + [c for c in cands if c not in taken]
+
+    # ------------------------------------------------------------------ verification and report
+    def whole_model_within_budget(self) -> list[Any]:
+        """Lower-precision whole-model candidates whose measured error (= end to end) is within budget, finite."""
+        n = len(self.graph)
+        return [c for c, e in self.errors.items()
+                if len(c.nodes) == n and c.backend in self.low and e.finite and self.budget.allows(e)]
+
+    def whole_model_alternatives(self, plan: Plan) -> dict[str, Any]:
+        """Compiled whole models of the lower-precision backends within budget on their own, unless that is ``plan``."""
+        n = len(self.graph)
+        out = {}
+        for c in self.whole_model_within_budget():
+            if len(plan.partitions) == 1 and plan.partitions[0].backend == c.backend and len(plan.partitions[0].nodes) == n:
+                continue
+            try:
+                out[c.backend] = self.backends[c.backend].compile(self.graph.model)
+            except CollageError as e:
+                log.warning("%s cannot compile the whole model again: %s", c.backend, e)
+        return out
+
+    def use_whole_model(self, backend: str, note: str) -> list[str]:
+        """tune chose ``backend`` on the whole model over the searched plan: the notes that now hold."""
+        self.fallback = False
+        self.notes = [x for x in self.notes if not x.startswith("precision:")] + [note]
+        return list(self.notes)
+
+    def is_low(self, plan: Plan) -> bool:
+        return any(p.backend in self.low for p in plan.partitions)
+
+    def check(self, plan: Plan, artifact: Any, fp32_numerics: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Numerics of the final artifact against the budget (report "numerics").
+
+        A plan with lower-precision partitions over budget raises CollageError; for an fp32 plan
+        (``fp32_numerics``: tune's tolerance check, already passed) the budget figures are only added.
+        """
+        err = self.artifact_error(artifact)
+        self.final_error = err
+        ok = self.budget.allows(err)
+        figures = {"rel": err.rel, "cos": err.cos, "finite": err.finite, "budget": self.budget.describe(),
+                   "within_budget": ok}
+        if fp32_numerics is not None:
+            return {**fp32_numerics, **figures}
+        if not ok:
+            raise CollageError(f"the final plan's outputs are over the accuracy budget ({self.budget.describe()}): "
+                               f"{err.describe()}; re-run with a looser --accuracy or without lower-precision backends")
+        worst = 0.0
+        per: dict[str, Any] = {name: dict(err.per_tensor.get(name, {})) for name in self.graph.outputs}
+        got = artifact.run(dict(self.calib.samples[0]))
+        ref = self.reference()[0]
+        for name in self.graph.outputs:
+            d = float(np.max(np.abs(np.asarray(got[name], np.float64) - ref[name]))) if ref[name].size else 0.0
+            per[name]["max_abs_err"] = d
+            worst = max(worst, d)
+        return {"max_abs_err": worst, "tolerance": {"accuracy": self.budget.describe()}, "ok": ok,
+                "per_output": per, **figures}
+
+    def report(self, plan: Plan) -> dict[str, Any]:
+        """report.json "precision": budget, calibration, per-partition precision and error, end to end, rounds."""
+        from collage.search.candidates import Candidate
+
+        cands = [Candidate(p.nodes, p.backend) for p in plan.partitions]
+        missing = [c for c in cands if c not in self.errors and c.backend in self.backends]
+        if missing:
+            self.errors.update(measure_errors(self.graph, missing, self.backends, self.calib, self.db))
+        parts = []
+        for k, c in enumerate(cands):
+            e = self.errors.get(c)
+            parts.append({"index": k, "backend": c.backend, "precision": precision_of(self.backends.get(c.backend)),
+                          "rel": None if e is None else e.rel, "cos": None if e is None else e.cos,
+                          "finite": None if e is None else e.finite,
+                          "budget_share": None if e is None else self.budget.score(e)})
+        e2e = self.final_error
+        return {"budget": self.budget.to_dict(), "budget_text": self.budget.describe(),
+                "calibration": self.calib.to_dict(), "low_precision_backends": sorted(self.low),
+                "partitions": parts,
+                "end_to_end": None if e2e is None else {"rel": e2e.rel, "cos": e2e.cos, "finite": e2e.finite,
+                                                        "within_budget": self.budget.allows(e2e)},
+                "rounds": [r.to_dict() for r in self.rounds], "fallback_fp32": self.fallback,
+                "errors_measured": len(self.errors), "notes": list(self.notes)}
+
+

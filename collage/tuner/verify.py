@@ -1,0 +1,121 @@
+"""Verification: how the tuner times things and checks numbers.
+
+* ``median_ms`` / ``measure_interleaved``: wall-clock medians, several configurations timed in
+  interleaved rounds so that drift on a shared machine hits them alike.
+* ``check_numerics``: an artifact's outputs against the ONNX Runtime fp32 whole-model reference; on
+  failure it names the first partition that diverges on its own.
+* ``stale_costs``: whether the cost DB's whole-model costs still agree with a fresh measurement.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from collage.errors import CollageError
+from collage.graph.ir import Graph
+from collage.plan import Plan
+
+
+def median_ms(fn: Callable[[], object], *, min_runs: int = 5, min_time_s: float = 0.2) -> float:
+    """Median wall time of fn() in ms over at least min_runs calls and min_time_s seconds."""
+    samples: list[float] = []
+    start = time.perf_counter()
+    while len(samples) < min_runs or time.perf_counter() - start < min_time_s:
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e3)
+        if len(samples) >= 10_000:
+            break
+    return statistics.median(samples)
+
+
+def measure_interleaved(runners: Mapping[str, Callable[[], object]], *, rounds: int = 7,
+                        min_time_s: float = 0.15, warmup_s: float = 0.3) -> dict[str, float]:
+    """Median ms of each runner, measured in interleaved rounds so that drift hits all alike.
+
+    Each runner is first warmed up for ``warmup_s`` (at least 3 calls): OpenVINO's first calls after a
+    compile ran ~1.5x slow here, enough to skew a short measurement.
+    """
+    for fn in runners.values():
+        median_ms(fn, min_runs=3, min_time_s=warmup_s)
+    per: dict[str, list[float]] = {k: [] for k in runners}
+    for _ in range(rounds):
+        for k, fn in runners.items():
+            per[k].append(median_ms(fn, min_runs=3, min_time_s=min_time_s))
+    return {k: statistics.median(v) for k, v in per.items()}
+
+
+def _reference_outputs(graph: Graph, feeds: Mapping[str, np.ndarray], extra: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """ONNX Runtime fp32 run of the whole model (optionally exposing intermediate tensors)."""
+    from collage.backends import get_backend
+
+    model = graph.with_outputs(list(extra)) if extra else graph.model
+    compiled = get_backend("onnxruntime").compile(model)
+    return {k: np.array(v, copy=True) for k, v in compiled.run(dict(feeds)).items()}
+
+
+def check_numerics(graph: Graph, plan: Plan, artifact, feeds: Mapping[str, np.ndarray],
+                   tolerance: Mapping[str, float]) -> dict[str, Any]:
+    """Artifact outputs vs the ORT reference; on failure name the first partition that diverges."""
+    ref = _reference_outputs(graph, feeds)
+    got = artifact.run(dict(feeds))
+    per_output = {}
+    worst = 0.0
+    bad = []
+    for name, r in ref.items():
+        g = np.asarray(got[name])
+        err = float(np.max(np.abs(g.astype(np.float64) - r.astype(np.float64)))) if r.size else 0.0
+        per_output[name] = err
+        worst = max(worst, err)
+        finite = np.all(np.isfinite(g)) if g.dtype.kind == "f" else True
+        if not finite or not np.allclose(g, r, atol=tolerance["atol"], rtol=tolerance["rtol"]):
+            bad.append(name)
+    result = {"max_abs_err": worst, "tolerance": dict(tolerance), "per_output": per_output, "ok": not bad}
+    if bad:
+        culprit = _diverging_partition(graph, plan, feeds, tolerance)
+        raise CollageError(
+            f"plan output(s) {bad} differ from the ONNX Runtime reference (max abs err {worst:.3g}, "
+            f"tolerance atol={tolerance['atol']} rtol={tolerance['rtol']}); {culprit}")
+    return result
+
+
+def _diverging_partition(graph: Graph, plan: Plan, feeds, tolerance) -> str:
+    from collage.backends import get_backend
+
+    needed = sorted({t for p in plan.partitions for t in graph.boundary(p.nodes)[0] + graph.boundary(p.nodes)[1]}
+                    - set(graph.inputs))
+    ref = _reference_outputs(graph, feeds, needed)
+    ref.update(feeds)
+    for k, p in enumerate(plan.partitions):
+        ins, outs = graph.boundary(p.nodes)
+        out = get_backend(p.backend).compile(graph.extract(p.nodes)).run({t: ref[t] for t in ins})
+        for t in outs:
+            if not np.allclose(out[t], ref[t], atol=tolerance["atol"], rtol=tolerance["rtol"]):
+                err = float(np.max(np.abs(out[t].astype(np.float64) - ref[t])))
+                return (f"partition {k} on {p.backend} (nodes {graph.node_label(p.nodes[0])} .. "
+                        f"{graph.node_label(p.nodes[-1])}) diverges first: tensor {t!r} max abs err {err:.3g}")
+    return "no single partition diverges on its own (the error accumulates across partitions)"
+
+
+#: a cost-DB whole-model cost this far (either way) from the same configuration measured now is stale
+STALE_RATIO = 1.5
+
+
+def stale_costs(db_ms: Mapping[str, float], now_ms: Mapping[str, float]) -> str | None:
+    """A warning when the cost DB's whole-model costs disagree with this run's fresh measurement.
+
+    Costs are cached for good: ones taken while the machine was busy (another job, a build) stay in the
+    DB and mislead every later search on it. The whole model on each backend is measured anew in every
+    tune, so it is the check.
+    """
+    off = {k: (db_ms[k], now_ms[k]) for k in now_ms if k in db_ms and now_ms[k] > 0
+           and not (1 / STALE_RATIO <= db_ms[k] / now_ms[k] <= STALE_RATIO)}
+    if not off:
+        return None
+    what = ", ".join(f"{k} {a:.3f} ms in the DB vs {b:.3f} ms now" for k, (a, b) in off.items())
+    return (f"cost DB disagrees with this run by more than {STALE_RATIO}x ({what}): its costs were probably "
+            "measured while the machine was busy; the plan may be off. Re-tune with a fresh --db on a quiet machine")

@@ -1,0 +1,9 @@
+"""Models the project builds itself (never downloaded): the catalog (:mod:`.catalog`: names, cached paths,
+seeded inputs), the hand-built models (:mod:`.models`) and the onnx package's light architectures (:mod:`.light`)."""
+from __future__ import annotations
+
+from collage.zoo.catalog import (ENTRIES, ZOO, ZOO_VERSION, ZooEntry, cached_path, is_built, load_graph, load_model, model_path, names,
+                                 random_inputs, resolve, zoo_dir)
+
+__all__ = ["ENTRIES", "ZOO", "ZOO_VERSION", "ZooEntry", "cached_path", "is_built", "load_graph", "load_model", "model_path", "names",
+           "random_inputs", "resolve", "zoo_dir"]
