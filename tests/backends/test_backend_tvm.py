@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
-from _helpers import model_feeds, ort_reference
+from tests.helpers import model_feeds, ort_reference
 from collage.backends.tvm.backend import TVMBackend
 from collage.backends.tvm.worker import ABORT_ENV, worker
 from collage.errors import CollageError, CompileError, ModelError, UnsupportedError

@@ -9,7 +9,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from _helpers import layer_pieces, model_feeds, need_backends, residual_pieces, run_chain
+from tests.helpers import layer_pieces, model_feeds, need_backends, residual_pieces, run_chain
 
 from collage import zoo
 from collage.backends import get_backend

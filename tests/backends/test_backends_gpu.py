@@ -18,7 +18,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
-from _helpers import model_feeds, ort_reference
+from tests.helpers import model_feeds, ort_reference
 from collage import zoo
 from collage.backends import REGISTRY, backend_names, get_backend, unavailable_reason
 from collage.backends import cuda_timing

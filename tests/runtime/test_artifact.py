@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from _helpers import need_backends
+from tests.helpers import need_backends
 from collage.runtime.manifest import FORMAT_VERSION, MANIFEST, read_manifest
 from collage.tuner.export import export
 from collage.errors import ArtifactError

@@ -10,7 +10,7 @@ from collage.cost_models.accuracy import Budget, ErrorMeasure, compare, load_cal
 from collage.graph.ir import Graph
 from collage.tuner.precision.output_errors import OutputErrors, range_bounds, screen_ranges, span_of
 from collage.search.candidates import Candidate
-from tests.test_precision import _chain, needs_bf16
+from tests.tuner.test_precision import _chain, needs_bf16
 
 
 def test_span_of_needs_contiguous_range_between_bounds():

@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from _helpers import need_backends, residual_pieces, run_chain
+from tests.helpers import need_backends, residual_pieces, run_chain
 from collage import zoo
 from collage.backends import get_backend
 from collage.backends.onnxruntime import link as ort_link

@@ -23,7 +23,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
-from _helpers import model_feeds, ort_reference, run_chain
+from tests.helpers import model_feeds, ort_reference, run_chain
 from collage import zoo
 from collage.backends import backend_names, get_backend, unavailable_reason
 from collage.errors import CollageError, CompileError, UnsupportedError

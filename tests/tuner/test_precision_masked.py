@@ -17,7 +17,7 @@ from collage.backends import get_backend
 from collage.cost_models.accuracy import ErrorMeasure
 from collage.search.candidates import Candidate
 
-from tests.test_precision import _synthetic, needs_bf16
+from tests.tuner.test_precision import _synthetic, needs_bf16
 
 MODEL = "zoo:tiny-bert-masked"
 
@@ -116,7 +116,7 @@ def test_error_budget_measures_the_first_candidates_only(tmp_path):
     from collage.cost_models.accuracy import load_calibration, measure_errors
     from collage.cost_models.db import get_db
     from collage.graph.ir import Graph
-    from tests.test_precision import _chain
+    from tests.tuner.test_precision import _chain
 
     g = Graph.load(_chain(3))
     bks = {"openvino-bf16": get_backend("openvino-bf16")}
@@ -154,7 +154,7 @@ def test_tune_verification_picks_faster_whole_model_bf16(tmp_path, monkeypatch):
     """The searched plan is fp32 (search forced so); bf16 on the whole model is within budget and much
     faster (big MatMuls): tune's verification times it and ships it; the fp32 baselines stay fp32."""
     from collage.tuner.job import tune
-    from tests.test_precision import _chain
+    from tests.tuner.test_precision import _chain
 
     orig = P.PrecisionTuner.search
 

@@ -247,7 +247,7 @@ def _residual_block(c: int = 32, hw: int = 8, op: str = "Add") -> onnx.ModelProt
 
 @pytest.mark.parametrize("op", ["Add", "Sum"])
 def test_onnxruntime_fuses_the_residual_sum_of_a_cut_block(op, tmp_path):
-    from tests._helpers import ort_reference
+    from tests.helpers import ort_reference
 
     model = _residual_block(op=op)
     assert ort_route.residual_inputs(model) == ["x"]
