@@ -13,12 +13,8 @@ single samples. The chain table lives in ``benchmarks/chain_tables.py``.
 from __future__ import annotations
 
 import argparse
-import datetime
-import gc
 import logging
-import random
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,9 +23,14 @@ import onnx
 from onnx import helper
 from tqdm import tqdm
 
+from benchmarks._common import header, interleaved, md_table, report_name, stats
 from collage import zoo
-from collage.backends import backend_names, get_backend, support_table, unavailable_reason
-from collage.util import machine_id, physical_cores
+from collage.backends import (
+    backend_names,
+    get_backend,
+    support_table,
+    unavailable_reason,
+)
 
 log = logging.getLogger("benchmarks.backend_tables")
 
@@ -37,35 +38,6 @@ TINY_MODELS = ["tiny-resnet", "tiny-mobilenetv2", "tiny-bert"]
 
 
 # ---------------------------------------------------------------------- helpers
-SMOKE = ("**Smoke run (`--quick`): tiny models, few rounds; these numbers only prove the script works. "
-         "Run without `--quick` on a quiet machine for the real table.**")
-
-
-def _fname(stem: str, command: str) -> str:
-    """``stem.md``; ``stem-quick.md`` for a smoke run, so it is never mistaken for the real table."""
-    return f"{stem}-quick.md" if "--quick" in command else f"{stem}.md"
-
-
-def _header(title: str, command: str, notes: str = "") -> list[str]:
-    import onnxruntime
-    import openvino
-
-    lines = [f"# {title}", "", f"Command: `{command}`", "",
-             f"Machine: {machine_id()}; threads {physical_cores()}; onnxruntime {onnxruntime.__version__}; "
-             f"openvino {openvino.get_version().split('-')[0]}; written {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC.", ""]
-    if "--quick" in command:
-        lines += [SMOKE, ""]
-    if notes:
-        lines += [notes, ""]
-    return lines
-
-
-def _md_table(head: list[str], rows: list[list[object]]) -> list[str]:
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return out + [""]
-
-
 def _cpu_backends() -> list[str]:
     names = []
     for n in backend_names("cpu"):
@@ -77,15 +49,10 @@ def _cpu_backends() -> list[str]:
     return names
 
 
-def _stats(samples: list[float]) -> tuple[float, float, float]:
-    a = np.asarray(samples)
-    return float(np.median(a)), float(np.percentile(a, 10)), float(np.percentile(a, 90))
-
-
 # ---------------------------------------------------------------------- op support
 def op_support(models: list[str], command: str, out: Path) -> Path:
     names = _cpu_backends()
-    lines = _header("Op support per backend", command,
+    lines = header("Op support per backend", command,
                     "Per zoo model and op type: how many nodes, and whether each backend takes them "
                     "(decided by compiling a one-node model of each distinct node signature; `k/n` when only "
                     "some signatures are taken).")
@@ -95,12 +62,12 @@ def op_support(models: list[str], command: str, out: Path) -> Path:
         graph = zoo.load_graph(f"zoo:{model}")
         cols, rows = support_table(graph, names)
         sections += [f"## {model} ({len(graph)} nodes)", ""]
-        sections += _md_table(["op type", "count", *cols], [[r["op"], r["count"], *(r[c] for c in cols)] for r in rows])
+        sections += md_table(["op type", "count", *cols], [[r["op"], r["count"], *(r[c] for c in cols)] for r in rows])
         refused += [[model, r["op"], r["count"], c, r[c]] for r in rows for c in cols if r[c] != "yes"]
     lines += ["## Ops some backend does not take", ""]
-    lines += _md_table(["model", "op type", "count", "backend", "taken"], refused) if refused else \
+    lines += md_table(["model", "op type", "count", "backend", "taken"], refused) if refused else \
         [f"None: every backend ({', '.join(names)}) takes every op of every model listed.", ""]
-    path = out / _fname("op-support", command)
+    path = out / report_name("op-support", command)
     path.write_text("\n".join(lines + sections))
     return path
 
@@ -133,31 +100,6 @@ def _call_paths(name: str, model: onnx.ModelProto, feeds: dict[str, np.ndarray])
     return paths
 
 
-def interleaved(fns: dict, rounds: int, desc: str, *, warmup: int = 3, calls: int = 1,
-                unit_ns: float = 1e6) -> dict:
-    """Time every function ``calls`` times per round, in a shuffled order each round (gc off), after
-    ``warmup`` calls each: {key: [one time per call, in ns / unit_ns]}, in round order (sample r of
-    two keys, with ``calls`` 1, comes from the same round)."""
-    samples: dict = {k: [] for k in fns}
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    keys = list(fns)
-    gc.disable()
-    try:
-        for _ in tqdm(range(rounds), desc=desc, file=sys.stderr):
-            random.shuffle(keys)
-            for k in keys:
-                fn = fns[k]
-                for _ in range(calls):
-                    t = time.perf_counter_ns()
-                    fn()
-                    samples[k].append((time.perf_counter_ns() - t) / unit_ns)
-    finally:
-        gc.enable()
-    return samples
-
-
 def call_overhead(rounds: int, calls: int, command: str, out: Path) -> Path:
     shapes = {"tiny Add (1 element)": [1], "Add 1x64x56x56 (800 KB)": [1, 64, 56, 56]}
     rows = []
@@ -168,13 +110,13 @@ def call_overhead(rounds: int, calls: int, command: str, out: Path) -> Path:
         paths = {(n, p): fn for n in _cpu_backends() for p, fn in _call_paths(n, model, feeds).items()}
         samples = interleaved(paths, rounds, f"overhead {label}", warmup=20, calls=calls, unit_ns=1e3)
         for (n, p), s in samples.items():
-            med, p10, p90 = _stats(s)
+            med, p10, p90 = stats(s)
             rows.append([label, n, p, f"{med:.1f}", f"{p10:.1f} - {p90:.1f}", len(s)])
-    lines = _header("Per-call overhead", command,
+    lines = header("Per-call overhead", command,
                     f"Median microseconds per call, {rounds} interleaved rounds x {calls} calls per path "
                     "(path order shuffled each round). The fast path is what collage uses.")
-    lines += _md_table(["case", "backend", "call path", "median us", "p10 - p90 us", "samples"], rows)
-    path = out / _fname("call-overhead", command)
+    lines += md_table(["case", "backend", "call path", "median us", "p10 - p90 us", "samples"], rows)
+    path = out / report_name("call-overhead", command)
     path.write_text("\n".join(lines))
     return path
 

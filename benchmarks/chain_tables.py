@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from tqdm import tqdm
 
-from benchmarks.backend_tables import _fname, _header, _md_table, _stats, interleaved
+from benchmarks._common import header, interleaved, md_table, report_name, stats
 from collage import zoo
 from collage.backends import get_backend, unavailable_reason
 from collage.graph.ir import Graph
@@ -117,12 +117,12 @@ def _chain_rows(model: str, rounds: int, handover: bool) -> list[list[object]]:
         alt2 = [ov_parts[k] if k % 2 == 0 else ort_parts[k] for k in range(len(parts))]
         configs["chain alternating ov/ort"] = lambda ch=Chain(graph, parts, alt2): ch(feeds)
     samples = interleaved(configs, rounds, f"{model} chains")
-    whole = {"onnxruntime": _stats(samples["whole model, onnxruntime"])[0]}
+    whole = {"onnxruntime": stats(samples["whole model, onnxruntime"])[0]}
     if "whole model, openvino" in samples:
-        whole["openvino"] = _stats(samples["whole model, openvino"])[0]
+        whole["openvino"] = stats(samples["whole model, openvino"])[0]
     rows = []
     for k, s in samples.items():
-        med, p10, p90 = _stats(s)
+        med, p10, p90 = stats(s)
         ref = "onnxruntime" if "onnxruntime" in k else "openvino" if "openvino" in k else None
         vs = paired = ""
         if ref in whole and k.startswith("chain"):
@@ -256,7 +256,7 @@ def chains(models: list[str], rounds: int, command: str, out: Path) -> Path:
         per += p
         summary += s
         gc.collect()
-    lines = _header("Chains of sessions vs the whole model", command,
+    lines = header("Chains of sessions vs the whole model", command,
                     "Each model is cut at positions found in its graph (ResNet: the stem's MaxPool and every residual "
                     "block's closing Relu; BERT: the embedding's LayerNormalization and each layer's output "
                     "LayerNormalization) and run piece by piece through collage's fast call path. Hand-over settings "
@@ -268,7 +268,7 @@ def chains(models: list[str], rounds: int, command: str, out: Path) -> Path:
                     "by the whole model's in the same round, taken within a second of each other, so that the "
                     "machine's speed level, which moves by 10-25% over minutes here (results/machine-level.md), "
                     "cancels out.")
-    lines += _md_table(["model", "pieces", "hand-over settings", "configuration", "median ms", "p10 - p90 ms",
+    lines += md_table(["model", "pieces", "hand-over settings", "configuration", "median ms", "p10 - p90 ms",
                         "vs whole", "paired: vs whole (quartiles)", "runs"], rows)
     lines += ["## What a boundary costs", "",
               "Both runtimes compute convolutions in a blocked layout of their own (onnxruntime NCHWc, OpenVINO "
@@ -294,9 +294,9 @@ def chains(models: list[str], rounds: int, command: str, out: Path) -> Path:
               "Reorders become no-ops; where a piece ends in a convolution with a fused residual sum the plugin keeps a "
               "Transpose, and a 1x1 MaxPool copy in front of the output lets it merge (one plain copy per boundary, "
               "which the conversions column does not count).", ""]
-    lines += _md_table(["model", "backend", "boundaries", "conversions ms (sum)", "ms per boundary",
+    lines += md_table(["model", "backend", "boundaries", "conversions ms (sum)", "ms per boundary",
                         "ms per MB (fit through 0)", "gap ms (chain - whole)", "rest ms"], summary)
-    lines += _md_table(["model", "backend", "boundary", "tensor MB", "conversion ms", "ms per MB"], per)
-    path = out / _fname("chain", command)
+    lines += md_table(["model", "backend", "boundary", "tensor MB", "conversion ms", "ms per MB"], per)
+    path = out / report_name("chain", command)
     path.write_text("\n".join(lines))
     return path

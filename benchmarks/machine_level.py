@@ -37,7 +37,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from tqdm import tqdm
 
-from benchmarks.noise import _cpu_snapshot
+from benchmarks.noise import cpu_snapshot
 from collage.backends import get_backend, unavailable_reason
 from collage.cost_models.worker import reference_probe
 from collage.util import machine_id, physical_cores
@@ -155,10 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="output file (default results/machine-level[-quick].md)")
     args = p.parse_args(argv)
     command = "python -m benchmarks.machine_level " + " ".join(sys.argv[1:] if argv is None else argv)
-    cpu0 = _cpu_snapshot()
+    cpu0 = cpu_snapshot()
     work = workloads()
     rows = trace(work, args.seconds, args.slice)
-    cpu1 = _cpu_snapshot()
+    cpu1 = cpu_snapshot()
     summary, levels = summarize(rows)
     steal = (f"{(cpu1['steal'] - cpu0['steal']) / max(1, cpu1['total'] - cpu0['total']):.2%}"
              if cpu0["steal"] is not None else "unknown")

@@ -109,7 +109,7 @@ def run_one(graph: Graph, subs, backends: list[str], cap_s: float, protocol: str
     return rows
 
 
-def _cpu_snapshot() -> dict:
+def cpu_snapshot() -> dict:
     """Steal jiffies (/proc/stat) and the CPU clocks (/proc/cpuinfo)."""
     out: dict = {"steal": None, "total": None, "mhz": []}
     try:
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     t0 = time.time()
-    cpu0 = _cpu_snapshot()
+    cpu0 = cpu_snapshot()
     runs: dict[str, list[list[dict]]] = {p: [] for p in protocols}
     durations: dict[str, list[float]] = {p: [] for p in protocols}
     with tempfile.TemporaryDirectory(prefix="collage-noise-") as tmp:
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                 subprocess.run(cmd, check=True, env=dict(os.environ, COLLAGE_CACHE=str(Path(tmp) / f"cache-{proto}-{rep}")))
                 durations[proto].append(time.time() - t)
                 runs[proto].append(json.loads(js.read_text()))
-    cpu1 = _cpu_snapshot()
+    cpu1 = cpu_snapshot()
     counts = []
     for name in models:
         graph = zoo.load_graph(f"zoo:{name}")

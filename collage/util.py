@@ -1,10 +1,45 @@
-"""Small helpers that import nothing from the collage package (a leaf module)."""
+"""Small helpers that import nothing from the collage package (a leaf module): cache dir, hashes, machine id,
+durations, progress lines, Markdown tables."""
 from __future__ import annotations
 
 import hashlib
+import logging
+import math
 import os
 import platform
+import re
+import sys
 from pathlib import Path
+
+_DURATION_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([a-z]*)")
+
+
+def parse_duration(text: str | float) -> float:
+    """Seconds in a duration: ``90`` or ``90s``, ``10m``, ``1h30m``, ``1.5h`` (units s/sec, m/min, h; a bare
+    number is seconds). Raises ValueError, naming the text, for anything else: empty, negative, nan, inf,
+    unknown units, garbage. (argparse turns that ValueError into a one-line usage error when this is a
+    ``type=``.)"""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        if not math.isfinite(text) or text < 0:
+            raise ValueError(f"bad duration {text!r}: use a finite number of seconds >= 0")
+        return float(text)
+    s = str(text).strip().lower().replace(" ", "")
+    parts = _DURATION_PART.findall(s)
+    if not s or "".join(n + u for n, u in parts) != s:
+        raise ValueError(f"bad duration {text!r}: use forms like 90, 90s, 10m, 1h30m or 1.5h")
+    unknown = [u for _, u in parts if u not in _DURATION_UNITS]
+    if unknown:
+        raise ValueError(f"bad duration {text!r}: unknown unit {unknown[0]!r} (use s, m or h)")
+    return sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+
+
+def say(progress: bool, msg: str, *args: object, logger: logging.Logger | None = None) -> None:
+    """One progress line: logged (lazy %-formatting) and, when ``progress``, printed to stderr as
+    ``collage: ...``."""
+    (logger or logging.getLogger("collage")).info(msg, *args)
+    if progress:
+        print("collage: " + (msg % args if args else msg), file=sys.stderr, flush=True)
 
 
 def cache_dir() -> Path:

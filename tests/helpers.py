@@ -1,10 +1,12 @@
 """Helpers shared by the test files (importable because pytest puts tests/ on sys.path)."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper, numpy_helper
 
 
 def need_backends(*names: str) -> None:
@@ -40,7 +42,7 @@ def model_feeds(model: onnx.ModelProto, seed: int = 0, int_high: int = 8) -> dic
 
 def ort_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *, optimize: bool = True) -> dict[str, np.ndarray]:
     """The ONNX Runtime CPU outputs of ``model`` on ``feeds``, by output name."""
-    from collage.backends.onnxruntime.backend import make_session
+    from collage.backends.onnxruntime.session import make_session
 
     sess = make_session(model, optimize=optimize)
     names = [o.name for o in sess.get_outputs()]
@@ -78,3 +80,69 @@ def run_chain(graph, parts, compiled, feeds) -> dict:
         entering, _ = graph.boundary(ids)
         env.update({k: np.array(v, copy=True) for k, v in c.run({t: env[t] for t in entering}).items()})
     return env
+
+
+# ---------------------------------------------------------------------- precision (bf16)
+@functools.cache
+def bf16_reason() -> str | None:
+    """None when openvino-bf16 runs natively here, else why not (no OpenVINO, no bf16 in this CPU, ...)."""
+    from collage.backends import get_backend
+    from collage.backends.openvino.lowp import cpu_bf16_reason
+
+    return get_backend("openvino").available() or cpu_bf16_reason() or get_backend("openvino-bf16").available()
+
+
+def bf16_mark() -> pytest.MarkDecorator:
+    """``@needs_bf16``: skip, with the reason, where bf16 does not run natively."""
+    return pytest.mark.skipif(bf16_reason() is not None, reason=f"no bf16 here: {bf16_reason()}")
+
+
+def chain_model(n: int = 4, width: int = 64, seed: int = 0) -> onnx.ModelProto:
+    """x -> (MatMul W_k) x n: every candidate holds a MatMul, so bf16 always moves the outputs."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, prev = [], [], "x"
+    for k in range(n):
+        w = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{k}"))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{k}"], [f"h{k}"], name=f"mm{k}"))
+        prev = f"h{k}"
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, width])],
+                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [4, width])], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def synthetic_precision(monkeypatch, errs: dict[tuple[int, ...], float], n: int = 4, prefixes: bool = False):
+    """A chain of n MatMuls; bf16 is 4x faster; its error per candidate is given; end to end = sum.
+    ``prefixes``: every prefix of the chain is a candidate too (as range candidates are).
+    Returns (a PrecisionTuner with measure_errors / OutputErrors.measure / end_to_end faked, costs)."""
+    from collage.backends import get_backend
+    from collage.cost_models.accuracy import Budget, Calibration, ErrorMeasure
+    from collage.graph.ir import Graph
+    from collage.search.candidates import Candidate, Limits, enumerate_candidates
+    from collage.tuner.precision import tuner as P
+
+    g = Graph.load(chain_model(n))
+    bks = [get_backend("onnxruntime"), get_backend("openvino-bf16")]
+    cands = enumerate_candidates(g, {b.name: {i: True for i in range(n)} for b in bks}, Limits(max_nodes=n))
+    if prefixes:
+        cands += [Candidate(tuple(range(k)), b.name) for b in bks for k in range(2, n + 1)]
+    costs = {c: len(c.nodes) * (1.0 if c.backend == "onnxruntime" else 0.25) + 0.01 for c in cands}
+
+    def fake_errors(graph, cs, backends, calib, db=None, progress=False, budget_s=None):
+        return {c: ErrorMeasure(rel=errs.get(c.nodes, sum(errs.get((i,), 0.0) for i in c.nodes))) for c in cs}
+
+    monkeypatch.setattr("collage.tuner.precision.search.measure_errors", fake_errors)  # where the search calls it
+    # range candidates' errors at the model's outputs (collage.tuner.precision.output_errors): the same synthetic figures
+    monkeypatch.setattr(P.OutputErrors, "measure", lambda self, cs, budget_s=None, progress=False:
+                        fake_errors(g, [c for c in cs if self.span(c) is not None], None, None))
+    cal = Calibration([{"x": np.zeros((4, 64), np.float32)}], "h", "test", False)
+    tuner = P.PrecisionTuner(g, Budget(None, 1.0), cal, {b.name: b for b in bks}, {"openvino-bf16"}, progress=False)
+
+    def fake_e2e(plan, tag):
+        return ErrorMeasure(rel=sum(errs.get(p.nodes, sum(errs.get((i,), 0.0) for i in p.nodes))
+                                    for p in plan.partitions if p.backend == "openvino-bf16"))
+
+    monkeypatch.setattr(tuner, "end_to_end", fake_e2e)
+    return tuner, costs

@@ -129,7 +129,7 @@ class Backend(abc.ABC):
             except Exception as e:  # a primitive that raises still answers "no", with the reason
                 reason = f"{type(e).__name__}: {e}"
             if reason is not None:
-                reason = _one_line(reason)
+                reason = one_line(reason)
                 log.debug("%s does not take %s: %s", self.name, graph.node_label(ids[0]), reason)
             fresh[fp] = cache[fp] = reason
         if fresh:
@@ -171,13 +171,13 @@ class Backend(abc.ABC):
         """Raise UnsupportedError naming the first node this backend cannot take, else CompileError from ``error``."""
         from collage.backends.support import find_unsupported_node
 
-        message = _one_line(str(error))
+        message = one_line(str(error))
         found = find_unsupported_node(model, self._check_supported, message)
         if found is not None:
             node, reason = found
             raise UnsupportedError(
                 f"{self.name} cannot take op {_op_name(node)} (node {node.name or node.output[0]!r} of model "
-                f"{model.graph.name!r}): {_one_line(reason)}") from error
+                f"{model.graph.name!r}): {one_line(reason)}") from error
         raise CompileError(f"{self.name} failed to {what} model {model.graph.name!r} "
                            f"({len(model.graph.node)} nodes): {type(error).__name__}: {message}") from error
 
@@ -219,7 +219,7 @@ def _read_json(path: Path) -> dict[str, Any]:
         return {}
 
 
-def _one_line(text: str, limit: int = 400) -> str:
+def one_line(text: str, limit: int = 400) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

@@ -346,7 +346,7 @@ class ErrorStore:
         return int(self._conn().execute(f"SELECT COUNT(*) FROM {ERRORS_TABLE}").fetchone()[0])
 
 
-class _WeightHashes:
+class WeightHashes:
     """Hash of the weights a node set reads (values, which cost fingerprints leave out)."""
 
     def __init__(self, graph: Graph) -> None:
@@ -380,7 +380,7 @@ def measure_errors(graph: Graph, cands: Sequence[Candidate], backends: Mapping[s
     from collage.cost_models.db import key_for
 
     store = ErrorStore(db)
-    weights = _WeightHashes(graph)
+    weights = WeightHashes(graph)
     out: dict[Candidate, ErrorMeasure] = {}
     todo: list[tuple[Candidate, Any, str]] = []
     for c in cands:

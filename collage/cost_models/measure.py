@@ -105,7 +105,7 @@ def reference_int_values(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     if not wanted:
         return out
     try:
-        from collage.backends.onnxruntime.backend import make_session
+        from collage.backends.onnxruntime.session import make_session
 
         sess = make_session(graph.with_outputs(wanted))
         names = [o.name for o in sess.get_outputs()]

@@ -5,7 +5,7 @@ and the refinement (:mod:`collage.search.refine`) share: ``usable_costs`` reads 
 (``{Candidate: cost}``, where a cost is ms, a measurement record, or a failure) into
 ``{nodes: {backend: ms}}``; ``cover_cost`` prices a cover (partition costs plus one
 ``transition(src, dst, nbytes)`` per distinct tensor a partition reads from a node on another
-backend); ``plan_from_parts`` / ``_to_plan`` make it a :class:`~collage.plan.Plan`; ``check_plan``
+backend); ``plan_from_parts`` / ``to_plan`` make it a :class:`~collage.plan.Plan`; ``check_plan``
 checks that a plan is an executable exact cover by convex partitions.
 """
 from __future__ import annotations
@@ -79,7 +79,7 @@ def cover_cost(graph: Graph, parts: list[tuple[tuple[int, ...], str]],
     return compute, moved
 
 
-def _to_plan(graph: Graph, parts: list[tuple[tuple[int, ...], str]],
+def to_plan(graph: Graph, parts: list[tuple[tuple[int, ...], str]],
              table: Mapping[tuple[int, ...], Mapping[str, float]], transition: Transition | None) -> Plan:
     partitions = []
     for nodes, b in parts:
@@ -106,7 +106,7 @@ def plan_from_parts(graph: Graph, parts: list[tuple[tuple[int, ...], str]],
     for nodes, b in parts:
         if b not in table.get(tuple(nodes), {}):
             raise CollageError(f"no usable cost for nodes {list(nodes)} on {b}")
-    return _to_plan(graph, [(tuple(nodes), b) for nodes, b in parts], table, transition)
+    return to_plan(graph, [(tuple(nodes), b) for nodes, b in parts], table, transition)
 
 
 def check_plan(graph: Graph, plan: Plan) -> None:

@@ -55,8 +55,8 @@ from typing import TYPE_CHECKING, Any
 from collage.errors import CollageError
 from collage.plan import Plan
 from collage.search.candidates import Candidate
-from collage.search.cover import Transition, _to_plan, usable_costs
-from collage.search.dp_tables import _SCALE, Group, build_groups, prepare, quantize
+from collage.search.cover import Transition, to_plan, usable_costs
+from collage.search.dp_tables import SCALE, Group, build_groups, prepare, quantize
 
 if TYPE_CHECKING:
     from collage.graph.ir import Graph
@@ -331,8 +331,8 @@ def search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition 
             if expanded > max_states and greedy:
                 stats.expanded, stats.pushed = expanded, pushed
                 log.warning("%s: search stopped after %d states; using the greedy plan (%.3f ms, not proven optimal)",
-                            graph.name, max_states, bound / _SCALE)
-                plan = _to_plan(graph, [(grp.nodes, backends[b]) for grp, b in greedy], table, transition)
+                            graph.name, max_states, bound / SCALE)
+                plan = to_plan(graph, [(grp.nodes, backends[b]) for grp, b in greedy], table, transition)
                 plan.notes.append(f"search stopped after {max_states} states: greedy plan, not proven optimal")
                 return plan
             for g_cost, parts, front in kept:
@@ -377,4 +377,4 @@ def search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition 
         rec = settled[rec[3]]
     steps.reverse()
     log.debug("%s: search expanded %d states, reached %d", graph.name, stats.expanded, stats.pushed)
-    return _to_plan(graph, [(grp.nodes, backends[b]) for grp, b in steps], table, transition)
+    return to_plan(graph, [(grp.nodes, backends[b]) for grp, b in steps], table, transition)

@@ -28,11 +28,11 @@ if TYPE_CHECKING:
 
 #: Costs are compared in integer units of 1e-6 ms (nanoseconds): sums are exact, so "equal cost"
 #: is well defined for the partition-count tie-break.
-_SCALE = 1_000_000
+SCALE = 1_000_000
 
 
 def quantize(ms: float) -> int:
-    return int(round(ms * _SCALE))
+    return int(round(ms * SCALE))
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from collage.errors import CollageError
 from collage.plan import Plan
 from collage.search.candidates import Candidate
-from collage.search.cover import Transition, _to_plan, usable_costs
+from collage.search.cover import Transition, to_plan, usable_costs
 from collage.search.dp_tables import quantize
 
 if TYPE_CHECKING:
@@ -103,4 +103,4 @@ def exhaustive_search(graph: Graph, costs: Mapping[Candidate, Any], transition: 
         raise CollageError(f"{graph.name}: no executable exact cover exists for these candidates")
     parts = best[1]
     order = _executable_order(graph, parts)
-    return _to_plan(graph, [parts[k] for k in order], table, transition)
+    return to_plan(graph, [parts[k] for k in order], table, transition)

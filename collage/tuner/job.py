@@ -22,6 +22,7 @@ from typing import Any
 from collage.errors import CollageError, UnsupportedError
 from collage.graph.ir import Graph
 from collage.plan import Plan
+from collage.util import say
 from collage.tuner.verify import check_numerics, measure_interleaved, stale_costs
 
 log = logging.getLogger(__name__)
@@ -61,9 +62,7 @@ def parse_budget(text: str | None) -> float | None:
 
 
 def _say(progress: bool, msg: str, *args: object) -> None:
-    log.info(msg, *args)
-    if progress:
-        print("collage: " + (msg % args if args else msg), file=sys.stderr, flush=True)
+    say(progress, msg, *args, logger=log)
 
 
 def load_model_graph(model: str | Path | Any, shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
@@ -118,7 +117,7 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
     from collage.search.candidates import Candidate, Limits, candidate_counts, enumerate_candidates
     from collage.search.ranges import range_candidates
     from collage.search.dp import search
-    from collage.tuner.search_step import _fill_boundaries, calibrate_partition_overhead, search_checked, whole_if_one_backend
+    from collage.tuner.search_step import fill_boundaries, calibrate_partition_overhead, search_checked, whole_if_one_backend
 
     t_start = time.monotonic()
     tolerance = dict(tolerance or DEFAULT_TOLERANCE)
@@ -209,7 +208,7 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
 
     def do_search(charged: Mapping[Candidate, float]) -> Plan:
         plan = prec.search(charged, transition) if prec else search(graph, charged, transition)
-        return _fill_boundaries(graph, whole_if_one_backend(graph, plan, charged, prec))
+        return fill_boundaries(graph, whole_if_one_backend(graph, plan, charged, prec))
 
     t0 = time.perf_counter()
     plan, charged, attempts = search_checked(graph, costs, overhead, do_search, feeds, work, best_single_ms,
@@ -237,7 +236,7 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
                 "on the whole model")
         _say(progress, note)
         whole_cost = measured.get((tuple(range(n)), name))
-        plan = _fill_boundaries(graph, Plan.single(name, n, whole_cost.median_ms if whole_cost and whole_cost.ok else None))
+        plan = fill_boundaries(graph, Plan.single(name, n, whole_cost.median_ms if whole_cost and whole_cost.ok else None))
         plan.notes.extend(prec.use_whole_model(name, note))
         plan_dir = export(graph, plan, work / "plan-whole", target=target)
         artifact = load_artifact(plan_dir)
@@ -258,7 +257,7 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
         from collage.search.refine import refine
 
         def evaluate(p: Plan) -> float:
-            p = _fill_boundaries(graph, p)
+            p = fill_boundaries(graph, p)
             d = export(graph, p, Path(tempfile.mkdtemp(dir=work)) / "p", target=target)
             a = load_artifact(d)
             return measure_interleaved({"p": lambda: a.run(feeds)}, rounds=3)["p"]
@@ -268,7 +267,7 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
         res = refine(graph, plan, charged, evaluate, storage=storage,
                      study_name=f"refine-{graph.fingerprint(range(n))}-{'-'.join(names)}", n_trials=refine_trials)
         if res.plan is not plan and res.measured_ms < plan_ms:
-            plan = _fill_boundaries(graph, res.plan)
+            plan = fill_boundaries(graph, res.plan)
             plan.notes.append(f"refined by {res.trials} measured trials: {plan_ms:.3f} -> {res.measured_ms:.3f} ms")
             plan_dir = export(graph, plan, work / "refined", target=target)
             artifact = load_artifact(plan_dir)
@@ -290,7 +289,7 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
             _say(progress, note)
             whole = measured.get((tuple(range(n)), best))
             kept = [x for x in plan.notes if not x.startswith("refined by")]  # facts of the run, not of the mix
-            plan = _fill_boundaries(graph, Plan.single(best, n, whole.median_ms if whole and whole.ok else None))
+            plan = fill_boundaries(graph, Plan.single(best, n, whole.median_ms if whole and whole.ok else None))
             plan.notes.extend(kept + [note])
             plan_ms = best_ms
             artifact = None

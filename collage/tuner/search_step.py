@@ -10,9 +10,9 @@ milliseconds while OpenVINO's threads wind down (ResNet-50 under a bf16 budget: 
 Runtime tail predicted 10.6 ms, measured 27.9 ms; searched again, bf16 then an OpenVINO tail measured
 19.1 ms: results/precision.md), which no candidate's own cost and no transition measurement shows.
 ``whole_if_one_backend`` turns a plan of one backend cut into pieces into that backend on the whole model.
-``_fill_boundaries`` gives a searched plan its boundary tensors and fingerprints.
+``fill_boundaries`` gives a searched plan its boundary tensors and fingerprints.
 Called by :func:`collage.tuner.job.tune` (which owns the verification and the never-worse rule, and imports
-this module inside the call, as it does every pipeline step); progress lines go through its ``_say``.
+this module inside the call, as it does every pipeline step); progress lines go through ``collage.util.say``.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import numpy as np
 from collage.errors import CollageError
 from collage.graph.ir import Graph
 from collage.plan import Partition, Plan
-from collage.tuner.job import _say
+from collage.util import say
 from collage.tuner.verify import measure_interleaved
 
 
@@ -50,7 +50,7 @@ def calibrate_partition_overhead(graph: Graph, costs: Mapping[Any, float], trans
         # the cheapest chain of this backend's parts (the whole-model candidate left out)
         own = {c: v for c, v in costs.items() if c.backend == name and len(c.nodes) < len(graph)}
         try:
-            chain = _fill_boundaries(graph, search(graph, own, transition))
+            chain = fill_boundaries(graph, search(graph, own, transition))
         except CollageError:
             continue  # the backend cannot cover the graph alone
         k = len(chain.partitions)
@@ -60,7 +60,7 @@ def calibrate_partition_overhead(graph: Graph, costs: Mapping[Any, float], trans
         art = load_artifact(export(graph, chain, work / f"chain-{name}", target=target))
         measured_ms = measure_interleaved({"chain": lambda: art.run(feeds)}, rounds=3)["chain"]
         overhead[name] = max(0.0, (measured_ms - chain.predicted_ms) / k)
-        _say(progress, "%s: a %d-partition chain measured %.3f ms vs %.3f ms predicted: %.3f ms per partition",
+        say(progress, "%s: a %d-partition chain measured %.3f ms vs %.3f ms predicted: %.3f ms per partition",
              name, k, measured_ms, chain.predicted_ms, overhead[name])
     if overhead:
         fallback = statistics.median(overhead.values())
@@ -103,7 +103,7 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], overhead: dict[str,
         if best is None or measured_ms < best[0]:
             best = (measured_ms, plan, charged)
         predicted = plan.predicted_ms or 0.0
-        _say(progress, "attempt %d: %d partitions, predicted %.3f ms, measured %.3f ms (best single %.3f ms)",
+        say(progress, "attempt %d: %d partitions, predicted %.3f ms, measured %.3f ms (best single %.3f ms)",
              attempt, k, predicted, measured_ms, best_single_ms)
         if measured_ms < best_single_ms and measured_ms <= MISPREDICTED * predicted:
             break
@@ -148,7 +148,7 @@ def whole_if_one_backend(graph: Graph, plan: Plan, costs: Mapping[Any, float], p
     return merged
 
 
-def _fill_boundaries(graph: Graph, plan: Plan) -> Plan:
+def fill_boundaries(graph: Graph, plan: Plan) -> Plan:
     parts = []
     for p in plan.partitions:
         ins, outs = graph.boundary(p.nodes)

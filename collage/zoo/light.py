@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from collage.zoo.models import IR_VERSION, OPSET, _rng
+from collage.zoo.models import IR_VERSION, OPSET, tensor_rng
 
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 
@@ -49,7 +49,7 @@ def _feeds_residual(node: onnx.NodeProto, consumers: dict, weight_names: set[str
 
 
 def _light_weight(name: str, shape: tuple[int, ...], seed: int, consumers: dict, weight_names: set[str]) -> np.ndarray:
-    rng = _rng(seed, name)
+    rng = tensor_rng(seed, name)
     finals = _final_consumers(name, consumers)
     node, idx = finals[0] if finals else (None, -1)
     op = node.op_type if node is not None else ""
@@ -197,7 +197,7 @@ def _calibrate_logits(model: onnx.ModelProto, seed: int, target_std: float = 2.0
     probe.graph.output.append(helper.make_empty_tensor_value_info(node.output[0]))
     inp = g.input[0]
     shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
-    x = _rng(seed, "calibration").standard_normal(shape, dtype=np.float32)
+    x = tensor_rng(seed, "calibration").standard_normal(shape, dtype=np.float32)
     so = ort.SessionOptions()
     so.log_severity_level = 3
     sess = ort.InferenceSession(probe.SerializeToString(), so, providers=["CPUExecutionProvider"])

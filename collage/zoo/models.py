@@ -4,7 +4,7 @@ MobileNetV2 (torchvision layout, BatchNorm folded into Conv as ``torch.onnx.expo
 ReLU6 as Clip, depthwise group convs, residual Adds), BERT-base (HuggingFace export layout: Gather
 word embeddings + position + token type, LayerNormalization, Erf GELU, additive mask ``(1 - mask) * -10000``
 before Softmax, pooler), and the tiny variants with the same op kinds and repeated identical blocks.
-Weights are seeded (``_rng``: one generator per tensor name). The light models are in ``zoo_light``.
+Weights are seeded (``tensor_rng``: one generator per tensor name). The light models are in ``zoo_light``.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ OPSET = 17
 IR_VERSION = 8
 
 
-def _rng(seed: int, name: str) -> np.random.Generator:
+def tensor_rng(seed: int, name: str) -> np.random.Generator:
     """One generator per tensor, so a tensor's values depend only on (seed, its name)."""
     return np.random.default_rng([seed, zlib.crc32(name.encode())])
 
@@ -43,7 +43,7 @@ class Builder:
 
     def weight(self, name: str, shape: Sequence[int], std: float, mean: float = 0.0) -> str:
         n = int(np.prod(shape, dtype=np.int64))
-        arr = _rng(self.seed, name).standard_normal(n, dtype=np.float32).reshape(tuple(shape))
+        arr = tensor_rng(self.seed, name).standard_normal(n, dtype=np.float32).reshape(tuple(shape))
         arr *= np.float32(std)
         if mean:
             arr += np.float32(mean)
@@ -51,7 +51,7 @@ class Builder:
         return name
 
     def uniform(self, name: str, shape: Sequence[int], low: float, high: float) -> str:
-        arr = _rng(self.seed, name).uniform(low, high, tuple(shape)).astype(np.float32)
+        arr = tensor_rng(self.seed, name).uniform(low, high, tuple(shape)).astype(np.float32)
         self.inits.append(numpy_helper.from_array(arr, name))
         return name
 

@@ -22,7 +22,7 @@ from tests.helpers import model_feeds, ort_reference
 from collage import zoo
 from collage.backends import REGISTRY, backend_names, get_backend, unavailable_reason
 from collage.backends import cuda_timing
-from collage.backends.onnxruntime.backend import make_session
+from collage.backends.onnxruntime.session import make_session
 from collage.backends.tensorrt import TensorRTBackend, engine_cache_key, engine_cache_path, timing_cache_path
 from collage.errors import CollageError, UnsupportedError
 

@@ -108,7 +108,7 @@ def test_version_and_options_name_what_changes_results(backend):
 
 # ---------------------------------------------------------------------- settings
 def test_onnxruntime_shares_one_pool_and_stops_spinning():
-    from collage.backends.onnxruntime import backend as ortb
+    from collage.backends.onnxruntime import session as ortb
 
     b = get_backend("onnxruntime")
     b.compile(_add_mul())
@@ -136,7 +136,7 @@ def test_onnxruntime_shares_one_pool_and_stops_spinning():
 
 
 def test_openvino_compiles_f32_latency_one_stream_unpinned():
-    from collage.backends.openvino import backend as ovb
+    from collage.backends.openvino import compiled as ovb
 
     if (reason := unavailable_reason("openvino")) is not None:
         pytest.skip(reason)

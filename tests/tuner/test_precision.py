@@ -6,39 +6,19 @@ import math
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import numpy_helper
 
 from collage.tuner.precision import tuner as P
 from collage.backends import backend_names, get_backend
-from collage.cost_models.accuracy import (Budget, Calibration, ErrorMeasure, ErrorStore, load_calibration,
+from collage.cost_models.accuracy import (Budget, ErrorMeasure, ErrorStore, load_calibration,
                                           measure_errors, parse_accuracy, tensor_error)
 from collage.errors import CollageError
 from collage.graph.ir import Graph
 from collage.search.candidates import Candidate, Limits, enumerate_candidates
+from tests.helpers import bf16_mark, chain_model, synthetic_precision
 
 
-def _bf16_reason() -> str | None:
-    why = get_backend("openvino").available()
-    return why or P.cpu_bf16_reason() or get_backend("openvino-bf16").available()
-
-
-needs_bf16 = pytest.mark.skipif(_bf16_reason() is not None, reason=f"no bf16 here: {_bf16_reason()}")
-
-
-def _chain(n: int = 4, width: int = 64, seed: int = 0) -> onnx.ModelProto:
-    """x -> (MatMul W_k) x n: every candidate holds a MatMul, so bf16 always moves the outputs."""
-    rng = np.random.default_rng(seed)
-    nodes, inits, prev = [], [], "x"
-    for k in range(n):
-        w = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
-        inits.append(numpy_helper.from_array(w, f"w{k}"))
-        nodes.append(helper.make_node("MatMul", [prev, f"w{k}"], [f"h{k}"], name=f"mm{k}"))
-        prev = f"h{k}"
-    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, width])],
-                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [4, width])], initializer=inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
+needs_bf16 = bf16_mark()
 
 
 def attention_block() -> onnx.ModelProto:
@@ -87,7 +67,7 @@ def test_error_figures_and_budget_score():
 
 
 def test_calibration_file(tmp_path):
-    g = Graph.load(_chain(2))
+    g = Graph.load(chain_model(2))
     x = np.random.default_rng(1).standard_normal((3, 4, 64)).astype(np.float32)
     np.savez(tmp_path / "cal.npz", x=x)
     cal = load_calibration(g, tmp_path / "cal.npz")
@@ -131,41 +111,13 @@ def test_tune_refuses_bf16_without_accuracy(tmp_path):
     if get_backend("openvino").available():
         pytest.skip("openvino unavailable")
     with pytest.raises(CollageError, match="fp32-faithful"):
-        tune(_chain(2), tmp_path / "out", backends=["onnxruntime", "openvino-bf16"], progress=False)
+        tune(chain_model(2), tmp_path / "out", backends=["onnxruntime", "openvino-bf16"], progress=False)
 
 
 # ---------------------------------------------------------------------- the Lagrangian loop (synthetic)
-def _synthetic(monkeypatch, errs: dict[tuple[int, ...], float], n: int = 4, prefixes: bool = False):
-    """A chain of n MatMuls; bf16 is 4x faster; its error per candidate is given; end to end = sum.
-    ``prefixes``: every prefix of the chain is a candidate too (as range candidates are)."""
-    g = Graph.load(_chain(n))
-    bks = [get_backend("onnxruntime"), get_backend("openvino-bf16")]
-    cands = enumerate_candidates(g, {b.name: {i: True for i in range(n)} for b in bks}, Limits(max_nodes=n))
-    if prefixes:
-        cands += [Candidate(tuple(range(k)), b.name) for b in bks for k in range(2, n + 1)]
-    costs = {c: len(c.nodes) * (1.0 if c.backend == "onnxruntime" else 0.25) + 0.01 for c in cands}
-
-    def fake_errors(graph, cs, backends, calib, db=None, progress=False, budget_s=None):
-        return {c: ErrorMeasure(rel=errs.get(c.nodes, sum(errs.get((i,), 0.0) for i in c.nodes))) for c in cs}
-
-    monkeypatch.setattr("collage.tuner.precision.search.measure_errors", fake_errors)  # where the search calls it
-    # range candidates' errors at the model's outputs (collage.tuner.precision.output_errors): the same synthetic figures
-    monkeypatch.setattr(P.OutputErrors, "measure", lambda self, cs, budget_s=None, progress=False:
-                        fake_errors(g, [c for c in cs if self.span(c) is not None], None, None))
-    cal = Calibration([{"x": np.zeros((4, 64), np.float32)}], "h", "test", False)
-    tuner = P.PrecisionTuner(g, Budget(None, 1.0), cal, {b.name: b for b in bks}, {"openvino-bf16"}, progress=False)
-
-    def fake_e2e(plan, tag):
-        return ErrorMeasure(rel=sum(errs.get(p.nodes, sum(errs.get((i,), 0.0) for i in p.nodes))
-                                    for p in plan.partitions if p.backend == "openvino-bf16"))
-
-    monkeypatch.setattr(tuner, "end_to_end", fake_e2e)
-    return tuner, costs
-
-
 def test_budgeted_search_tightens_until_within_budget(monkeypatch):
     # each node alone uses 40% of the budget; any three together break it
-    tuner, costs = _synthetic(monkeypatch, {(0,): 0.4, (1,): 0.4, (2,): 0.4, (3,): 0.4})
+    tuner, costs = synthetic_precision(monkeypatch, {(0,): 0.4, (1,): 0.4, (2,): 0.4, (3,): 0.4})
     plan = tuner.search(costs, None)
     lows = [p for p in plan.partitions if p.backend == "openvino-bf16"]
     assert sum(len(p.nodes) for p in lows) == 2, plan.describe()
@@ -174,7 +126,7 @@ def test_budgeted_search_tightens_until_within_budget(monkeypatch):
 
 
 def test_budgeted_search_falls_back_to_fp32(monkeypatch):
-    tuner, costs = _synthetic(monkeypatch, {(0,): 2.0, (1,): 2.0, (2,): 2.0, (3,): 2.0})
+    tuner, costs = synthetic_precision(monkeypatch, {(0,): 2.0, (1,): 2.0, (2,): 2.0, (3,): 2.0})
     plan = tuner.search(costs, None)
     assert plan.backends == ["onnxruntime"] and tuner.fallback
     assert any("the plan is fp32" in n for n in plan.notes)
@@ -184,7 +136,7 @@ def test_coarse_range_over_budget_keeps_its_sub_ranges(monkeypatch):
     # 16 nodes: bf16 on all of them breaks the budget, the last two are the sensitive ones; dropping
     # every candidate that overlaps the whole (or the longest prefix) would leave nothing but fp32
     errs = {(i,): 0.05 for i in range(14)} | {(14,): 0.6, (15,): 0.6}
-    tuner, costs = _synthetic(monkeypatch, errs, n=16, prefixes=True)
+    tuner, costs = synthetic_precision(monkeypatch, errs, n=16, prefixes=True)
     plan = tuner.search(costs, None)
     lows = [p for p in plan.partitions if p.backend == "openvino-bf16"]
     assert not tuner.fallback and tuner.rounds[-1].ok, [(r.lam, r.low_partitions, r.ok) for r in tuner.rounds]
@@ -193,7 +145,7 @@ def test_coarse_range_over_budget_keeps_its_sub_ranges(monkeypatch):
 
 
 def test_nan_candidates_are_excluded(monkeypatch):
-    tuner, costs = _synthetic(monkeypatch, {(0,): math.inf, (1,): 0.1, (2,): 0.1, (3,): 0.1})
+    tuner, costs = synthetic_precision(monkeypatch, {(0,): math.inf, (1,): 0.1, (2,): 0.1, (3,): 0.1})
     plan = tuner.search(costs, None)
     owner = plan.node_backend()
     assert owner[0] == "onnxruntime" and owner[3] == "openvino-bf16" and tuner.rounds[-1].ok
@@ -204,7 +156,7 @@ def test_nan_candidates_are_excluded(monkeypatch):
 def test_errors_measured_and_cached(tmp_path):
     from collage.cost_models.db import get_db
 
-    g = Graph.load(_chain(3))
+    g = Graph.load(chain_model(3))
     bks = {"openvino-bf16": get_backend("openvino-bf16"), "openvino": get_backend("openvino")}
     cal = load_calibration(g, None)
     cands = [Candidate((0, 1, 2), "openvino-bf16"), Candidate((1,), "openvino-bf16"), Candidate((0, 1, 2), "openvino")]
@@ -238,7 +190,7 @@ def test_attention_block_gets_plan_within_budget():
 
 @needs_bf16
 def test_impossible_budget_falls_back_to_fp32():
-    g = Graph.load(_chain(3))
+    g = Graph.load(chain_model(3))
     bks = [get_backend("onnxruntime"), get_backend("openvino-bf16")]
     cands = enumerate_candidates(g, {b.name: b.supports_all(g) for b in bks}, Limits(max_nodes=3))
     costs = {c: len(c.nodes) * (1.0 if c.backend == "onnxruntime" else 0.3) for c in cands}
@@ -292,7 +244,7 @@ def test_tune_without_accuracy_is_fp32(tmp_path):
 
     if get_backend("openvino").available():
         pytest.skip("openvino unavailable")
-    res = tune(_chain(2), tmp_path / "out", backends=["onnxruntime", "openvino"], db=tmp_path / "c.sqlite",
+    res = tune(chain_model(2), tmp_path / "out", backends=["onnxruntime", "openvino"], db=tmp_path / "c.sqlite",
                progress=False)
     manifest = json.loads((res.out_dir / "manifest.json").read_text())
     assert all(p.backend in ("onnxruntime", "openvino") for p in res.plan.partitions)
@@ -306,7 +258,7 @@ def test_tightening_suspects_pieces_judged_by_their_own_error_first(monkeypatch)
     # each later node 35%. Round 0 mixes the prefix with later pieces and breaks the budget; excluding the
     # prefix (the highest score) would leave at most 2 bf16 nodes, excluding the later pieces keeps 8.
     errs = {(i,): 0.1 for i in range(8)} | {(i,): 0.35 for i in range(8, 16)}
-    tuner, costs = _synthetic(monkeypatch, errs, n=16, prefixes=True)
+    tuner, costs = synthetic_precision(monkeypatch, errs, n=16, prefixes=True)
     plan = tuner.search(costs, None)
     lows = sorted(i for p in plan.partitions if p.backend == "openvino-bf16" for i in p.nodes)
     assert tuner.rounds[-1].ok and not tuner.rounds[0].ok, [(r.lam, r.low_partitions, r.ok) for r in tuner.rounds]

@@ -17,7 +17,9 @@ from collage.backends import get_backend
 from collage.cost_models.accuracy import ErrorMeasure
 from collage.search.candidates import Candidate
 
-from tests.tuner.test_precision import _synthetic, needs_bf16
+from tests.helpers import bf16_mark, chain_model, synthetic_precision
+
+needs_bf16 = bf16_mark()
 
 MODEL = "zoo:tiny-bert-masked"
 
@@ -71,7 +73,7 @@ def test_whole_model_bf16_within_budget_is_found(monkeypatch):
     """Mixed plans predicted faster break the budget; bf16 on the whole model is within it on its own
     (its error is end to end) and must not be excluded with the mixed plan's worst partition."""
     whole = (0, 1, 2, 3)
-    tuner, costs = _synthetic(monkeypatch, {(0,): 0.4, (1,): 0.4, (2,): 0.4, (3,): 0.4, whole: 0.5})
+    tuner, costs = synthetic_precision(monkeypatch, {(0,): 0.4, (1,): 0.4, (2,): 0.4, (3,): 0.4, whole: 0.5})
     costs[Candidate(whole, "openvino-bf16")] = 1.2  # slower than 2+2 bf16 pieces (1.02), far faster than fp32 (4.04)
     plan = tuner.search(costs, None)
     assert [(p.backend, tuple(p.nodes)) for p in plan.partitions] == [("openvino-bf16", whole)], plan.describe()
@@ -80,7 +82,7 @@ def test_whole_model_bf16_within_budget_is_found(monkeypatch):
 
 
 def test_nan_whole_model_is_no_alternative(monkeypatch):
-    tuner, costs = _synthetic(monkeypatch, {(0,): 0.1, (1,): 0.1, (2,): 0.1, (3,): 0.1})
+    tuner, costs = synthetic_precision(monkeypatch, {(0,): 0.1, (1,): 0.1, (2,): 0.1, (3,): 0.1})
     tuner.errors[Candidate((0, 1, 2, 3), "openvino-bf16")] = ErrorMeasure(rel=float("inf"), finite=False)
     assert tuner.whole_model_within_budget() == []
 
@@ -116,9 +118,8 @@ def test_error_budget_measures_the_first_candidates_only(tmp_path):
     from collage.cost_models.accuracy import load_calibration, measure_errors
     from collage.cost_models.db import get_db
     from collage.graph.ir import Graph
-    from tests.tuner.test_precision import _chain
 
-    g = Graph.load(_chain(3))
+    g = Graph.load(chain_model(3))
     bks = {"openvino-bf16": get_backend("openvino-bf16")}
     cal = load_calibration(g, None)
     a, b = Candidate((0, 1, 2), "openvino-bf16"), Candidate((1,), "openvino-bf16")
@@ -135,7 +136,7 @@ def test_whole_model_alternative_offered_to_the_verification(monkeypatch):
     from collage.plan import Plan
 
     whole = (0, 1, 2, 3)
-    tuner, costs = _synthetic(monkeypatch, {(0,): 0.1, (1,): 0.1, (2,): 0.1, (3,): 0.1, whole: 0.3})
+    tuner, costs = synthetic_precision(monkeypatch, {(0,): 0.1, (1,): 0.1, (2,): 0.1, (3,): 0.1, whole: 0.3})
     tuner.search(costs, None)
     assert tuner.whole_model_within_budget() == [Candidate(whole, "openvino-bf16")]
     alts = tuner.whole_model_alternatives(Plan.single("onnxruntime", 4))
@@ -154,7 +155,6 @@ def test_tune_verification_picks_faster_whole_model_bf16(tmp_path, monkeypatch):
     """The searched plan is fp32 (search forced so); bf16 on the whole model is within budget and much
     faster (big MatMuls): tune's verification times it and ships it; the fp32 baselines stay fp32."""
     from collage.tuner.job import tune
-    from tests.tuner.test_precision import _chain
 
     orig = P.PrecisionTuner.search
 
@@ -163,7 +163,7 @@ def test_tune_verification_picks_faster_whole_model_bf16(tmp_path, monkeypatch):
         return orig(self, {c: v for c, v in costs.items() if c.backend not in self.low}, transition)
 
     monkeypatch.setattr(P.PrecisionTuner, "search", fp32_only)
-    m = _chain(3, width=1024)
+    m = chain_model(3, width=1024)
     for inp in list(m.graph.input) + list(m.graph.output):
         inp.type.tensor_type.shape.dim[0].dim_value = 256
     res = tune(m, tmp_path / "out", backends=["onnxruntime", "openvino-bf16"], accuracy="cos=0.99,rel=0.05",

@@ -10,7 +10,9 @@ from collage.cost_models.accuracy import Budget, ErrorMeasure, compare, load_cal
 from collage.graph.ir import Graph
 from collage.tuner.precision.output_errors import OutputErrors, range_bounds, screen_ranges, span_of
 from collage.search.candidates import Candidate
-from tests.tuner.test_precision import _chain, needs_bf16
+from tests.helpers import bf16_mark, chain_model
+
+needs_bf16 = bf16_mark()
 
 
 def test_span_of_needs_contiguous_range_between_bounds():
@@ -23,7 +25,7 @@ def test_span_of_needs_contiguous_range_between_bounds():
 
 
 def test_range_bounds_of_a_chain_hold_both_ends():
-    g = Graph.load(_chain(8))
+    g = Graph.load(chain_model(8))
     b = range_bounds(g)
     assert 0 in b and len(g) in b and len(b) > 2
 
@@ -83,7 +85,7 @@ def test_screen_ranges_stops_at_its_time_budget():
 
 
 def test_prescreen_drops_over_budget_ranges_before_timing(monkeypatch):
-    g = Graph.load(_chain(16))
+    g = Graph.load(chain_model(16))
     n, cuts = len(g), sorted(range_bounds(g) - {0, len(g)})
     bks = [get_backend("onnxruntime"), get_backend("openvino-bf16")]
     monkeypatch.setattr(P.OutputErrors, "measure", lambda self, cs, budget_s=None, progress=False:
@@ -105,7 +107,7 @@ def test_prescreen_drops_over_budget_ranges_before_timing(monkeypatch):
 def test_output_error_of_a_prefix_runs_the_rest_in_fp32(tmp_path):
     from collage.cost_models.db import get_db
 
-    g = Graph.load(_chain(8))
+    g = Graph.load(chain_model(8))
     n = len(g)
     bks = {"openvino-bf16": get_backend("openvino-bf16"), "onnxruntime": get_backend("onnxruntime")}
     cal = load_calibration(g, None)

@@ -6,7 +6,7 @@ created by ``set_global_thread_pool_sizes`` before the first session. **Side eff
 exists, ONNX Runtime refuses any session in the process that asks for its own pool ("use_per_session_threads
 must be false when using a global thread pool"). So that other code in the process (reference runs,
 zoo calibration, tests) keeps working, creating the pool also makes ``onnxruntime.InferenceSession``
-switch any session that asks for its own pool to the shared one (``_adopt_plain_sessions``; its
+switch any session that asks for its own pool to the shared one (``session._adopt_plain_sessions``; its
 ``intra_op_num_threads`` is then ignored). New code should build plain sessions with
 :func:`make_session`. ``shared_pool=False`` turns the whole scheme off (each session then owns a pool
 of ``threads`` threads), for processes that cannot live with it.
@@ -26,208 +26,37 @@ inputs (4-D float, read by a Conv and an Add/Sum) ``compile`` routes the input t
 optimise, removes that MaxPool again from the optimised graph (it is an identity in any layout) and
 builds the session from the result (a second session creation at compile time). What remains per
 cut is the layout conversion itself: ReorderOutput at the end of one piece, ReorderInput at the start
-of the next; ``compile_linked`` (``collage/backends/ort_link.py``) removes that pair between ONNX
+of the next; ``compile_linked`` (:mod:`collage.backends.onnxruntime.link`) removes that pair between ONNX
 Runtime partitions that run one after another, handing the tensor over in NCHWc.
 """
 from __future__ import annotations
 
 import logging
 import tempfile
-import threading
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import onnx
 
-from collage.backends.base import Backend, Compiled
-from collage.backends.onnxruntime.route import drop_routes, residual_inputs, route_residual_inputs
+from collage.backends.base import Backend
+from collage.backends.onnxruntime.route import (
+    drop_routes,
+    residual_inputs,
+    route_residual_inputs,
+)
+from collage.backends.onnxruntime.session import (
+    OrtCompiled,
+    ensure_global_pool,
+    global_pool_threads,
+    onnxruntime_module,
+)
 from collage.errors import ArtifactError, BackendUnavailable, CollageError
-from collage.util import physical_cores, sha256_bytes
+from collage.util import physical_cores
 
 log = logging.getLogger(__name__)
 
 _OPT_LEVELS = ("disable", "basic", "extended", "all")
-
-_pool_lock = threading.Lock()
-_global_pool_threads: int | None = None  # set once per process
-
-
-def _ort():  # lazy import: importing collage.backends never loads a runtime
-    try:
-        import onnxruntime
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise BackendUnavailable("onnxruntime is not installed: pip install onnxruntime") from e
-    return onnxruntime
-
-
-def global_pool_threads() -> int | None:
-    """Threads of the process-wide ONNX Runtime pool, or None while it does not exist."""
-    return _global_pool_threads
-
-
-def _ensure_global_pool(threads: int) -> None:
-    global _global_pool_threads
-    with _pool_lock:
-        if _global_pool_threads is None:
-            from onnxruntime.capi import _pybind_state
-
-            _pybind_state.set_global_thread_pool_sizes(threads, 1)
-            _global_pool_threads = threads
-            _adopt_plain_sessions(_ort())
-            log.debug("onnxruntime: process-wide pool of %d intra-op threads", threads)
-        elif _global_pool_threads != threads:
-            raise CollageError(
-                f"onnxruntime: this process already has a shared pool of {_global_pool_threads} threads; a backend "
-                f"asking for {threads} must run in another process (or pass shared_pool=False)")
-
-
-def _adopt_plain_sessions(ort: Any) -> None:
-    """Make ``InferenceSession`` put sessions that ask for their own pool on the shared one (see module doc)."""
-    cls = ort.InferenceSession
-    original = cls.__init__
-    if getattr(original, "_collage_shared_pool", False):
-        return
-
-    def __init__(self, path_or_bytes, sess_options=None, *args, **kwargs):  # noqa: ANN001 - mirrors ORT
-        if sess_options is None:
-            sess_options = ort.SessionOptions()
-        if sess_options.use_per_session_threads:
-            log.debug("onnxruntime: moving a session that asked for its own thread pool onto the shared pool")
-            sess_options.use_per_session_threads = False
-            sess_options.intra_op_num_threads = 0
-            sess_options.inter_op_num_threads = 0
-        original(self, path_or_bytes, sess_options, *args, **kwargs)
-
-    __init__._collage_shared_pool = True  # type: ignore[attr-defined]
-    __init__.__wrapped__ = original  # type: ignore[attr-defined]
-    cls.__init__ = __init__
-
-
-def make_session(model: onnx.ModelProto | bytes | str | Path, *, optimize: bool = False, threads: int | None = None):
-    """A plain CPU ``InferenceSession`` that works whether or not the shared pool exists (reference runs)."""
-    ort = _ort()
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
-                                   else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    if _global_pool_threads is not None:
-        so.use_per_session_threads = False
-    else:
-        so.intra_op_num_threads = threads or physical_cores()
-    if isinstance(model, onnx.ModelProto):
-        data: bytes | str = model.SerializeToString()
-    else:
-        data = str(model) if isinstance(model, Path) else model
-    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
-
-
-_TYPE_TO_NP = {
-    "tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
-    "tensor(int8)": np.int8, "tensor(int16)": np.int16, "tensor(int32)": np.int32, "tensor(int64)": np.int64,
-    "tensor(uint8)": np.uint8, "tensor(uint16)": np.uint16, "tensor(uint32)": np.uint32,
-    "tensor(uint64)": np.uint64, "tensor(bool)": np.bool_,
-}
-
-
-
-class OrtCompiled(Compiled):
-    """An ONNX Runtime session with its IO binding.
-
-    ``run`` is the fast path: inputs and outputs are pre-bound OrtValues sharing memory with numpy
-    arrays; a call re-binds an input only when a different array object is passed (zero-copy when it
-    is C-contiguous with the right dtype, else one conversion), then ``run_with_iobinding`` without
-    RunOptions.
-
-    **The returned arrays are this object's output buffers and are OVERWRITTEN by the next ``run``**
-    (``reuses_outputs = True``): copy any output you keep past the next call (the runtime copies
-    graph outputs). Input arrays are read in place during the call, never written.
-    """
-
-    reuses_outputs = True
-
-    def __init__(self, backend: OnnxRuntimeBackend, session: Any, model: onnx.ModelProto | Path,
-                 optimized: bytes | None = None) -> None:
-        ort = _ort()
-        self.backend = backend.name
-        self._backend = backend
-        self._session = session
-        self._model = model
-        self._optimized = optimized  # the already-optimised model the session was built from, if any
-        self._binding = session.io_binding()
-        self.input_names = [i.name for i in session.get_inputs()]
-        self.output_names = [o.name for o in session.get_outputs()]
-        self._in_specs: list[tuple[str, np.dtype, tuple[int, ...]]] = []
-        for i in session.get_inputs():
-            self._in_specs.append((i.name, np.dtype(_TYPE_TO_NP.get(i.type, np.float32)), _static(i.shape, i.name)))
-        self._bound: dict[str, np.ndarray] = {}
-        self._outputs: dict[str, np.ndarray] = {}
-        self._keep: list[Any] = []
-        for o in session.get_outputs():
-            if o.type not in _TYPE_TO_NP:
-                raise CollageError(f"onnxruntime: output {o.name!r} has type {o.type}, which collage cannot bind")
-            arr = np.empty(_static(o.shape, o.name), dtype=_TYPE_TO_NP[o.type])
-            value = ort.OrtValue.ortvalue_from_numpy(arr)
-            self._binding.bind_ortvalue_output(o.name, value)
-            self._outputs[o.name] = arr
-            self._keep.append(value)
-        self._ortvalue_from_numpy = ort.OrtValue.ortvalue_from_numpy
-        self._run = session._sess.run_with_iobinding
-        self._cbinding = self._binding._iobinding
-        self._in_values: dict[str, Any] = {}
-
-    def _bind(self, name: str, dtype: np.dtype, shape: tuple[int, ...], arr: Any) -> None:
-        original = arr
-        if not isinstance(arr, np.ndarray) or arr.dtype != dtype or not arr.flags.c_contiguous:
-            arr = np.ascontiguousarray(arr, dtype=dtype)
-        if arr.shape != shape:
-            raise CollageError(f"onnxruntime: input {name!r} has shape {arr.shape}, the partition expects {shape}")
-        value = self._ortvalue_from_numpy(arr)
-        self._binding.bind_ortvalue_input(name, value)
-        self._in_values[name] = (value, arr)  # keeps the memory alive while bound
-        self._bound[name] = original
-
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        bound = self._bound
-        for name, dtype, shape in self._in_specs:
-            try:
-                arr = feeds[name]
-            except KeyError:
-                raise CollageError(f"onnxruntime: missing input {name!r} (expected {self.input_names})") from None
-            if arr is not bound.get(name):
-                self._bind(name, dtype, shape, arr)
-        self._run(self._cbinding, None)
-        return dict(self._outputs)
-
-    def save(self, directory: Path) -> dict[str, Any]:
-        """Write the ONNX Runtime-optimised model (ORT_ENABLE_ALL, this machine's layout) as one .onnx file."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        if isinstance(self._model, Path) or self._optimized is not None:  # already optimised: copy it
-            data = self._optimized if self._optimized is not None else self._model.read_bytes()
-            fname = f"onnxruntime-{sha256_bytes(data)[:16]}.onnx"
-            if not (isinstance(self._model, Path) and (directory / fname).resolve() == self._model.resolve()):
-                (directory / fname).write_bytes(data)
-        else:
-            data = self._model.SerializeToString()
-            fname = f"onnxruntime-{sha256_bytes(data)[:16]}.onnx"
-            so = self._backend.session_options()
-            so.optimized_model_filepath = str(directory / fname)
-            try:  # creating the session writes the optimised model
-                _ort().InferenceSession(data, so, providers=["CPUExecutionProvider"])
-            except Exception as e:  # noqa: BLE001
-                raise ArtifactError(f"{directory / fname}: onnxruntime could not write the partition: {e}") from e
-        return {"backend": self.backend, "files": [fname], "format": "onnx (optimised by onnxruntime, level all)",
-                "version": self._backend.version(), "options": self._backend.options,
-                "inputs": self.input_names, "outputs": self.output_names}
-
-
-def _static(shape: list, name: str) -> tuple[int, ...]:
-    if any(not isinstance(d, int) or d < 0 for d in shape):
-        raise CollageError(f"onnxruntime: tensor {name!r} has non-static shape {shape}; fix input shapes first")
-    return tuple(shape)
-
 
 class OnnxRuntimeBackend(Backend):
     """ONNX Runtime, CPU execution provider, fp32 (see the module docstring for threading)."""
@@ -250,7 +79,7 @@ class OnnxRuntimeBackend(Backend):
 
     def available(self) -> str | None:
         try:
-            ort = _ort()
+            ort = onnxruntime_module()
         except BackendUnavailable as e:
             return str(e)
         if "CPUExecutionProvider" not in ort.get_available_providers():
@@ -258,7 +87,7 @@ class OnnxRuntimeBackend(Backend):
         return None
 
     def version(self) -> str:
-        return f"onnxruntime-{_ort().__version__}-{self.precision}-t{self.threads}-opt{self.opt_level}"
+        return f"onnxruntime-{onnxruntime_module().__version__}-{self.precision}-t{self.threads}-opt{self.opt_level}"
 
     @property
     def options(self) -> dict[str, Any]:
@@ -271,7 +100,7 @@ class OnnxRuntimeBackend(Backend):
 
     def session_options(self, opt_level: str | None = None) -> Any:
         """SessionOptions with this backend's threading, spinning and optimisation settings."""
-        ort = _ort()
+        ort = onnxruntime_module()
         so = ort.SessionOptions()
         so.log_severity_level = 3
         level = opt_level or self.opt_level
@@ -280,9 +109,9 @@ class OnnxRuntimeBackend(Backend):
             "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
         }[level]
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        if self.shared_pool or _global_pool_threads is not None:
+        if self.shared_pool or global_pool_threads() is not None:
             if self.shared_pool:
-                _ensure_global_pool(self.threads)
+                ensure_global_pool(self.threads)
             so.use_per_session_threads = False
         else:
             so.intra_op_num_threads = self.threads
@@ -296,7 +125,7 @@ class OnnxRuntimeBackend(Backend):
         so = self.session_options(opt_level)
         if quiet:  # a refusal is an answer here, not an error worth printing
             so.log_severity_level = 4
-        return _ort().InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        return onnxruntime_module().InferenceSession(data, so, providers=["CPUExecutionProvider"])
 
     def _check_supported(self, model: onnx.ModelProto) -> str | None:
         try:
@@ -331,7 +160,7 @@ class OnnxRuntimeBackend(Backend):
         so = self.session_options()
         with tempfile.TemporaryDirectory(prefix="collage-ort-") as tmp:
             so.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
-            _ort().InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            onnxruntime_module().InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
             return onnx.load(so.optimized_model_filepath)
 
     def _routed_form(self, model: onnx.ModelProto) -> bytes | None:

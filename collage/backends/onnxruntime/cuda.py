@@ -33,7 +33,12 @@ import onnx
 
 from collage.backends.base import Compiled
 from collage.backends.cuda_timing import gpu_name, no_device_reason, torch_cuda
-from collage.backends.onnxruntime.backend import _TYPE_TO_NP, OnnxRuntimeBackend, _ort, _static
+from collage.backends.onnxruntime.backend import OnnxRuntimeBackend
+from collage.backends.onnxruntime.session import (
+    TYPE_TO_NP,
+    onnxruntime_module,
+    static_shape,
+)
 from collage.errors import ArtifactError, BackendUnavailable, CollageError
 from collage.util import sha256_bytes
 
@@ -47,7 +52,7 @@ class OrtCudaCompiled(Compiled):
     """An ORT CUDA session with device-resident IO binding (see the module docstring)."""
 
     def __init__(self, backend: OnnxRuntimeCudaBackend, session: Any, model: onnx.ModelProto | Path) -> None:
-        ort = _ort()
+        ort = onnxruntime_module()
         self.backend = backend.name
         self._backend = backend
         self._session = session
@@ -61,18 +66,18 @@ class OrtCudaCompiled(Compiled):
         self._torch = torch_cuda() if backend.ort_device == "cuda" else None
         self._in: list[tuple[str, np.dtype, tuple[int, ...], Any]] = []
         for i in session.get_inputs():
-            if i.type not in _TYPE_TO_NP:
+            if i.type not in TYPE_TO_NP:
                 raise CollageError(f"onnxruntime-cuda: input {i.name!r} has type {i.type}, which collage cannot bind")
-            dtype, shape = np.dtype(_TYPE_TO_NP[i.type]), _static(i.shape, i.name)
+            dtype, shape = np.dtype(TYPE_TO_NP[i.type]), static_shape(i.shape, i.name)
             value = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), dtype.type, backend.ort_device, self._dev)
             self._binding.bind_ortvalue_input(i.name, value)
             self._in.append((i.name, dtype, shape, value))
         self._bound: dict[str, Any] = {}  # input name -> the torch tensor bound in place of our OrtValue
         self._out: dict[str, Any] = {}
         for o in session.get_outputs():
-            if o.type not in _TYPE_TO_NP:
+            if o.type not in TYPE_TO_NP:
                 raise CollageError(f"onnxruntime-cuda: output {o.name!r} has type {o.type}, which collage cannot bind")
-            dtype, shape = np.dtype(_TYPE_TO_NP[o.type]), _static(o.shape, o.name)
+            dtype, shape = np.dtype(TYPE_TO_NP[o.type]), static_shape(o.shape, o.name)
             if self._torch is not None:
                 t = self._torch.empty(shape, dtype=_torch_dtype(self._torch, dtype), device=f"cuda:{self._dev}")
                 self._binding.bind_output(o.name, "cuda", self._dev, dtype.type, list(shape), t.data_ptr())
@@ -159,7 +164,7 @@ class OnnxRuntimeCudaBackend(OnnxRuntimeBackend):
 
     def available(self) -> str | None:
         try:
-            ort = _ort()
+            ort = onnxruntime_module()
         except BackendUnavailable as e:
             return f"{e} (for CUDA: pip install onnxruntime-gpu; {REPLACES_NOTE})"
         if "CUDAExecutionProvider" not in ort.get_available_providers():
@@ -169,7 +174,7 @@ class OnnxRuntimeCudaBackend(OnnxRuntimeBackend):
 
     def version(self) -> str:
         gpu = gpu_name(self.device_id).replace(" ", "_")
-        return f"onnxruntime-gpu-{_ort().__version__}-{gpu}-{self.precision}-opt{self.opt_level}"
+        return f"onnxruntime-gpu-{onnxruntime_module().__version__}-{gpu}-{self.precision}-opt{self.opt_level}"
 
     @property
     def options(self) -> dict[str, Any]:
@@ -192,7 +197,7 @@ class OnnxRuntimeCudaBackend(OnnxRuntimeBackend):
             so.log_severity_level = 4
         if self.strict:
             so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-        return _ort().InferenceSession(data, so, providers=self.providers())
+        return onnxruntime_module().InferenceSession(data, so, providers=self.providers())
 
     def providers(self) -> list:
         return [("CUDAExecutionProvider", self.provider_options()), "CPUExecutionProvider"]

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 from onnx import helper
 
-from collage.backends.onnxruntime.backend import OrtCompiled
+from collage.backends.onnxruntime.session import OrtCompiled
 from collage.errors import CollageError
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def block_size() -> int:
     graph = helper.make_graph([node], "nchwc_probe", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 1, 1, 1])],
                               [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(NCHWC_DOMAIN, 1)])
-    from collage.backends.onnxruntime.backend import make_session
+    from collage.backends.onnxruntime.session import make_session
 
     shape = make_session(model).get_outputs()[0].shape
     if not isinstance(shape[1], int) or shape[1] < 1:

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
-from collage.backends.openvino.backend import OVCompiled, _ov, _ports
+from collage.backends.openvino.compiled import OVCompiled, openvino_module, port_indices
 from collage.util import sha256_bytes
 
 if TYPE_CHECKING:
@@ -199,14 +199,14 @@ def _linked_model(backend: OpenVINOBackend, m: onnx.ModelProto, ins: list[str], 
                   links: set[str], element: str, copy: bool) -> Any:
     """``m`` read by OpenVINO with its linked inputs/outputs declared NHWC ``element`` (``copy``: a 1x1
     MaxPool in front of each linked output)."""
-    ov = _ov()
+    ov = openvino_module()
     from openvino import opset13 as ops
     from openvino.preprocess import PrePostProcessor
 
     model = backend._read(m.SerializeToString())
     if not links:
         return model
-    out_ports = _ports(model.outputs, outs, "output")
+    out_ports = port_indices(model.outputs, outs, "output")
     if copy:
         for name, k in zip(outs, out_ports):
             if name in links:
@@ -221,7 +221,7 @@ def _linked_model(backend: OpenVINOBackend, m: onnx.ModelProto, ins: list[str], 
         model.validate_nodes_and_infer_types()
     etype = getattr(ov.Type, element)
     ppp = PrePostProcessor(model)
-    for name, k in zip(ins, _ports(model.inputs, ins, "input")):
+    for name, k in zip(ins, port_indices(model.inputs, ins, "input")):
         if name in links:
             info = ppp.input(k)
             info.tensor().set_layout(ov.Layout("NHWC")).set_element_type(etype)

@@ -38,9 +38,22 @@ from typing import Any
 import numpy as np
 import onnx
 
-from collage.backends.base import Backend, Compiled, _one_line
-from collage.backends.tvm.worker import ABORT_ENV, BuildOptions, Refused, WorkerCrashed, WorkerTimeout, worker
-from collage.errors import ArtifactError, CollageError, CompileError, ModelError, UnsupportedError
+from collage.backends.base import Backend, Compiled, one_line
+from collage.backends.tvm.worker import (
+    ABORT_ENV,
+    BuildOptions,
+    Refused,
+    WorkerCrashed,
+    WorkerTimeout,
+    worker,
+)
+from collage.errors import (
+    ArtifactError,
+    CollageError,
+    CompileError,
+    ModelError,
+    UnsupportedError,
+)
 from collage.util import cache_dir, physical_cores
 
 log = logging.getLogger(__name__)
@@ -244,7 +257,7 @@ class TVMBackend(Backend):
             shutil.rmtree(scratch, ignore_errors=True)
             if status == "refused":
                 raise self._refused(model, *rest)
-            self._raise_compile_error(model, CompileError(f"{rest[0]}: {_one_line(rest[1])}"))
+            self._raise_compile_error(model, CompileError(f"{rest[0]}: {one_line(rest[1])}"))
         compiled = _load(lib, rest[0])
         weakref.finalize(compiled, shutil.rmtree, scratch, True)
         return compiled
@@ -279,5 +292,5 @@ def _load(lib: Path, meta: Mapping[str, Any]) -> TVMCompiled:
     try:
         module = tvm.runtime.load_module(str(lib))
     except Exception as e:  # noqa: BLE001 - a corrupt or foreign .so
-        raise ArtifactError(f"{lib}: cannot load the TVM library ({type(e).__name__}: {_one_line(str(e))})") from e
+        raise ArtifactError(f"{lib}: cannot load the TVM library ({type(e).__name__}: {one_line(str(e))})") from e
     return TVMCompiled(module, meta, lib)

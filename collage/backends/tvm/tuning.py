@@ -24,10 +24,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Set in the TVM worker process: register only the x86 tensor intrinsics (see _import_cpu_tensor_intrinsics).
-CPU_INTRINSICS_ONLY = False
-
-
 @contextlib.contextmanager
 def _locked(directory: Path):
     """Exclusive lock on a tuning database directory (processes tuning the same workload take turns)."""
@@ -55,7 +51,10 @@ def _in_process_builder():
     if _BUILDER_CLASS is None:
         from tvm.ir.utils import derived_object
         from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
-        from tvm.s_tir.meta_schedule.builder.local_builder import default_build, default_export
+        from tvm.s_tir.meta_schedule.builder.local_builder import (
+            default_build,
+            default_export,
+        )
 
         @derived_object
         class InProcessBuilder(PyBuilder):
@@ -78,8 +77,9 @@ def _import_cpu_tensor_intrinsics() -> None:
     TuneContext imports that package, whose CUDA, ROCm and Hexagon intrinsics take 30-60 s to parse
     here (the x86 ones, all an LLVM CPU target can use, 0.7 s). The package module is put in
     ``sys.modules`` without running its ``__init__``, so TuneContext's import finds it done.
-    Only where ``CPU_INTRINSICS_ONLY`` is set: the TVM worker process (``isolate=False`` callers get the
-    whole package, slowly).
+    Only when :func:`tune` is called with ``cpu_intrinsics_only`` (the TVM worker process does; a process
+    that may later want other targets' intrinsics, e.g. ``isolate=False`` callers, gets the whole package,
+    slowly).
     """
     import importlib
     import importlib.util
@@ -87,7 +87,7 @@ def _import_cpu_tensor_intrinsics() -> None:
     import tvm.s_tir
 
     name = "tvm.s_tir.tensor_intrin"
-    if name in sys.modules or not CPU_INTRINSICS_ONLY:
+    if name in sys.modules:
         return
     module = importlib.util.module_from_spec(importlib.util.find_spec(name))
     sys.modules[name] = module
@@ -117,14 +117,15 @@ def _read_tuned(db_dir: Path) -> dict[str, int]:
         return {}
 
 
-def tune(mod, target, options: BuildOptions):
+def tune(mod, target, options: BuildOptions, *, cpu_intrinsics_only: bool = False):
     """Tune each TIR workload of ``mod`` the database has not seen tuned; return the scheduled module and stats.
 
     The database (``options.tuning_db``) is shared by every candidate and run. A workload counts as
     tuned once a tuning of it *finished* with at least ``options.trials`` trials (recorded in
     ``collage-tuned.json`` beside MetaSchedule's files; same structure whatever the weights): it is
     never tuned again. A tuning killed half-way, or one with fewer trials than now asked, is tuned
-    (again), MetaSchedule starting from the best records already there.
+    (again), MetaSchedule starting from the best records already there. ``cpu_intrinsics_only``: register
+    only the x86 tensor intrinsics in this process (see :func:`_import_cpu_tensor_intrinsics`).
     """
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
@@ -142,7 +143,8 @@ def tune(mod, target, options: BuildOptions):
         done = _read_tuned(db_dir)
         todo = [(t, k) for t, k in zip(tasks, keys) if done.get(k, 0) < options.trials]
         if todo:
-            _import_cpu_tensor_intrinsics()
+            if cpu_intrinsics_only:
+                _import_cpu_tensor_intrinsics()
             log.info("MetaSchedule: tuning %d of %d workloads, %d trials each", len(todo), len(tasks), options.trials)
             strategy = ms.search_strategy.EvolutionarySearch(population_size=max(64, min(512, 8 * options.trials)))
             contexts, weights = ri.extracted_tasks_to_tune_contexts(

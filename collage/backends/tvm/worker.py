@@ -167,8 +167,11 @@ def _dlight(mod, target):
         return dlight.ApplyDefaultSchedule(dlight.cpu.GEMV(), dlight.cpu.Reduction())(mod)
 
 
-def build(model: onnx.ModelProto, options: BuildOptions, lib_path: str | None = None):
+def build(model: onnx.ModelProto, options: BuildOptions, lib_path: str | None = None, *,
+          cpu_intrinsics_only: bool = False):
     """Compile ``model``: returns ``(executable, meta)``; exports the library to ``lib_path`` if given.
+    ``cpu_intrinsics_only`` is passed to MetaSchedule tuning (:func:`collage.backends.tvm.tuning.tune`): the
+    worker process sets it; it only ever compiles for the CPU.
 
     ``meta`` holds ``inputs``/``outputs`` (name, shape, dtype) and ``tuning`` (MetaSchedule statistics).
     """
@@ -181,7 +184,7 @@ def build(model: onnx.ModelProto, options: BuildOptions, lib_path: str | None = 
     if options.tuning == "metaschedule":
         from collage.backends.tvm.tuning import tune
 
-        mod, tuning = tune(mod, target, options)
+        mod, tuning = tune(mod, target, options, cpu_intrinsics_only=cpu_intrinsics_only)
     if options.dlight:
         mod = _dlight(mod, target)
     executable = tvm.compile(mod, target=target)
@@ -214,7 +217,7 @@ def handle(request: tuple) -> tuple:
         if kind == "check":
             return ("ok", check(model, options))
         if kind == "build":
-            return ("ok", build(model, options, request[3])[1])
+            return ("ok", build(model, options, request[3], cpu_intrinsics_only=True)[1])
         return ("error", "ValueError", f"unknown request {kind!r}")
     except Refused as e:
         return ("refused", e.op, e.node, e.message)
@@ -251,9 +254,6 @@ def receive(fd: int, deadline: float | None = None) -> Any:
 
 
 def main() -> int:
-    from collage.backends.tvm import tuning as tvm_tuning
-
-    tvm_tuning.CPU_INTRINSICS_ONLY = True
     channel = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # prints from TVM or MetaSchedule go to the log, never into the channel
     sys.stdout = sys.stderr

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from collage.cost_models.accuracy import (Budget, Calibration, ErrorMeasure, ErrorStore, _WeightHashes, compare,
+from collage.cost_models.accuracy import (Budget, Calibration, ErrorMeasure, ErrorStore, WeightHashes, compare,
                                           reference_runs)
 from collage.errors import CollageError
 
@@ -79,7 +79,7 @@ class OutputErrors:
     def _data_key(self, a: int, b: int) -> str:
         if self._data is None:  # the whole model's structure and weights: the rest of the model is part of the error
             n = len(self.graph)
-            h = hashlib.sha256(f"{self.graph.fingerprint(range(n))}-{_WeightHashes(self.graph)(range(n))}".encode())
+            h = hashlib.sha256(f"{self.graph.fingerprint(range(n))}-{WeightHashes(self.graph)(range(n))}".encode())
             self._data = h.hexdigest()[:16]
         return f"{self.calib.digest}-{self._data}-{a}:{b}-out"
 
