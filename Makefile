@@ -13,11 +13,13 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# lint-imports: the layer contracts in pyproject.toml ([tool.importlinter]); tests/test_layers.py adds the
+# cycle and private-name checks.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/lint-imports && $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/lint-imports && $(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 # A real tuning job on a built-in model: ONNX Runtime vs OpenVINO on MobileNetV2 (224x224), a few
 # minutes on 2 cores the first time (measurements are cached in ~/.cache/collage/costs.sqlite).

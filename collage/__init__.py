@@ -8,7 +8,7 @@ Public API (imported lazily so that loading an artifact does not import the tune
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from collage.version import __version__
 
 __all__ = ["Graph", "Plan", "load", "tune", "__version__"]
 

@@ -20,24 +20,11 @@ def need_backends(*names: str) -> None:
 
 
 def model_feeds(model: onnx.ModelProto, seed: int = 0, int_high: int = 8) -> dict[str, np.ndarray]:
-    """Seeded inputs for every non-initializer graph input: floats standard normal, bools 0/1,
-    other integers in [0, int_high)."""
-    rng = np.random.default_rng(seed)
-    inits = {t.name for t in model.graph.initializer}
-    out = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        tt = vi.type.tensor_type
-        shape = [d.dim_value for d in tt.shape.dim]
-        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
-        if dtype.kind == "f":
-            out[vi.name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype == np.bool_:
-            out[vi.name] = rng.integers(0, 2, shape).astype(bool)
-        else:
-            out[vi.name] = rng.integers(0, int_high, size=shape).astype(dtype)
-    return out
+    """Seeded inputs for every non-initializer graph input (:func:`collage.graph.inputs.random_inputs`: the one
+    rule), integers with no index range in [0, int_high)."""
+    from collage.graph.inputs import random_inputs
+
+    return random_inputs(model, seed, int_high=int_high)
 
 
 def ort_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *, optimize: bool = True) -> dict[str, np.ndarray]:

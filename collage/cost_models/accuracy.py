@@ -232,12 +232,12 @@ def load_calibration(graph: Graph, path: str | Path | None = None, *, seed: int 
     """Calibration samples from ``path`` (.npz: one array per graph input, with the input's shape, or
     with one extra leading axis of samples), else seeded random inputs (a warning says so)."""
     if path is None:
-        from collage import zoo
+        from collage.graph.inputs import random_inputs
 
-        samples = [zoo.random_inputs(graph, seed=seed + k) for k in range(2)]
+        samples = [random_inputs(graph, seed=seed + k) for k in range(2)]
         log.warning("no --calibration inputs: the accuracy budget is judged on %d seeded random input "
                     "sample(s), which may not represent real data; pass --calibration inputs.npz", len(samples))
-        return Calibration(samples, _digest(samples), f"random (collage.zoo.catalog.random_inputs, seed {seed})", True)
+        return Calibration(samples, _digest(samples), f"random (collage.graph.inputs.random_inputs, seed {seed})", True)
     path = Path(path)
     try:
         data = dict(np.load(path, allow_pickle=False))

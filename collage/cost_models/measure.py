@@ -93,12 +93,12 @@ def reference_int_values(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
 
     Used as the inputs of cut subgraphs that read such tensors (shapes, indices, masks): random
     integers there would measure a failing Reshape or an out-of-range Gather. Graph inputs take
-    ``zoo.random_inputs`` values (token ids in the embedding's range, masks). Empty when the
+    ``collage.graph.inputs.random_inputs`` values (token ids in the embedding's range, masks). Empty when the
     reference run cannot be made (the subgraphs then get random values in a safe range).
     """
-    from collage import zoo
+    from collage.graph.inputs import random_inputs
 
-    feeds = zoo.random_inputs(graph, seed=seed)
+    feeds = random_inputs(graph, seed=seed)
     wanted = [t for i in range(len(graph)) for t in graph.op(i).output
               if t and graph.consumers(t) and graph.tensor(t).dtype.kind in "iub"]
     out = {k: v for k, v in feeds.items() if v.dtype.kind in "iub"}

@@ -328,7 +328,7 @@ def measure_model_transitions(graph: Any, a: str, b: str, db: None | str | CostD
     With ``reuse``, a fit already stored for this model, pair and machine is returned without measuring
     (``chains`` then empty).
     """
-    from collage import zoo
+    from collage.graph.inputs import random_inputs
     from collage.cost_models.measure import measure_candidates
     from collage.cost_models.measurer import Measurer
     from collage.cost_models.worker import resolve_backend
@@ -361,7 +361,7 @@ def measure_model_transitions(graph: Any, a: str, b: str, db: None | str | CostD
     with Measurer() as m:
         measured = m.call("collage.cost_models.transitions:chain_timings",
                           {"pieces": blobs, "chains": {n: list(enumerate(s)) for n, s in assigns.items()},
-                           "feeds": zoo.random_inputs(graph), "backend_options": opts, "cap_s": cap_s},
+                           "feeds": random_inputs(graph), "backend_options": opts, "cap_s": cap_s},
                           timeout_s=timeout_s)
     chains = {}
     for name, assign in assigns.items():

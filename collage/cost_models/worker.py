@@ -24,8 +24,6 @@ import numpy as np
 import onnx
 
 #: ops whose integer inputs index into another input, as (index input position, data input position)
-_INDEX_INPUTS = {"Gather": (1, 0), "GatherElements": (1, 0), "GatherND": (1, 0),
-                 "ScatterElements": (1, 0), "ScatterND": (1, 0)}
 
 
 def resolve_backend(spec: str, options: Mapping[str, Any] | None = None) -> Any:
@@ -56,60 +54,20 @@ def _shape(vi: onnx.ValueInfoProto) -> tuple[int, ...]:
     return tuple(max(1, d.dim_value) for d in vi.type.tensor_type.shape.dim)
 
 
-def index_bounds(model: onnx.ModelProto) -> dict[str, int]:
-    """Exclusive upper bounds for integer graph inputs used as indices (Gather and friends)."""
-    g = model.graph
-    shapes: dict[str, tuple[int, ...]] = {t.name: tuple(t.dims) for t in g.initializer}
-    for vi in list(g.input) + list(g.value_info) + list(g.output):
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
-            shapes.setdefault(vi.name, _shape(vi))
-    bounds: dict[str, int] = {}
-    for node in g.node:
-        pos = _INDEX_INPUTS.get(node.op_type)
-        if pos is None or len(node.input) <= max(pos):
-            continue
-        idx, data = node.input[pos[0]], node.input[pos[1]]
-        dshape = shapes.get(data)
-        if not dshape:
-            bound = 1
-        elif node.op_type == "GatherND":
-            bound = min(dshape)
-        else:
-            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-            bound = dshape[axis % len(dshape)]
-        bounds[idx] = max(1, min(bounds.get(idx, bound), bound))
-    return bounds
-
-
 def make_feeds(model: onnx.ModelProto, seed: int = 0,
                given: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-    """Seeded random inputs of the right dtype and shape; integer indices kept in range.
+    """Seeded random inputs of ``model`` (:func:`collage.graph.inputs.random_inputs`'s rule; indices in range).
 
     ``given`` supplies real values for some inputs (the parent passes the values integer tensors take
-    in a reference run of the whole model: shapes, indices, masks).
+    in a reference run of the whole model: shapes, indices, masks); the others are drawn in order.
     """
-    rng = np.random.default_rng(seed)
-    inits = {t.name for t in model.graph.initializer}
-    bounds = index_bounds(model)
+    from collage.graph.inputs import input_specs
+    from collage.inputs import seeded_inputs
+
     given = given or {}
-    feeds: dict[str, np.ndarray] = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        if vi.name in given:
-            feeds[vi.name] = np.ascontiguousarray(given[vi.name])
-            continue
-        dtype, shape = _elem_dtype(vi), _shape(vi)
-        if dtype.kind == "f":
-            arr = rng.standard_normal(shape).astype(dtype)
-        elif dtype.kind == "b":
-            arr = rng.integers(0, 2, shape).astype(bool)
-        elif dtype.kind in "iu":
-            arr = rng.integers(0, bounds.get(vi.name, 2), shape).astype(dtype)
-        else:
-            raise TypeError(f"input {vi.name!r} has dtype {dtype}, which collage cannot generate")
-        feeds[vi.name] = np.ascontiguousarray(arr)
-    return feeds
+    drawn = seeded_inputs([s for s in input_specs(model) if s.name not in given], seed)
+    return {s.name: np.ascontiguousarray(given[s.name] if s.name in given else drawn[s.name])
+            for s in input_specs(model)}
 
 
 # ---------------------------------------------------------------------- timing

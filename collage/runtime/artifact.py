@@ -35,6 +35,7 @@ import numpy as np
 
 from collage.runtime.manifest import MANIFEST, read_manifest
 from collage.errors import ArtifactError, BackendUnavailable, CollageError
+from collage.inputs import InputSpec, seeded_inputs
 from collage.util import sha256_file
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,8 @@ class TensorSpec:
     name: str
     shape: tuple[int, ...]
     dtype: np.dtype
+    #: an integer input's index range (exclusive), as the manifest records it: random inputs stay in range
+    high: int | None = None
 
     def describe(self) -> str:
         return f"shape {self.shape} {self.dtype.name}"
@@ -95,7 +98,9 @@ class BoundaryOverhead:
 
 
 def _spec(d: Mapping[str, Any]) -> TensorSpec:
-    return TensorSpec(str(d["name"]), tuple(int(x) for x in d["shape"]), np.dtype(d["dtype"]))
+    high = d.get("index_high")
+    return TensorSpec(str(d["name"]), tuple(int(x) for x in d["shape"]), np.dtype(d["dtype"]),
+                      None if high is None else int(high))
 
 
 class Artifact:
@@ -180,17 +185,10 @@ class Artifact:
         return {t: (np.array(env[t], copy=True) if self._copy_out.get(t) else env[t]) for t in self._output_names}
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
-        """Seeded random feeds of the right shapes and dtypes (normal for floats, small ints otherwise)."""
-        rng = np.random.default_rng(seed)
-        feeds = {}
-        for s in self.inputs:
-            if s.dtype.kind == "f":
-                feeds[s.name] = rng.standard_normal(s.shape).astype(s.dtype)
-            elif s.dtype.kind == "b":
-                feeds[s.name] = rng.integers(0, 2, s.shape).astype(s.dtype)
-            else:
-                feeds[s.name] = rng.integers(0, 2, s.shape).astype(s.dtype)
-        return feeds
+        """Seeded random feeds of the right shapes, dtypes and index ranges: the one rule of
+        :mod:`collage.inputs`, so they equal ``collage.graph.inputs.random_inputs(graph, seed)`` of the tuned
+        model (for artifacts whose manifest records index ranges)."""
+        return seeded_inputs([InputSpec(s.name, s.shape, s.dtype, s.high) for s in self.inputs], seed)
 
     def latency_ms(self, feeds: Mapping[str, Any], repeat: int = 20, warmup: int = 3) -> list[float]:
         """Wall-clock times (ms) of ``repeat`` runs after ``warmup`` runs."""

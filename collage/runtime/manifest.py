@@ -22,7 +22,7 @@ TOP_KEYS = ("format_version", "collage_version", "target", "model", "backends", 
 
 
 def collage_version() -> str:
-    from collage import __version__
+    from collage.version import __version__
     return __version__
 
 

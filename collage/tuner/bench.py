@@ -70,7 +70,7 @@ def _write(rows: list[dict[str, Any]], out_dir: str | Path, target: str, command
     """(Re)write results/<date>-<target>.md and .csv with the rows so far."""
     import pandas as pd
 
-    from collage import __version__
+    from collage.version import __version__
     from collage.util import machine_id, markdown_table
 
     out = Path(out_dir)

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collage.errors import ArtifactError, BackendUnavailable
+from collage.graph.inputs import input_specs
 from collage.runtime.manifest import FORMAT_VERSION, MANIFEST, PLAN_FILE, REPORT_FILE, collage_version
 from collage.util import machine_id, sha256_bytes, sha256_file
 
@@ -73,9 +74,12 @@ def _model_sha256(graph: Graph) -> tuple[str, str]:
     return sha256_bytes(graph.model.SerializeToString()), "serialized model"
 
 
-def _tensor_entry(graph: Graph, name: str) -> dict[str, Any]:
+def _tensor_entry(graph: Graph, name: str, index_high: int | None = None) -> dict[str, Any]:
     info = graph.tensor(name)
-    return {"name": name, "shape": [int(d) for d in info.shape], "dtype": info.dtype.name}
+    entry = {"name": name, "shape": [int(d) for d in info.shape], "dtype": info.dtype.name}
+    if index_high is not None:  # Artifact.random_inputs keeps the input's values in range
+        entry["index_high"] = int(index_high)
+    return entry
 
 
 def _json_default(obj: Any) -> Any:
@@ -194,7 +198,7 @@ def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike, *,
             "backends": {name: {"version": b.version(), "device": b.device,
                                 "options": backend_options.get(name, {}), "settings": b.options}
                          for name, b in backends.items()},
-            "inputs": [_tensor_entry(graph, t) for t in graph.inputs],
+            "inputs": [_tensor_entry(graph, s.name, s.high) for s in input_specs(graph)],
             "outputs": [_tensor_entry(graph, t) for t in graph.outputs],
             "partitions": parts_meta,
             "plan": PLAN_FILE,

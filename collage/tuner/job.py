@@ -11,7 +11,6 @@ measured per-partition overhead (``calibrate_partition_overhead``, ``search_chec
 from __future__ import annotations
 
 import logging
-import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -108,7 +107,7 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
          archive: bool = False, tolerance: Mapping[str, float] | None = None, seed: int = 0,
          progress: bool = True, accuracy: Any = None, calibration: str | Path | None = None, work: Path) -> TuneResult:
     """``tune``, with its scratch folder ``work``."""
-    from collage import zoo
+    from collage.graph.inputs import random_inputs
     from collage.tuner.export import export
     from collage.cost_models.db import get_db
     from collage.cost_models.measure import measure_candidates
@@ -181,7 +180,7 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
         else:
             failures += 1
     transition = transition_model(names, cost_db)
-    feeds = zoo.random_inputs(graph, seed=seed)
+    feeds = random_inputs(graph, seed=seed)
     if prec:
         prec.work = work
     # 4. the single backends' whole-model baselines come first: every plan is judged against them.

@@ -11,7 +11,7 @@ opset 9 -> 17 upgrade) and cached as ``<cache_dir>/zoo/v<ZOO_VERSION>/<name>.onn
     load_model(name)         its ModelProto
     resolve(spec)            "zoo:NAME" -> cached path; a file path -> itself
     load_graph(spec, shapes) collage.graph.ir.Graph of a zoo name or a path
-    random_inputs(graph)     seeded feeds with the right dtypes, shapes and value ranges
+    random_inputs(graph)     seeded feeds (re-exported from collage.graph.inputs: THE rule)
 
 ``collage zoo list [--build]`` prints the table.
 """
@@ -28,10 +28,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import onnx
 
 from collage.errors import ModelError
+from collage.graph.inputs import random_inputs  # noqa: F401 - re-exported: zoo.random_inputs
 from collage.graph.ir import Graph
 from collage.util import cache_dir
 
@@ -201,39 +201,3 @@ def resolve(spec: str | os.PathLike) -> str:
 def load_graph(spec: str | os.PathLike, shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
     """A Graph of ``zoo:NAME`` or of an ONNX file path."""
     return Graph.load(resolve(spec), shapes=shapes)
-
-
-def _index_range(graph: Graph, tensor: str) -> int | None:
-    """For an integer input used as Gather indices into a weight table: the table's length."""
-    for i in graph.consumers(tensor):
-        node = graph.op(i)
-        if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == tensor:
-            axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-            data = graph.tensor(node.input[0])
-            return int(data.shape[axis])
-    return None
-
-
-def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded feeds for every graph input: floats ~ N(0, 1); token ids in the embedding's range;
-    masks (an input named ``*mask*``) 1 for a random-length prefix, 0 after; other ints in [0, 4)."""
-    rng = np.random.default_rng(seed)
-    feeds: dict[str, np.ndarray] = {}
-    for name in graph.inputs:
-        info = graph.tensor(name)
-        shape, dtype = info.shape, info.dtype
-        if dtype.kind == "f":
-            feeds[name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype.kind == "b":
-            feeds[name] = rng.random(shape) < 0.5
-        elif "mask" in name.lower():
-            arr = np.zeros(shape, dtype=dtype)
-            length = shape[-1] if shape else 1
-            flat = arr.reshape(-1, length) if shape else arr.reshape(1, 1)
-            for row in flat:
-                row[: int(rng.integers(max(1, length // 2), length + 1))] = 1
-            feeds[name] = flat.reshape(shape)
-        else:
-            high = _index_range(graph, name) or 4
-            feeds[name] = rng.integers(0, high, size=shape).astype(dtype)
-    return feeds

@@ -24,7 +24,8 @@ from collage.backends.base import Backend, Compiled
 from collage.cost_models.db import SQLiteCostDB
 from collage.cost_models.measure import measure_candidates
 from collage.cost_models.measurer import Measurer
-from collage.cost_models.worker import index_bounds, make_feeds, median_ci_halfwidth
+from collage.cost_models.worker import make_feeds, median_ci_halfwidth
+from collage.graph.inputs import index_bounds
 from collage.graph.ir import Graph
 
 HERE = Path(__file__).resolve()

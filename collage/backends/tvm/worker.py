@@ -304,10 +304,8 @@ class WorkerClient:
         return proc.pid if proc is not None else None
 
     def _start(self) -> subprocess.Popen:
-        import collage
-
         env = dict(os.environ)
-        root = str(Path(collage.__file__).resolve().parent.parent)
+        root = str(Path(__file__).resolve().parents[3])  # the folder holding the collage package
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         fd, self._log_path = tempfile.mkstemp(prefix="collage-tvm-worker-", suffix=".log")
         with os.fdopen(fd, "wb") as log_file:
