@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     args.command = "python -m benchmarks.precision " + " ".join(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     from collage.tuner.precision.tuner import cpu_bf16_reason
-    from collage.tuner.job import parse_budget
+    from collage.util import parse_duration
 
     why = cpu_bf16_reason()
     if why:
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"benchmarks.precision: {name} ({k + 1}/{len(models)}, budget {budget}, "
               f"{(time.monotonic() - t0) / 60:.1f} min so far)", file=sys.stderr, flush=True)
         try:
-            row = bench_model(name, args.accuracy, max_nodes=args.max_nodes, budget_s=parse_budget(budget),
+            row = bench_model(name, args.accuracy, max_nodes=args.max_nodes, budget_s=parse_duration(budget) if budget else None,
                               db=args.db, rounds=args.rounds)
         except KeyboardInterrupt:
             raise

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 _DURATION_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([a-z]*)")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)([a-z]*)")
 
 
 def parse_duration(text: str | float) -> float:

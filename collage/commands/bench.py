@@ -6,6 +6,7 @@ import shlex
 import sys
 
 from collage.tuner.bench import bench
+from collage.util import parse_duration
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -13,18 +14,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backends", default="onnxruntime,openvino")
     p.add_argument("--target", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--db", default=None)
-    p.add_argument("--budget", default=None, help="measuring budget per model, e.g. 5m")
+    p.add_argument("--budget", default=None, type=parse_duration, help="measuring budget per model, e.g. 5m")
     p.add_argument("--max-nodes", type=int, default=None)
     p.add_argument("--out", default="results", help="folder for <date>-<target>.md/.csv")
     p.add_argument("--artifacts", default=None, help="keep each model's artifact under this folder")
 
 
 def run(args: argparse.Namespace) -> int:
-    from collage.tuner.job import parse_budget
-
     rows = bench([m.strip() for m in args.models.split(",") if m.strip()],
                  backends=[b.strip() for b in args.backends.split(",") if b.strip()], target=args.target,
-                 db=args.db, budget_s=parse_budget(args.budget), max_nodes=args.max_nodes, out_dir=args.out,
+                 db=args.db, budget_s=args.budget, max_nodes=args.max_nodes, out_dir=args.out,
                  artifacts_dir=args.artifacts, command="collage bench " + " ".join(shlex.quote(a) for a in sys.argv[2:]))
     failed = [r for r in rows if "error" in r]
     for r in failed:

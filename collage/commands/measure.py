@@ -13,30 +13,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 
 from collage.errors import CollageError
+from collage.util import parse_duration
 
 log = logging.getLogger(__name__)
-
-_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
-
-
-def parse_duration(text: str | None) -> float | None:
-    """Seconds in ``90s``, ``10m``, ``1h``, ``1h30m``, ``2.5m`` or ``120``; None/"none" for no limit."""
-    if text is None or str(text).strip().lower() in ("", "none", "inf"):
-        return None
-    s = str(text).strip().lower()
-    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([a-z]*)", s)
-    if not parts or "".join(f"{n}{u}" for n, u in parts) != s.replace(" ", ""):
-        raise CollageError(f"bad duration {text!r}: use forms like 90s, 10m, 1h, 1h30m or plain seconds")
-    total = 0.0
-    for num, unit in parts:
-        if unit not in _UNITS:
-            raise CollageError(f"bad duration {text!r}: unknown unit {unit!r} (use s, m or h)")
-        total += float(num) * _UNITS[unit]
-    return total
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="ONNX file or zoo:NAME")
@@ -44,15 +25,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated backend names (default: onnxruntime,openvino)")
     parser.add_argument("--db", default=None, help="cost database: a path or sqlite:///URL "
                         "(default: <cache>/costs.sqlite)")
-    parser.add_argument("--budget", default=None, help="stop starting new measurements after this long "
+    parser.add_argument("--budget", default=None, type=parse_duration, help="stop starting new measurements after this long "
                         "(90s, 10m, 1h); finished work is kept")
     parser.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2,...",
                         help="fix a symbolic input shape (repeatable)")
     parser.add_argument("--what", choices=("candidates", "nodes"), default="candidates",
                         help="candidates (what the tuner enumerates) or nodes (each node + the whole model)")
     parser.add_argument("--max-nodes", type=int, default=None, help="largest candidate, in nodes (--what candidates)")
-    parser.add_argument("--cap", default="2s", help="timing cap per candidate (default 2s)")
-    parser.add_argument("--timeout", default="120s", help="kill a compile+measure that takes longer (default 120s)")
+    parser.add_argument("--cap", default="2s", type=parse_duration, help="timing cap per candidate (default 2s)")
+    parser.add_argument("--timeout", default="120s", type=parse_duration, help="kill a compile+measure that takes longer (default 120s)")
     parser.add_argument("--retry-failed", action="store_true", help="measure again keys stored as failed")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -96,9 +77,9 @@ def run(args: argparse.Namespace) -> int:
     graph = zoo.load_graph(args.model, parse_shapes(args.shape))
     db = get_db(args.db)
     items = _items(graph, names, args.what, args.max_nodes)
-    result = measure_candidates(graph, items, db=db, budget_s=parse_duration(args.budget),
-                                progress=not args.no_progress, timeout_s=parse_duration(args.timeout) or 120.0,
-                                cap_s=parse_duration(args.cap) or 2.0, retry_failed=args.retry_failed)
+    result = measure_candidates(graph, items, db=db, budget_s=args.budget,
+                                progress=not args.no_progress, timeout_s=args.timeout or 120.0,
+                                cap_s=args.cap or 2.0, retry_failed=args.retry_failed)
     per_backend: dict[str, list[int]] = {}
     for (_, bname), cost in result.items():
         row = per_backend.setdefault(bname, [0, 0])

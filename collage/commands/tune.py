@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 
 from collage.graph.ir import parse_shapes
-from collage.tuner.job import DEFAULT_BACKENDS, DEFAULT_TOLERANCE, parse_budget, tune
+from collage.tuner.job import DEFAULT_BACKENDS, DEFAULT_TOLERANCE, tune
+from collage.util import parse_duration
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -12,7 +13,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, help="artifact directory to write")
     p.add_argument("--target", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--backends", default=",".join(DEFAULT_BACKENDS), help="comma-separated backend names")
-    p.add_argument("--budget", default=None, help="time limit for measuring candidates, e.g. 10m")
+    p.add_argument("--budget", default=None, type=parse_duration,
+                   help="time limit for measuring candidates: 90, 30s, 10m, 1h30m, 1.5h")
     p.add_argument("--db", default=None, help="cost database URL (default ~/.cache/collage/costs.sqlite)")
     p.add_argument("--refine-trials", type=int, default=0, help="measured Optuna trials around the DP plan")
     p.add_argument("--max-nodes", type=int, default=None, help="largest candidate subgraph, in nodes")
@@ -34,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         limits = Limits(max_nodes=args.max_nodes)
     res = tune(args.model, args.output, target=args.target,
                backends=[b.strip() for b in args.backends.split(",") if b.strip()],
-               budget_s=parse_budget(args.budget), db=args.db, refine_trials=args.refine_trials,
+               budget=args.budget, db=args.db, refine_trials=args.refine_trials,
                shapes=parse_shapes(args.shape), limits=limits, archive=args.archive,
                tolerance={"atol": args.atol, "rtol": args.rtol},
                accuracy=args.accuracy, calibration=args.calibration)

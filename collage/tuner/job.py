@@ -4,31 +4,45 @@
 the stitched plan is measured end to end against every single backend running the whole model,
 interleaved in the same run, and if the plan is not faster than the best single backend, the plan
 becomes that backend ("never worse"). Numerics are checked against the ONNX Runtime fp32 reference;
-a plan that exceeds the tolerance fails naming the partition that diverges. The search step with its
+a plan that exceeds the tolerance fails naming the partition that diverges.
+
+The job is :class:`TuneJob`, a sequence of named steps over one :class:`collage.tuner.options.TuneOptions`
+(see :meth:`TuneJob.run`). Precision is a strategy the steps call at fixed points
+(:mod:`collage.tuner.precision.strategy`: a no-op without an accuracy budget). The search step with its
 measured per-partition overhead (``calibrate_partition_overhead``, ``search_checked``) lives in
-:mod:`collage.tuner.search_step`.
+:mod:`collage.tuner.search_step`. Pipeline modules are imported inside the steps, so that importing this
+module (``collage.tune``) stays cheap.
 """
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collage.errors import CollageError, UnsupportedError
 from collage.graph.ir import Graph
 from collage.plan import Plan
-from collage.util import say
+from collage.tuner.options import DEFAULT_BACKENDS, DEFAULT_TOLERANCE, TuneOptions
 from collage.tuner.verify import check_numerics, measure_interleaved, stale_costs
+from collage.util import parse_duration, say
+
+if TYPE_CHECKING:
+    import onnx
+
+    from collage.cost_models.accuracy import Budget
+    from collage.cost_models.db import CostDB
+    from collage.search.candidates import Candidate, Limits
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BACKENDS = ("onnxruntime", "openvino")
-#: artifact outputs vs the ORT fp32 whole-model reference
-DEFAULT_TOLERANCE = {"atol": 1e-4, "rtol": 1e-3}
+__all__ = ["DEFAULT_BACKENDS", "DEFAULT_TOLERANCE", "SLOW_BASELINE_FACTOR", "TuneJob", "TuneOptions", "TuneResult",
+           "load_model_graph", "parse_budget", "resolve_backends", "tune"]
+
 #: single backends slower than this factor x the fastest (by their measured whole-model cost) are not
 #: re-run in the interleaved verification
 SLOW_BASELINE_FACTOR = 5.0
@@ -49,26 +63,45 @@ class TuneResult:
 
 
 def parse_budget(text: str | None) -> float | None:
-    """'90s', '10m', '1h', '300' -> seconds; None/'' -> None."""
-    if not text:
-        return None
-    text = text.strip().lower()
-    scale = {"s": 1, "m": 60, "h": 3600}.get(text[-1])
-    try:
-        return float(text[:-1]) * scale if scale else float(text)
-    except ValueError:
-        raise CollageError(f"bad budget {text!r}: use e.g. 90s, 10m or 1h") from None
+    """Seconds in a budget text (:func:`collage.util.parse_duration`); None/'' -> None (no budget)."""
+    return parse_duration(text) if text else None
 
 
-def _say(progress: bool, msg: str, *args: object) -> None:
-    say(progress, msg, *args, logger=log)
+def tune(model: str | os.PathLike | onnx.ModelProto, out_dir: str | os.PathLike, *, target: str = "cpu",
+         backends: Sequence[str] = DEFAULT_BACKENDS, budget: str | float | None = None,
+         db: str | os.PathLike | CostDB | None = None, refine_trials: int = 0,
+         shapes: Mapping[str, Sequence[int]] | None = None, limits: Limits | None = None, archive: bool = False,
+         tolerance: Mapping[str, float] | None = None, accuracy: str | Budget | None = None,
+         calibration: str | os.PathLike | None = None, progress: bool = True, seed: int = 0,
+         budget_s: float | None = None) -> TuneResult:
+    """Tune ``model`` (an ONNX path, ``zoo:NAME`` or ModelProto) for ``target`` over ``backends`` and write
+    the artifact to ``out_dir``.
+
+    ``budget``: time for measuring candidates, a duration (``"30s"``, ``"10m"``, ``"1h30m"``) or seconds
+    (``budget_s=`` is the older spelling, in seconds). The other keywords are :class:`TuneOptions`' fields
+    (documented there). Callable any number of times in one process. The exported attempts, refinement
+    trials and verification copies go to a scratch folder (1-2 GB for a large model) that is removed when
+    the tune ends, however it ends; the artifact in ``out_dir`` and the cost DB stay.
+    """
+    options = TuneOptions.build(target=target, backends=backends, budget=budget, budget_s=budget_s, db=db,
+                                refine_trials=refine_trials, shapes=shapes, limits=limits, archive=archive,
+                                tolerance=tolerance, accuracy=accuracy, calibration=calibration,
+                                progress=progress, seed=seed)
+    return run_tune(model, out_dir, options)
 
 
-def load_model_graph(model: str | Path | Any, shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+def run_tune(model: str | os.PathLike | onnx.ModelProto, out_dir: str | os.PathLike,
+             options: TuneOptions) -> TuneResult:
+    """``tune`` with its options already built."""
+    with tempfile.TemporaryDirectory(prefix="collage-tune-", ignore_cleanup_errors=True) as tmp:
+        return TuneJob(model, options, Path(tmp)).run(Path(out_dir))
+
+
+def load_model_graph(model: str | os.PathLike | Any, shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
     """A path, 'zoo:NAME' or ModelProto -> validated Graph."""
-    if isinstance(model, (str, Path)):
+    if isinstance(model, (str, os.PathLike)):
         from collage import zoo
-        model = zoo.resolve(str(model))
+        model = zoo.resolve(os.fspath(model))
     graph = Graph.load(model, shapes=shapes)
     graph.validate()
     return graph
@@ -89,246 +122,356 @@ def resolve_backends(names: Sequence[str], target: str = "cpu") -> list:
     return backends
 
 
-def tune(model: str | Path | Any, out_dir: str | Path, **options: Any) -> TuneResult:
-    """Tune ``model`` for ``target`` over ``backends`` and write the artifact to ``out_dir``.
-
-    Keyword options (all optional): target, backends, budget_s, db, refine_trials, shapes, limits,
-    archive, tolerance, seed, progress, accuracy, calibration (see ``_tune``). The exported attempts,
-    refinement trials and verification copies go to a scratch folder (1-2 GB for a large model) that
-    is removed when the tune ends, however it ends; the artifact in ``out_dir`` and the cost DB stay.
-    """
-    with tempfile.TemporaryDirectory(prefix="collage-tune-", ignore_cleanup_errors=True) as tmp:
-        return _tune(model, out_dir, work=Path(tmp), **options)
-
-
-def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
-         backends: Sequence[str] = DEFAULT_BACKENDS, budget_s: float | None = None, db: Any = None,
-         refine_trials: int = 0, shapes: Mapping[str, Sequence[int]] | None = None, limits: Any = None,
-         archive: bool = False, tolerance: Mapping[str, float] | None = None, seed: int = 0,
-         progress: bool = True, accuracy: Any = None, calibration: str | Path | None = None, work: Path) -> TuneResult:
-    """``tune``, with its scratch folder ``work``."""
-    from collage.graph.inputs import random_inputs
-    from collage.tuner.export import export
-    from collage.cost_models.db import get_db
-    from collage.cost_models.measure import measure_candidates
-    from collage.cost_models.transitions import transition_model
-    from collage.runtime.artifact import load as load_artifact
-    from collage.search.candidates import Candidate, Limits, candidate_counts, enumerate_candidates
-    from collage.search.ranges import range_candidates
-    from collage.search.dp import search
-    from collage.tuner.search_step import fill_boundaries, calibrate_partition_overhead, search_checked, whole_if_one_backend
-
-    t_start = time.monotonic()
-    tolerance = dict(tolerance or DEFAULT_TOLERANCE)
-    out_dir = Path(out_dir)
-    graph = load_model_graph(model, shapes)
-    _say(progress, "%s: %d nodes", graph.name, len(graph))
-    bks = resolve_backends(list(backends), target)
-    names = [b.name for b in bks]
-    cost_db = get_db(db)
-    # --- precision (collage.tuner.precision.tuner): lower-precision variants only under an accuracy budget
-    from collage.tuner.precision.tuner import PrecisionTuner
-    prec = PrecisionTuner.setup(graph, bks, accuracy, calibration, seed=seed, db=cost_db, target=target,
-                                progress=progress, budget_s=budget_s)
-    # --- end precision
-
-    # 1. what each backend takes
-    supports = {b.name: b.supports_all(graph) for b in bks}
-    orphans = [i for i in range(len(graph)) if not any(supports[n][i] for n in names)]
-    if orphans:
-        labels = ", ".join(graph.node_label(i) for i in orphans[:5])
-        raise UnsupportedError(f"no backend among {names} takes {labels}"
-                               + (f" (and {len(orphans) - 5} more)" if len(orphans) > 5 else "")
-                               + "; add a backend that does (onnxruntime runs every standard op)")
-    # 2. candidates: whole graph and single nodes first, so a budget cut still leaves a cover
-    limits = limits or Limits()
-    cands = enumerate_candidates(graph, supports, limits)
-    n = len(graph)
-    known = {(c.nodes, c.backend) for c in cands}
-    ranged = [c for c in range_candidates(graph, supports) if (c.nodes, c.backend) not in known] if limits.ranges else []
-    cands += ranged
-    coarse = {(c.nodes, c.backend) for c in ranged}
-
-    def order(c: Candidate) -> tuple:
-        """Measuring order, so that a budget cut still leaves covers: whole models; then the coarse ranges
-        (few, and the pieces a mix that beats one backend end to end is made of): each cut's prefix and
-        suffix together, the latest cut first (long prefixes: "all but the tail"), then the segments;
-        then single nodes; then the rest, smallest first."""
+def measuring_order(cands: Sequence[Candidate], n: int, coarse: set[tuple[tuple[int, ...], str]]) -> list[Candidate]:
+    """Candidates in measuring order, so that a budget cut still leaves covers: whole models; then the coarse
+    ranges (few, and the pieces a mix that beats one backend end to end is made of): each cut's prefix and
+    suffix together, the latest cut first (long prefixes: "all but the tail"), then the segments; then
+    single nodes; then the rest, smallest first."""
+    def key(c: Candidate) -> tuple:
         if len(c.nodes) == n:
             return (0, 0, 0, c.nodes, c.backend)
         if (c.nodes, c.backend) in coarse:
             cut = c.nodes[-1] + 1 if c.nodes[0] == 0 else c.nodes[0] if c.nodes[-1] == n - 1 else None
             return (1, 0, -cut, c.nodes, c.backend) if cut is not None else (1, 1, len(c.nodes), c.nodes, c.backend)
         return (2 if len(c.nodes) == 1 else 3, 0, len(c.nodes), c.nodes, c.backend)
-    cands.sort(key=order)
-    counts = candidate_counts(cands)
-    _say(progress, "candidates: %s (%d of them coarse ranges)", ", ".join(f"{k} {v}" for k, v in counts.items()), len(ranged))
-    if prec:  # lower-precision ranges over the accuracy budget at the model's outputs are not worth timing
-        cands = prec.prescreen(cands)
-    # 3. measured costs (cached in the DB)
-    spent = time.monotonic() - t_start
-    measured = measure_candidates(graph, [(c.nodes, c.backend) for c in cands], db=cost_db,
-                                  budget_s=None if budget_s is None else max(1.0, budget_s - spent), progress=progress)
-    costs: dict[Candidate, float] = {}
-    failures = 0
-    for c in cands:
-        cost = measured.get((c.nodes, c.backend))
-        if cost is None:
-            continue
-        if cost.ok:
-            costs[c] = cost.median_ms
-        else:
-            failures += 1
-    transition = transition_model(names, cost_db)
-    feeds = random_inputs(graph, seed=seed)
-    if prec:
-        prec.work = work
-    # 4. the single backends' whole-model baselines come first: every plan is judged against them.
-    # A backend whose whole-model cost is already known to be far behind (untuned TVM: 30-600x) is
-    # not re-run in the interleaved rounds; its measured cost from the DB stands as its baseline.
-    whole = {b.name: measured.get((tuple(range(n)), b.name)) for b in bks}
-    whole_ms = {k: c.median_ms for k, c in whole.items() if c is not None and c.ok}
-    # (against fp32 backends only: a bf16 whole model 4x faster does not make the fp32 baselines "slow")
-    fastest_whole = min((v for k, v in whole_ms.items() if not (prec and k in prec.low)), default=None)
-    singles, from_db = {}, {}
-    for b in bks:
-        if not all(supports[b.name].values()) or (prec and b.name in prec.low):
-            continue  # (lower precision is no baseline: it is not fp32-faithful)
-        if fastest_whole is not None and whole_ms.get(b.name, 0.0) > SLOW_BASELINE_FACTOR * fastest_whole:
-            from_db[b.name] = whole_ms[b.name]
-            continue
-        singles[b.name] = b.compile(graph.model)
-    first = measure_interleaved({k: (lambda c=c: c.run(feeds)) for k, c in singles.items()}, rounds=3)
-    best_single_ms = min(first.values(), default=float("inf"))
 
-    # 5. search with a measured per-partition overhead, and correct it where the stitched plan says so
-    overhead = calibrate_partition_overhead(graph, costs, transition, names, feeds, work, target=target,
-                                            progress=progress)
+    return sorted(cands, key=key)
 
-    def do_search(charged: Mapping[Candidate, float]) -> Plan:
-        plan = prec.search(charged, transition) if prec else search(graph, charged, transition)
-        return fill_boundaries(graph, whole_if_one_backend(graph, plan, charged, prec))
 
-    t0 = time.perf_counter()
-    plan, charged, attempts = search_checked(graph, costs, overhead, do_search, feeds, work, best_single_ms,
-                                             target=target, progress=progress)
-    search_s = time.perf_counter() - t0
-    _say(progress, "search: %s (%d attempt(s), %.2f s)", plan.describe(), attempts, search_s)
+@dataclass
+class Measured:
+    """What the measuring step found: the DB's answer, the candidates with a cost, the count of failures."""
 
-    # 6. verify: stitched plan vs each single backend, interleaved, same run
-    plan_dir = export(graph, plan, work / "plan", target=target)
-    artifact = load_artifact(plan_dir)
-    runners = {"plan": lambda: artifact.run(feeds)}
-    runners.update({name: (lambda c=c: c.run(feeds)) for name, c in singles.items()})
-    # a lower-precision backend on the whole model, within the accuracy budget on its own, runs too: a
-    # competitor for the plan (not an fp32 baseline), so a faster within-budget bf16 plan is never lost
-    alts = prec.whole_model_alternatives(plan) if prec else {}
-    runners.update({f"whole:{name}": (lambda c=c: c.run(feeds)) for name, c in alts.items()})
-    _say(progress, "verifying: plan vs %s, interleaved", ", ".join([*singles, *alts]) or "nothing")
-    timings = measure_interleaved(runners)
-    plan_ms = timings.pop("plan")
-    alt_ms = {name: timings.pop(f"whole:{name}") for name in alts}
-    if alt_ms and min(alt_ms.values()) < plan_ms:
+    raw: Any
+    costs: dict[Any, float]
+    failures: int
+
+    def whole(self, n: int, backend: str) -> float | None:
+        """The whole model's measured median on ``backend``, or None."""
+        cost = self.raw.get((tuple(range(n)), backend))
+        return cost.median_ms if cost is not None and cost.ok else None
+
+
+@dataclass
+class Baselines:
+    """Single backends on the whole model: compiled (re-run in every interleaved round) or from the DB."""
+
+    singles: dict[str, Any]
+    from_db: dict[str, float]
+    whole_ms: dict[str, float]
+    best_single_ms: float
+
+
+@dataclass
+class Verified:
+    """A plan measured end to end beside the baselines: its artifact (None when not exported) and numbers."""
+
+    plan: Plan
+    plan_ms: float
+    artifact: Any
+    timings: dict[str, float]
+    baselines: dict[str, float]
+
+
+class TuneJob:
+    """One tuning run; :meth:`run` is the sequence of steps, each a method below (state: attributes)."""
+
+    def __init__(self, model: str | os.PathLike | onnx.ModelProto, options: TuneOptions, work: Path) -> None:
+        self.options, self.work = options, work
+        self.t_start = time.monotonic()
+        self.graph = load_model_graph(model, options.shapes)
+        self.say("%s: %d nodes", self.graph.name, len(self.graph))
+        self.backends = resolve_backends(list(options.backends), options.target)
+        self.names = [b.name for b in self.backends]
+        from collage.cost_models.db import get_db
+        from collage.tuner.precision.strategy import precision_strategy
+
+        self.db = get_db(options.db)
+        self.precision = precision_strategy(self.graph, self.backends, options, self.db)
+
+    def say(self, msg: str, *args: object) -> None:
+        say(self.options.progress, msg, *args, logger=log)
+
+    def run(self, out_dir: Path) -> TuneResult:
+        """The steps: supports -> candidates -> measured costs -> baselines -> search -> verify -> refine ->
+        never worse -> numerics -> artifact."""
+        supports = self.check_supports()
+        cands, counts = self.candidates(supports)
+        measured = self.measure(cands)
+        from collage.cost_models.transitions import transition_model
+        from collage.graph.inputs import random_inputs
+
+        self.transition = transition_model(self.names, self.db)
+        self.feeds = random_inputs(self.graph, seed=self.options.seed)
+        self.precision.work = self.work
+        base = self.baselines(supports, measured)
+        plan, charged, search_info = self.search(measured, base)
+        verified = self.verify(plan, measured, base)
+        verified = self.refine(verified, charged, base)
+        verified = self.never_worse(verified, measured)
+        artifact = verified.artifact or self.load(self.export(verified.plan, self.work / "final"))
+        numerics = self.numerics(verified.plan, artifact)
+        report = self.report(verified, numerics, artifact, counts=counts, measured=measured,
+                             n_cands=len(cands), **search_info)
+        return self.write(out_dir, verified, artifact, report)
+
+    # ------------------------------------------------------------------ steps
+    def check_supports(self) -> dict[str, dict[int, bool]]:
+        """1. What each backend takes; every node must be taken by one of them."""
+        graph = self.graph
+        supports = {b.name: b.supports_all(graph) for b in self.backends}
+        orphans = [i for i in range(len(graph)) if not any(supports[n][i] for n in self.names)]
+        if orphans:
+            labels = ", ".join(graph.node_label(i) for i in orphans[:5])
+            raise UnsupportedError(f"no backend among {self.names} takes {labels}"
+                                   + (f" (and {len(orphans) - 5} more)" if len(orphans) > 5 else "")
+                                   + "; add a backend that does (onnxruntime runs every standard op)")
+        return supports
+
+    def candidates(self, supports: Mapping[str, Mapping[int, bool]]) -> tuple[list[Candidate], dict[str, int]]:
+        """2. Candidates (enumerated + coarse ranges) in measuring order; the precision strategy's prescreen."""
+        from collage.search.candidates import (
+            Limits,
+            candidate_counts,
+            enumerate_candidates,
+        )
+        from collage.search.ranges import range_candidates
+
+        limits = self.options.limits or Limits()
+        cands = enumerate_candidates(self.graph, supports, limits)
+        known = {(c.nodes, c.backend) for c in cands}
+        ranged = ([c for c in range_candidates(self.graph, supports) if (c.nodes, c.backend) not in known]
+                  if limits.ranges else [])
+        cands = measuring_order(cands + ranged, len(self.graph), {(c.nodes, c.backend) for c in ranged})
+        counts = candidate_counts(cands)
+        self.say("candidates: %s (%d of them coarse ranges)", ", ".join(f"{k} {v}" for k, v in counts.items()),
+                 len(ranged))
+        # lower-precision ranges over the accuracy budget at the model's outputs are not worth timing
+        return self.precision.prescreen(cands), counts
+
+    def measure(self, cands: Sequence[Candidate]) -> Measured:
+        """3. Measured costs (cached in the DB), within what is left of the budget."""
+        from collage.cost_models.measure import measure_candidates
+
+        budget_s = self.options.budget_s
+        spent = time.monotonic() - self.t_start
+        raw = measure_candidates(self.graph, [(c.nodes, c.backend) for c in cands], db=self.db,
+                                 budget_s=None if budget_s is None else max(1.0, budget_s - spent),
+                                 progress=self.options.progress)
+        costs: dict[Any, float] = {}
+        failures = 0
+        for c in cands:
+            cost = raw.get((c.nodes, c.backend))
+            if cost is None:
+                continue
+            if cost.ok:
+                costs[c] = cost.median_ms
+            else:
+                failures += 1
+        return Measured(raw, costs, failures)
+
+    def baselines(self, supports: Mapping[str, Mapping[int, bool]], measured: Measured) -> Baselines:
+        """4. The single backends' whole-model baselines: every plan is judged against them. A backend whose
+        whole-model cost is already known to be far behind (untuned TVM: 30-600x) is not re-run in the
+        interleaved rounds; its measured cost from the DB stands as its baseline. Lower precision is no
+        baseline (it is not fp32-faithful), nor does it make the fp32 baselines "slow"."""
+        n, low = len(self.graph), self.precision.low
+        whole_ms = {b.name: ms for b in self.backends if (ms := measured.whole(n, b.name)) is not None}
+        fastest = min((v for k, v in whole_ms.items() if k not in low), default=None)
+        singles, from_db = {}, {}
+        for b in self.backends:
+            if not all(supports[b.name].values()) or b.name in low:
+                continue
+            if fastest is not None and whole_ms.get(b.name, 0.0) > SLOW_BASELINE_FACTOR * fastest:
+                from_db[b.name] = whole_ms[b.name]
+                continue
+            singles[b.name] = b.compile(self.graph.model)
+        first = measure_interleaved({k: (lambda c=c: c.run(self.feeds)) for k, c in singles.items()}, rounds=3)
+        return Baselines(singles, from_db, whole_ms, min(first.values(), default=float("inf")))
+
+    def search(self, measured: Measured, base: Baselines) -> tuple[Plan, dict[Any, float], dict[str, Any]]:
+        """5. Search with a measured per-partition overhead, corrected where the stitched plan says so."""
+        from collage.tuner.search_step import (
+            calibrate_partition_overhead,
+            fill_boundaries,
+            search_checked,
+            whole_if_one_backend,
+        )
+
+        graph, prec, opts = self.graph, self.precision, self.options
+        overhead = calibrate_partition_overhead(graph, measured.costs, self.transition, self.names, self.feeds,
+                                                self.work, target=opts.target, progress=opts.progress)
+
+        def do_search(charged: Mapping[Any, float]) -> Plan:
+            return fill_boundaries(graph, whole_if_one_backend(graph, prec.search(charged, self.transition),
+                                                               charged, prec))
+
+        t0 = time.perf_counter()
+        plan, charged, attempts = search_checked(graph, measured.costs, overhead, do_search, self.feeds, self.work,
+                                                 base.best_single_ms, target=opts.target, progress=opts.progress)
+        search_s = time.perf_counter() - t0
+        self.say("search: %s (%d attempt(s), %.2f s)", plan.describe(), attempts, search_s)
+        return plan, charged, {"overhead": overhead, "attempts": attempts, "search_s": search_s}
+
+    def verify(self, plan: Plan, measured: Measured, base: Baselines) -> Verified:
+        """6. The stitched plan vs each single backend, interleaved, same run. A lower-precision backend on
+        the whole model, within the accuracy budget on its own, runs too: a competitor for the plan (not an
+        fp32 baseline), so a faster within-budget bf16 plan is never lost."""
+        artifact = self.load(self.export(plan, self.work / "plan"))
+        runners = {"plan": lambda: artifact.run(self.feeds)}
+        runners.update({name: (lambda c=c: c.run(self.feeds)) for name, c in base.singles.items()})
+        alts = self.precision.whole_model_alternatives(plan)
+        runners.update({f"whole:{name}": (lambda c=c: c.run(self.feeds)) for name, c in alts.items()})
+        self.say("verifying: plan vs %s, interleaved", ", ".join([*base.singles, *alts]) or "nothing")
+        timings = measure_interleaved(runners)
+        plan_ms = timings.pop("plan")
+        alt_ms = {name: timings.pop(f"whole:{name}") for name in alts}
+        verified = Verified(plan, plan_ms, artifact, timings, {**timings, **base.from_db})
+        if alt_ms and min(alt_ms.values()) < plan_ms:
+            verified = self.take_whole_model_alternative(verified, alt_ms, measured)
+        self.note_baselines(verified, base)
+        return verified
+
+    def take_whole_model_alternative(self, verified: Verified, alt_ms: Mapping[str, float],
+                                     measured: Measured) -> Verified:
+        """6b. A lower-precision whole model measured faster than the searched plan becomes the plan."""
+        from collage.tuner.search_step import fill_boundaries
+
         name = min(alt_ms, key=alt_ms.__getitem__)
         note = (f"precision: {name} on the whole model (within the accuracy budget on its own) measured "
-                f"{alt_ms[name]:.3f} ms, faster than the searched plan ({plan_ms:.3f} ms); the plan is {name} "
-                "on the whole model")
-        _say(progress, note)
-        whole_cost = measured.get((tuple(range(n)), name))
-        plan = fill_boundaries(graph, Plan.single(name, n, whole_cost.median_ms if whole_cost and whole_cost.ok else None))
-        plan.notes.extend(prec.use_whole_model(name, note))
-        plan_dir = export(graph, plan, work / "plan-whole", target=target)
-        artifact = load_artifact(plan_dir)
-        plan_ms = alt_ms[name]
-    baselines = {**timings, **from_db}
-    stale = stale_costs(whole_ms, timings)  # against the verification's numbers: the most rounds, warmest
-    if stale:
-        log.warning("%s", stale)
-        plan.notes.append(stale)
-    if from_db:
-        plan.notes.append("baselines of " + ", ".join(f"{k} ({v:.1f} ms)" for k, v in from_db.items())
-                          + f" are their cost-DB whole-model medians: more than {SLOW_BASELINE_FACTOR}x behind, "
-                          "not re-run interleaved")
+                f"{alt_ms[name]:.3f} ms, faster than the searched plan ({verified.plan_ms:.3f} ms); the plan is "
+                f"{name} on the whole model")
+        self.say(note)
+        plan = fill_boundaries(self.graph, Plan.single(name, len(self.graph), measured.whole(len(self.graph), name)))
+        plan.notes.extend(self.precision.use_whole_model(name, note))
+        artifact = self.load(self.export(plan, self.work / "plan-whole"))
+        return Verified(plan, alt_ms[name], artifact, verified.timings, verified.baselines)
 
-    if refine_trials > 0 and prec and prec.is_low(plan):
-        plan.notes.append("refinement skipped: it does not measure errors, and the plan holds lower-precision partitions")
-    elif refine_trials > 0 and len(plan.partitions) > 1:
+    def note_baselines(self, verified: Verified, base: Baselines) -> None:
+        """6c. Notes on the baselines: a stale cost DB, baselines taken from the DB."""
+        stale = stale_costs(base.whole_ms, verified.timings)  # against the verification's numbers: warmest
+        if stale:
+            log.warning("%s", stale)
+            verified.plan.notes.append(stale)
+        if base.from_db:
+            verified.plan.notes.append(
+                "baselines of " + ", ".join(f"{k} ({v:.1f} ms)" for k, v in base.from_db.items())
+                + f" are their cost-DB whole-model medians: more than {SLOW_BASELINE_FACTOR}x behind, not re-run "
+                "interleaved")
+
+    def refine(self, verified: Verified, charged: Mapping[Any, float], base: Baselines) -> Verified:
+        """7. Optional: measured Optuna trials around the plan; a faster plan is measured against the
+        baselines again."""
+        trials, plan = self.options.refine_trials, verified.plan
+        if trials > 0 and self.precision.is_low(plan):
+            plan.notes.append("refinement skipped: it does not measure errors, and the plan holds lower-precision "
+                              "partitions")
+            return verified
+        if trials <= 0 or len(plan.partitions) < 2:
+            return verified
         from collage.search.refine import refine
+        from collage.tuner.search_step import fill_boundaries
 
-        def evaluate(p: Plan) -> float:
-            p = fill_boundaries(graph, p)
-            d = export(graph, p, Path(tempfile.mkdtemp(dir=work)) / "p", target=target)
-            a = load_artifact(d)
-            return measure_interleaved({"p": lambda: a.run(feeds)}, rounds=3)["p"]
-
+        n = len(self.graph)
         # the study lives in the cost DB's SQLite file, so an interrupted refinement resumes
-        storage = f"sqlite:///{cost_db.path.resolve()}" if hasattr(cost_db, "path") else None
-        res = refine(graph, plan, charged, evaluate, storage=storage,
-                     study_name=f"refine-{graph.fingerprint(range(n))}-{'-'.join(names)}", n_trials=refine_trials)
-        if res.plan is not plan and res.measured_ms < plan_ms:
-            plan = fill_boundaries(graph, res.plan)
-            plan.notes.append(f"refined by {res.trials} measured trials: {plan_ms:.3f} -> {res.measured_ms:.3f} ms")
-            plan_dir = export(graph, plan, work / "refined", target=target)
-            artifact = load_artifact(plan_dir)
-            timings = measure_interleaved({"plan": lambda: artifact.run(feeds),
-                                           **{k: (lambda c=c: c.run(feeds)) for k, c in singles.items()}})
-            plan_ms = timings.pop("plan")
-            baselines = {**timings, **from_db}
+        storage = f"sqlite:///{self.db.path.resolve()}" if hasattr(self.db, "path") else None
+        res = refine(self.graph, plan, charged, self.evaluate, storage=storage,
+                     study_name=f"refine-{self.graph.fingerprint(range(n))}-{'-'.join(self.names)}", n_trials=trials)
+        if res.plan is plan or res.measured_ms >= verified.plan_ms:
+            return verified
+        plan = fill_boundaries(self.graph, res.plan)
+        plan.notes.append(f"refined by {res.trials} measured trials: {verified.plan_ms:.3f} -> {res.measured_ms:.3f} ms")
+        artifact = self.load(self.export(plan, self.work / "refined"))
+        timings = measure_interleaved({"plan": lambda: artifact.run(self.feeds),
+                                       **{k: (lambda c=c: c.run(self.feeds)) for k, c in base.singles.items()}})
+        plan_ms = timings.pop("plan")
+        return Verified(plan, plan_ms, artifact, timings, {**timings, **base.from_db})
 
-    if len(plan.partitions) == 1 and plan.partitions[0].backend in timings:
-        # the plan is one backend on the whole model: the same configuration as that baseline, so one
-        # number stands for both (two samples of it would only show the noise as a "speedup")
-        plan_ms = baselines[plan.partitions[0].backend]
-    if baselines:
+    def evaluate(self, plan: Plan) -> float:
+        """A refinement trial: ``plan`` exported, loaded and measured (3 rounds)."""
+        from collage.tuner.search_step import fill_boundaries
+
+        a = self.load(self.export(fill_boundaries(self.graph, plan), Path(tempfile.mkdtemp(dir=self.work)) / "p"))
+        return measure_interleaved({"p": lambda: a.run(self.feeds)}, rounds=3)["p"]
+
+    def never_worse(self, verified: Verified, measured: Measured) -> Verified:
+        """8. If the plan is not faster than the best single backend, the plan is that backend."""
+        from collage.tuner.search_step import fill_boundaries
+
+        plan, plan_ms, baselines = verified.plan, verified.plan_ms, verified.baselines
+        if len(plan.partitions) == 1 and plan.partitions[0].backend in verified.timings:
+            # the plan is one backend on the whole model: the same configuration as that baseline, so one
+            # number stands for both (two samples of it would only show the noise as a "speedup")
+            plan_ms = baselines[plan.partitions[0].backend]
+        if not baselines:
+            return Verified(plan, plan_ms, verified.artifact, verified.timings, baselines)
         best, best_ms = min(baselines.items(), key=lambda kv: kv[1])
         already_best = len(plan.partitions) == 1 and plan.partitions[0].backend == best
-        if not already_best and plan_ms >= best_ms:
-            note = (f"never worse: the mixed plan measured {plan_ms:.3f} ms end to end, not faster than "
-                    f"{best} alone ({best_ms:.3f} ms); the plan is {best} on the whole model")
-            _say(progress, note)
-            whole = measured.get((tuple(range(n)), best))
-            kept = [x for x in plan.notes if not x.startswith("refined by")]  # facts of the run, not of the mix
-            plan = fill_boundaries(graph, Plan.single(best, n, whole.median_ms if whole and whole.ok else None))
-            plan.notes.extend(kept + [note])
-            plan_ms = best_ms
-            artifact = None
-    numerics_artifact = artifact or load_artifact(export(graph, plan, work / "final", target=target))
-    numerics = None if prec and prec.is_low(plan) else check_numerics(graph, plan, numerics_artifact, feeds, tolerance)
-    if prec:  # end-to-end error vs the accuracy budget on the calibration inputs
-        numerics = prec.check(plan, numerics_artifact, numerics)
+        if already_best or plan_ms < best_ms:
+            return Verified(plan, plan_ms, verified.artifact, verified.timings, baselines)
+        note = (f"never worse: the mixed plan measured {plan_ms:.3f} ms end to end, not faster than "
+                f"{best} alone ({best_ms:.3f} ms); the plan is {best} on the whole model")
+        self.say(note)
+        kept = [x for x in plan.notes if not x.startswith("refined by")]  # facts of the run, not of the mix
+        single = fill_boundaries(self.graph, Plan.single(best, len(self.graph), measured.whole(len(self.graph), best)))
+        single.notes.extend(kept + [note])
+        return Verified(single, best_ms, None, verified.timings, baselines)
 
-    report = {
-        "model": graph.name,
-        "source": graph.source,
-        "target": target,
-        "backends": names,
-        "baselines": baselines,
-        "plan_ms": plan_ms,
-        "predicted_ms": plan.predicted_ms,
-        "numerics": numerics,
-        "notes": list(plan.notes),
-        "candidates": counts,
-        "partition_overhead_ms": overhead,
-        "search_attempts": attempts,
-        "measurements": {"candidates": len(cands), "with_cost": len(costs), "failed_candidates": failures,
-                         "distinct_keys": getattr(measured, "distinct", None),
-                         "reused": getattr(measured, "reused", None),
-                         "measured_now": getattr(measured, "measured", None),
-                         "unmeasured": getattr(measured, "unmeasured", None),
-                         "measure_s": getattr(measured, "elapsed_s", None)},
-        "search_s": search_s,
-        "tune_s": time.monotonic() - t_start,
-    }
-    if prec:
-        report["precision"] = prec.report(plan)
-    if hasattr(numerics_artifact, "boundary_overhead"):
-        try:
-            report["boundary_overhead_ms"] = numerics_artifact.boundary_overhead(feeds)
-        except Exception as e:  # report-only figure; never fail a tune for it
-            log.warning("could not measure boundary overhead: %s", e)
-    # reuse exactly the partitions that were verified (no recompilation)
-    compiled = {p.index: p.compiled for p in numerics_artifact.partitions}
-    final = export(graph, plan, out_dir, target=target, report=report, archive=archive, compiled=compiled)
-    _say(progress, "wrote %s: plan %.3f ms vs %s", final, plan_ms,
-         ", ".join(f"{k} {v:.3f} ms" for k, v in baselines.items()))
-    return TuneResult(Path(final), plan, plan_ms, baselines, report)
+    def numerics(self, plan: Plan, artifact: Any) -> dict[str, Any] | None:
+        """9. Outputs vs the ONNX Runtime fp32 reference (fp32 plans), then the precision strategy's check
+        (the end-to-end error vs the accuracy budget on the calibration inputs)."""
+        fp32 = None if self.precision.is_low(plan) else check_numerics(self.graph, plan, artifact, self.feeds,
+                                                                        dict(self.options.tolerance))
+        return self.precision.check(plan, artifact, fp32)
+
+    def report(self, verified: Verified, numerics: dict[str, Any] | None, artifact: Any, *, counts: dict[str, int],
+               measured: Measured, n_cands: int, overhead: Any, attempts: int,
+               search_s: float) -> dict[str, Any]:
+        """10. report.json's content."""
+        raw, plan = measured.raw, verified.plan
+        report = {
+            "model": self.graph.name, "source": self.graph.source, "target": self.options.target,
+            "backends": self.names, "baselines": verified.baselines, "plan_ms": verified.plan_ms,
+            "predicted_ms": plan.predicted_ms, "numerics": numerics, "notes": list(plan.notes),
+            "candidates": counts, "partition_overhead_ms": overhead, "search_attempts": attempts,
+            "measurements": {"candidates": n_cands, "with_cost": len(measured.costs),
+                             "failed_candidates": measured.failures,
+                             "distinct_keys": getattr(raw, "distinct", None), "reused": getattr(raw, "reused", None),
+                             "measured_now": getattr(raw, "measured", None),
+                             "unmeasured": getattr(raw, "unmeasured", None),
+                             "measure_s": getattr(raw, "elapsed_s", None)},
+            "search_s": search_s,
+            "tune_s": time.monotonic() - self.t_start,
+        }
+        precision = self.precision.report(plan)
+        if precision is not None:
+            report["precision"] = precision
+        if hasattr(artifact, "boundary_overhead"):
+            try:
+                report["boundary_overhead_ms"] = artifact.boundary_overhead(self.feeds)
+            except Exception as e:  # report-only figure; never fail a tune for it
+                log.warning("could not measure boundary overhead: %s", e)
+        return report
+
+    def write(self, out_dir: Path, verified: Verified, artifact: Any, report: dict[str, Any]) -> TuneResult:
+        """11. The artifact in ``out_dir``, reusing exactly the partitions that were verified (no recompilation)."""
+        from collage.tuner.export import export
+
+        compiled = {p.index: p.compiled for p in artifact.partitions}
+        final = export(self.graph, verified.plan, out_dir, target=self.options.target, report=report,
+                       archive=self.options.archive, compiled=compiled)
+        self.say("wrote %s: plan %.3f ms vs %s", final, verified.plan_ms,
+                 ", ".join(f"{k} {v:.3f} ms" for k, v in verified.baselines.items()))
+        return TuneResult(Path(final), verified.plan, verified.plan_ms, verified.baselines, report)
+
+    # ------------------------------------------------------------------ helpers
+    def export(self, plan: Plan, path: Path) -> Path:
+        from collage.tuner.export import export
+
+        return export(self.graph, plan, path, target=self.options.target)
+
+    @staticmethod
+    def load(path: Path) -> Any:
+        from collage.runtime.artifact import load
+
+        return load(path)

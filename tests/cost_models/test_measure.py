@@ -353,16 +353,6 @@ def test_chain_timings_runs_real_partitions():
 
 
 # ---------------------------------------------------------------------- CLI
-def test_parse_duration():
-    from collage.commands.measure import parse_duration
-    from collage.errors import CollageError
-
-    assert parse_duration("90s") == 90 and parse_duration("10m") == 600 and parse_duration("1h") == 3600
-    assert parse_duration("1h30m") == 5400 and parse_duration("120") == 120 and parse_duration(None) is None
-    with pytest.raises(CollageError, match="unknown unit"):
-        parse_duration("10x")
-
-
 def test_cli_measure_then_reuse(tmp_path):
     from collage.backends import unavailable_reason
 

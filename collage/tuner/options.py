@@ -1,0 +1,78 @@
+"""What one tuning job is asked to do: :class:`TuneOptions` (plain data, validated once).
+
+``collage.tune(model, out_dir, **keywords)`` builds one with :meth:`TuneOptions.build` (which reads the
+``budget`` as a duration, and still takes the older ``budget_s=`` seconds); the job's steps
+(:mod:`collage.tuner.job`) read it and never change it.
+"""
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from collage.util import parse_duration
+
+if TYPE_CHECKING:
+    from collage.cost_models.accuracy import Budget
+    from collage.cost_models.db import CostDB
+    from collage.search.candidates import Limits
+
+DEFAULT_BACKENDS = ("onnxruntime", "openvino")
+#: artifact outputs vs the ORT fp32 whole-model reference
+DEFAULT_TOLERANCE = {"atol": 1e-4, "rtol": 1e-3}
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """One tuning job's settings.
+
+    target: the device every backend must run on ("cpu" | "cuda"). backends: registry names, in order.
+    budget_s: seconds for measuring candidates (None: measure them all). db: the cost database (None: the
+    default file; a path, a ``sqlite:///`` or ``postgresql://`` URL, or a CostDB). refine_trials: measured
+    Optuna trials around the DP's plan (0: none). shapes: fixed sizes for symbolic input dimensions.
+    limits: the candidate enumeration's limits (None: ``Limits()``). archive: also write OUT.tar.gz.
+    tolerance: ``atol``/``rtol`` of the artifact's outputs against the ONNX Runtime fp32 reference.
+    seed: of the random inputs (verification, calibration without --calibration). progress: one line per
+    step on stderr. accuracy: the accuracy budget that lets lower-precision backends in (e.g.
+    ``"cos=0.999,rel=0.01"``; None: fp32 only). calibration: the inputs (.npz) that budget is judged on.
+    """
+
+    target: str = "cpu"
+    backends: tuple[str, ...] = DEFAULT_BACKENDS
+    budget_s: float | None = None
+    db: str | os.PathLike | CostDB | None = None
+    refine_trials: int = 0
+    shapes: Mapping[str, Sequence[int]] | None = None
+    limits: Limits | None = None
+    archive: bool = False
+    tolerance: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCE))
+    seed: int = 0
+    progress: bool = True
+    accuracy: str | Budget | None = None
+    calibration: str | os.PathLike | None = None
+
+    def __post_init__(self) -> None:
+        if not self.backends:
+            raise ValueError("tune: no backend named (backends=...)")
+        if self.budget_s is not None and not (math.isfinite(self.budget_s) and self.budget_s >= 0):
+            raise ValueError(f"tune: budget must be a finite number of seconds >= 0, not {self.budget_s!r}")
+        if self.refine_trials < 0:
+            raise ValueError(f"tune: refine_trials must be >= 0, not {self.refine_trials}")
+        unknown = set(self.tolerance) - {"atol", "rtol"}
+        if unknown:
+            raise ValueError(f"tune: tolerance takes atol and rtol, not {sorted(unknown)}")
+
+    @classmethod
+    def build(cls, *, budget: str | float | None = None, budget_s: float | None = None,
+              backends: Sequence[str] = DEFAULT_BACKENDS, tolerance: Mapping[str, float] | None = None,
+              **options: object) -> TuneOptions:
+        """Options from ``tune``'s keywords: ``budget`` is a duration ("30s", "10m", "1h30m", or seconds),
+        ``budget_s`` the older spelling in seconds (give one of the two)."""
+        if budget is not None and budget_s is not None:
+            raise TypeError("tune: give budget= or budget_s=, not both")
+        seconds = parse_duration(budget) if budget is not None else budget_s
+        names = (backends,) if isinstance(backends, str) else tuple(backends)
+        return cls(budget_s=None if seconds is None else float(seconds), backends=names,
+                   tolerance=dict(tolerance or DEFAULT_TOLERANCE), **options)  # type: ignore[arg-type]

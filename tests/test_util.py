@@ -1,0 +1,44 @@
+"""collage.util: the one duration parser (tune's and measure's --budget) and the progress line."""
+from __future__ import annotations
+
+import argparse
+import math
+
+import pytest
+
+from collage.util import parse_duration, say
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("90", 90), ("30s", 30), ("10m", 600), ("1h30m", 5400), ("1.5h", 5400), ("2.5m", 150), (" 1h 30m ", 5400),
+    ("45sec", 45), ("2min", 120), ("0", 0), (120, 120), (0.5, 0.5)])
+def test_parse_duration_reads(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "  ", "-5", "-1m", "nan", "inf", "10x", "1h-3m", "abc", "m", ".", "1..5s",
+                                  float("nan"), math.inf, -1])
+def test_parse_duration_refuses_naming_the_text(text):
+    with pytest.raises(ValueError, match="bad duration") as e:
+        parse_duration(text)
+    assert repr(text) in str(e.value)
+
+
+def test_budget_flags_use_it():
+    from collage.commands import measure, tune
+
+    for module in (tune, measure):
+        p = argparse.ArgumentParser()
+        module.add_arguments(p)
+        base = ["m.onnx", "-o", "out"] if module is tune else ["m.onnx"]
+        assert p.parse_args([*base, "--budget", "1h30m"]).budget == 5400
+        with pytest.raises(SystemExit):
+            p.parse_args([*base, "--budget", "-3m"])
+
+
+def test_say_logs_and_prints(capsys, caplog):
+    caplog.set_level("INFO")
+    say(True, "%d nodes", 3)
+    say(False, "quiet")
+    assert capsys.readouterr().err == "collage: 3 nodes\n"
+    assert [r.getMessage() for r in caplog.records] == ["3 nodes", "quiet"]
