@@ -49,8 +49,8 @@ import logging
 import math
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from collage.errors import CollageError
 from collage.plan import Plan
@@ -76,6 +76,46 @@ def _first_zero(mask: int) -> int:
     return (~mask & (mask + 1)).bit_length() - 1
 
 
+class StateRecord(NamedTuple):
+    """How the search reached a state (the cheapest way so far)."""
+
+    cost: int                 # g: the steps' quantized cost so far
+    parts: int                # partitions so far (the tie-break)
+    f: int                    # g + h
+    parent: int               # the encoded state it was reached from; -1 for the start
+    group: Group | None       # the step taken into it (None for the start)
+    backend: int              # the step's backend index
+
+
+class Move(NamedTuple):
+    """A step a covered set may take, with what it needs from any frontier of that set."""
+
+    group: Group
+    next_id: int                                   # id of the covered set after the step
+    reads: tuple[tuple[int, tuple, tuple], ...]    # per tensor read: (frontier shift, hand-over rows, h terms)
+    keep: tuple[tuple[int, int, int], ...]         # frontier digits kept, as runs (old shift, mask, new shift)
+    fresh: tuple[int, ...]                         # per backend: the step's new frontier digits
+
+
+class Successor(NamedTuple):
+    """One step from one state (the greedy dives rank these)."""
+
+    f: int
+    step: int
+    group: Group
+    backend: int
+    next_id: int
+    frontier: int
+
+
+class Kept(NamedTuple):
+    """A state of the covered set being settled that no other one dominates."""
+
+    cost: int
+    parts: int
+    frontier: int
+
+
 def search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition | None = None,
            *, stats: SearchStats | None = None, max_states: int = 1_000_000) -> Plan:
     """The cheapest executable exact cover of ``graph`` by the candidates in ``costs`` (module docstring).
@@ -83,12 +123,10 @@ def search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition 
     ``max_states`` is a safety valve: past that many expanded states the greedy plan found first is
     returned, with a note saying it is not proven optimal (BERT-base with three backends needs ~2e4).
     """
-    t_start = time.perf_counter()
-    n = len(graph)
-    if n == 0:
+    if len(graph) == 0:
         raise CollageError(f"{graph.name}: the graph has no nodes to place")
-    full = (1 << n) - 1
     table = usable_costs(graph, costs)
+    full = (1 << len(graph)) - 1
     covered_any = 0
     for nodes in table:
         for i in nodes:
@@ -98,283 +136,344 @@ def search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition 
         raise CollageError(f"{graph.name}: no candidate with a usable cost covers {graph.node_label(i)}: no backend "
                            "supports it, or every measurement of it failed; enable a backend that runs "
                            f"{graph.op_type(i)} (onnxruntime runs every ONNX op)")
-    backends = sorted({b for opts in table.values() for b in opts})
-    bidx = {b: k for k, b in enumerate(backends)}
-    nb = len(backends)
-    preds = [0] * n
-    succ = [0] * n
-    for u, v in graph.dag.edges:
-        preds[v] |= 1 << u
-        succ[u] |= 1 << v
-    sources = sum(1 << i for i in range(n) if not preds[i])
+    return CoverSearch(graph, table, transition).run(stats or SearchStats(), max_states)
 
-    trans_cache: dict[tuple[int, int, int], int] = {}
 
-    def hand_over(src: int, dst: int, nbytes: int) -> int:
+class CoverSearch:
+    """One run of the search (module docstring): the tables set up once per graph, the covered sets
+    registered as they are reached, the greedy bound, then the covered sets settled by increasing size."""
+
+    def __init__(self, graph: Graph, table: Mapping[tuple[int, ...], Mapping[str, float]],
+                 transition: Transition | None) -> None:
+        self.t_start = time.perf_counter()
+        self.graph, self.table, self.transition = graph, table, transition
+        n = self.n = len(graph)
+        self.full = (1 << n) - 1
+        self.backends = sorted({b for opts in table.values() for b in opts})
+        self.nb = len(self.backends)
+        self.preds, self.succ = [0] * n, [0] * n
+        for u, v in graph.dag.edges:
+            self.preds[v] |= 1 << u
+            self.succ[u] |= 1 << v
+        self.sources = sum(1 << i for i in range(n) if not self.preds[i])
+        self.trans_cache: dict[tuple[int, int, int], int] = {}
+        groups = build_groups(graph, table, {b: k for k, b in enumerate(self.backends)}, self.preds, self.succ)
+        self.by_min: list[list[tuple[int, int, Group]]] = [[] for _ in range(n)]
+        self.by_node: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+        for g in groups:  # sorted by nodes, so by first node
+            self.by_min[g.nodes[0]].append((g.mask, g.ext_pred, g))
+            for i in g.nodes:
+                self.by_node[i].append((g.nodes[0], g.mask, g.ext_pred))
+        self.bits = max(1, (self.nb - 1).bit_length())  # a frontier digit holds a backend index
+        self.digit = (1 << self.bits) - 1
+        self.h0 = prepare(graph, groups, self.nb, self.bits, self.hand_over)
+        self.out_tensors = self._out_tensors()
+        # Covered sets get small ids. A state is one int: (frontier << 32) | id, where the frontier holds the
+        # backend of the k-th frontier node (by node id) of that covered set in bits k*bits.. of it.
+        self.cov_id: dict[int, int] = {}
+        self.covs: list[int] = []                          # id -> covered mask
+        self.fnodes_of: list[list[int]] = []               # id -> frontier nodes, sorted
+        self.moves_of: list[list[Move] | None] = []        # id -> allowed steps (lazily)
+        self.reached: list[dict[int, StateRecord] | None] = []  # id -> {frontier: record}
+        self.buckets: list[list[int]] = [[] for _ in range(n + 1)]  # covered set size -> ids
+        self.settled: dict[int, StateRecord] = {}          # state -> its record, once kept
+
+    # ------------------------------------------------------------------ set-up
+    def hand_over(self, src: int, dst: int, nbytes: int) -> int:
+        """The quantized transition cost of ``nbytes`` from backend index ``src`` to ``dst`` (cached)."""
         key = (src, dst, nbytes)
-        hit = trans_cache.get(key)
+        hit = self.trans_cache.get(key)
         if hit is None:
+            backends, transition = self.backends, self.transition
             ms = float(transition(backends[src], backends[dst], nbytes)) if transition else 0.0
             if not math.isfinite(ms) or ms < 0:
                 raise CollageError(f"transition cost {backends[src]} -> {backends[dst]} for {nbytes} bytes is {ms}; "
                                    "it must be a finite, non-negative number of ms")
-            hit = trans_cache[key] = quantize(ms)
+            hit = self.trans_cache[key] = quantize(ms)
         return hit
 
-    groups = build_groups(graph, table, bidx, preds, succ)
-    by_min: list[list[tuple[int, int, Group]]] = [[] for _ in range(n)]
-    by_node: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
-    for g in groups:  # sorted by nodes, so by first node
-        by_min[g.nodes[0]].append((g.mask, g.ext_pred, g))
-        for i in g.nodes:
-            by_node[i].append((g.nodes[0], g.mask, g.ext_pred))
+    def _out_tensors(self) -> list[list[tuple[int, int]]]:
+        """Per node, (readers mask, dearest hand-over) of each output tensor read. Dominance between states
+        with the same covered set: a frontier node's backend can change the remaining cost by at most
+        (uncovered readers of each of its tensors) x (dearest hand-over of it)."""
+        graph, nb = self.graph, self.nb
+        out: list[list[tuple[int, int]]] = [[] for _ in range(self.n)]
+        for u in range(self.n):
+            for t in graph.op(u).output:
+                readers = 0
+                for c in graph.consumers(t) if t else ():
+                    readers |= 1 << c
+                if readers:
+                    size = graph.tensor(t).nbytes
+                    worst = max((self.hand_over(a, b, size) for a in range(nb) for b in range(nb) if a != b), default=0)
+                    out[u].append((readers, worst))
+        return out
 
-    bits = max(1, (nb - 1).bit_length())  # a frontier digit holds a backend index
-    digit = (1 << bits) - 1
-    h0 = prepare(graph, groups, nb, bits, hand_over)
-
-    # Dominance between states with the same covered set: a frontier node's backend can change the
-    # remaining cost by at most (uncovered readers of each of its tensors) x (dearest hand-over of it).
-    out_tensors: list[list[tuple[int, int]]] = [[] for _ in range(n)]  # (readers mask, max hand-over q)
-    for u in range(n):
-        for t in graph.op(u).output:
-            readers = 0
-            for c in graph.consumers(t) if t else ():
-                readers |= 1 << c
-            if readers:
-                size = graph.tensor(t).nbytes
-                worst = max((hand_over(a, b, size) for a in range(nb) for b in range(nb) if a != b), default=0)
-                out_tensors[u].append((readers, worst))
-
-    # Covered sets get small ids. A state is one int: (frontier << 32) | id, where the frontier holds the
-    # backend of the k-th frontier node (by node id) of that covered set in bits k*bits.. of it.
-    cov_id: dict[int, int] = {}
-    covs: list[int] = []          # id -> covered mask
-    fnodes_of: list[list[int]] = []  # id -> frontier nodes, sorted
-    moves_of: list[list | None] = []  # id -> allowed steps (lazily)
-    reached: list[dict | None] = []   # id -> {frontier: (cost, parts, f, parent state, group, backend)}
-    buckets: list[list[int]] = [[] for _ in range(n + 1)]  # covered set size -> ids
-    settled: dict[int, tuple] = {}    # state -> its record, once kept
-
-    def register(cov: int, fnodes: list[int]) -> int:
-        cid = cov_id.get(cov)
+    def register(self, cov: int, fnodes: list[int]) -> int:
+        """The id of covered set ``cov`` (with frontier nodes ``fnodes``), registering it when new."""
+        cid = self.cov_id.get(cov)
         if cid is None:
-            cid = cov_id[cov] = len(covs)
-            covs.append(cov)
-            fnodes_of.append(fnodes)
-            moves_of.append(None)
-            reached.append({})
-            buckets[cov.bit_count()].append(cid)
+            cid = self.cov_id[cov] = len(self.covs)
+            self.covs.append(cov)
+            self.fnodes_of.append(fnodes)
+            self.moves_of.append(None)
+            self.reached.append({})
+            self.buckets[cov.bit_count()].append(cid)
         return cid
 
-    def steps_from(cid: int) -> list[tuple]:
-        """The candidates covered set ``cid`` may expand (module docstring), each with what the step
-        needs from any frontier of it: (group, next id, hand-over reads, kept digits, new digits per backend)."""
-        out = []
-        covered = covs[cid]
-        uncovered = full & ~covered
-        fnodes = fnodes_of[cid]
-        where = {u: k * bits for k, u in enumerate(fnodes)}
+    # ------------------------------------------------------------------ steps
+    def steps_from(self, cid: int) -> list[Move]:
+        """The candidates covered set ``cid`` may expand (module docstring: those whose first node is at
+        most the smallest unblocked ready node)."""
+        out: list[Move] = []
+        covered = self.covs[cid]
+        uncovered = self.full & ~covered
+        fnodes = self.fnodes_of[cid]
+        where = {u: k * self.bits for k, u in enumerate(fnodes)}
         first = _first_zero(covered)
-        rest = sources  # ready nodes read only graph inputs or covered nodes: the frontier's
+        rest = self.sources  # ready nodes read only graph inputs or covered nodes: the frontier's
         for u in fnodes:
-            rest |= succ[u]
+            rest |= self.succ[u]
         rest &= uncovered
         while rest:
             low = rest & -rest
             rest ^= low
             r = low.bit_length() - 1
-            if preds[r] & uncovered:
+            if self.preds[r] & uncovered:
                 continue  # not ready
             blocked = False
-            for mask, ext_pred, grp in by_min[r]:
+            for mask, ext_pred, grp in self.by_min[r]:
                 if mask & covered:
                     continue
                 if ext_pred & uncovered:
                     blocked = True
                     continue
-                new_cov = covered | mask
-                new_unc = full & ~new_cov
-                merged = sorted([(u, where[u]) for u in fnodes if succ[u] & new_unc]
-                                + [(u, -1) for u in grp.outs if succ[u] & new_unc])
-                nid = register(new_cov, [u for u, _ in merged])
-                # the old digits kept, as runs (old shift, mask, new shift) of consecutive ones
-                runs: list[list[int]] = []
-                fresh = 0
-                for k, (_, src) in enumerate(merged):
-                    if src < 0:
-                        fresh |= 1 << (k * bits)
-                    elif runs and runs[-1][0] + runs[-1][1] == src and runs[-1][2] + runs[-1][1] == k * bits:
-                        runs[-1][1] += bits
-                    else:
-                        runs.append([src, bits, k * bits])
-                keep = tuple((src, (1 << width) - 1, dst) for src, width, dst in runs)
-                ins = tuple((where[p], rows, hw) for p, rows, hw in grp.ins)
-                out.append((grp, nid, ins, keep, tuple(b * fresh for b in range(nb))))
+                out.append(self.move(covered, fnodes, where, grp))
             if not blocked and r > first:
-                pairs = by_node[r]  # (first node, mask, outside preds), by first node: those before ``first`` overlap
-                for _, mask, ext_pred in pairs[bisect_left(pairs, (first,)):bisect_left(pairs, (r,))]:
-                    if not mask & covered and ext_pred & uncovered:
-                        blocked = True
-                        break
+                blocked = self.blocked_later(r, first, covered, uncovered)
             if not blocked:
                 break
         return out
 
-    def enter(grp: Group, ins: list, keep: list, front: int, f: int) -> tuple[int, list, int]:
+    def blocked_later(self, r: int, first: int, covered: int, uncovered: int) -> bool:
+        """Whether a candidate holding ``r`` whose first node lies in ``[first, r)`` still needs an uncovered input."""
+        pairs = self.by_node[r]  # (first node, mask, outside preds), by first node: those before ``first`` overlap
+        for _, mask, ext_pred in pairs[bisect_left(pairs, (first,)):bisect_left(pairs, (r,))]:
+            if not mask & covered and ext_pred & uncovered:
+                return True
+        return False
+
+    def move(self, covered: int, fnodes: list[int], where: Mapping[int, int], grp: Group) -> Move:
+        """The step of ``grp`` from covered set ``covered``: the next covered set and how frontiers map."""
+        bits, succ = self.bits, self.succ
+        new_cov = covered | grp.mask
+        new_unc = self.full & ~new_cov
+        merged = sorted([(u, where[u]) for u in fnodes if succ[u] & new_unc]
+                        + [(u, -1) for u in grp.outs if succ[u] & new_unc])
+        nid = self.register(new_cov, [u for u, _ in merged])
+        # the old digits kept, as runs (old shift, mask, new shift) of consecutive ones
+        runs: list[list[int]] = []
+        fresh = 0
+        for k, (_, src) in enumerate(merged):
+            if src < 0:
+                fresh |= 1 << (k * bits)
+            elif runs and runs[-1][0] + runs[-1][1] == src and runs[-1][2] + runs[-1][1] == k * bits:
+                runs[-1][1] += bits
+            else:
+                runs.append([src, bits, k * bits])
+        keep = tuple((src, (1 << width) - 1, dst) for src, width, dst in runs)
+        reads = tuple((where[p], rows, hw) for p, rows, hw in grp.ins)
+        return Move(grp, nid, reads, keep, tuple(b * fresh for b in range(self.nb)))
+
+    def enter(self, move: Move, front: int, f: int) -> tuple[int, list, int]:
         """What a step from frontier ``front`` shares across its backends: ``f`` less the heuristic of the
         nodes it covers and of the hand-overs it settles, the transition rows of the tensors it reads
         (by their producers' backends), and the frontier digits that stay."""
-        base = f - grp.hconst
+        digit = self.digit
+        base = f - move.group.hconst
         rows = []
-        for s, trows, hw in ins:
+        for s, trows, hw in move.reads:
             pb = (front >> s) & digit
             rows.append(trows[pb])
             base -= hw[pb]
         nf0 = 0
-        for src, m, dst in keep:
+        for src, m, dst in move.keep:
             nf0 |= ((front >> src) & m) << dst
         return base, rows, nf0
 
-    def successors(cid: int, front: int, f: int):
-        """(f, step cost, group, backend, next id, next frontier) of every allowed step (for the dive)."""
-        moves = moves_of[cid]
+    def moves(self, cid: int) -> list[Move]:
+        moves = self.moves_of[cid]
         if moves is None:
-            moves = moves_of[cid] = steps_from(cid)
-        for grp, nid, ins, keep, brep in moves:
-            base, rows, nf0 = enter(grp, ins, keep, front, f)
+            moves = self.moves_of[cid] = self.steps_from(cid)
+        return moves
+
+    def successors(self, cid: int, front: int, f: int) -> Iterator[Successor]:
+        """Every allowed step from state (``cid``, ``front``) with ``f`` = g + h (for the dives)."""
+        for mv in self.moves(cid):
+            base, rows, nf0 = self.enter(mv, front, f)
+            grp = mv.group
             for b, q in grp.options:
                 step = q + sum(row[b] for row in rows)
-                yield base + step + grp.hadd[b], step, grp, b, nid, nf0 | brep[b]
+                yield Successor(base + step + grp.hadd[b], step, grp, b, mv.next_id, nf0 | mv.fresh[b])
 
-    def dive(rank: Callable[[tuple], Any]) -> tuple[float, list[tuple[Group, int]]]:
+    def dive(self, rank: Callable[[Successor], Any]) -> tuple[float, list[tuple[Group, int]]]:
         """A greedy plan (the successor ``rank`` puts first at every step) and its cost: an upper bound."""
-        cid, front, g_cost, f = register(0, []), 0, 0, h0
+        cid, front, g_cost, f = self.register(0, []), 0, 0, self.h0
         path = []
-        while covs[cid] != full:
-            pick = min(successors(cid, front, f), default=None, key=rank)
+        while self.covs[cid] != self.full:
+            pick = min(self.successors(cid, front, f), default=None, key=rank)
             if pick is None:
                 return math.inf, []
-            f, step, grp, b, cid, front = pick
-            path.append((grp, b))
-            g_cost += step
+            f, cid, front = pick.f, pick.next_id, pick.frontier
+            path.append((pick.group, pick.backend))
+            g_cost += pick.step
         return g_cost, path
 
-    # two greedy plans, the cheaper one bounds the search: cheapest g + h at every step, and cheapest
-    # step per node covered (which finds the whole graph, or large pieces, when per-call costs dominate)
-    bound, greedy = min(dive(lambda t: t[0]), dive(lambda t: (t[1] / len(t[2].nodes), t[0])), key=lambda r: r[0])
-    log.debug("%s: greedy plan bound %s, heuristic at the start %s (set up in %.3f s)", graph.name, bound, h0,
-              time.perf_counter() - t_start)
-    stats = stats or SearchStats()
+    # ------------------------------------------------------------------ the search
+    def run(self, stats: SearchStats, max_states: int) -> Plan:
+        """Two greedy plans bound the search; then covered sets are settled by increasing size (a step only
+        adds nodes, so when one is taken up every state with it has been reached): the states no other one
+        dominates are kept and expanded, until the full set is taken up."""
+        # cheapest g + h at every step, and cheapest step per node covered (which finds the whole graph, or
+        # large pieces, when per-call costs dominate); the cheaper one bounds the search
+        self.bound, greedy = min(self.dive(lambda t: t.f), self.dive(lambda t: (t.step / len(t.group.nodes), t.f)),
+                                 key=lambda r: r[0])
+        log.debug("%s: greedy plan bound %s, heuristic at the start %s (set up in %.3f s)", self.graph.name,
+                  self.bound, self.h0, time.perf_counter() - self.t_start)
+        start = self.register(0, [])
+        self.reached[start][0] = StateRecord(0, 0, self.h0, -1, None, 0)
+        self.goal_id = self.register(self.full, [])
+        self.expanded = self.pushed = 0
+        goal, deepest = self.settle_all(greedy, max_states)
+        stats.expanded, stats.pushed = self.expanded, self.pushed
+        if isinstance(goal, Plan):
+            return goal
+        if goal is None:
+            i = _first_zero(deepest)
+            raise CollageError(f"{self.graph.name}: the candidates admit no executable exact cover; the search got "
+                               f"stuck before {self.graph.node_label(i)} (every candidate containing it needs an "
+                               "input that no runnable order provides); add single-node candidates for it")
+        log.debug("%s: search expanded %d states, reached %d", self.graph.name, stats.expanded, stats.pushed)
+        return self.plan(self.path_to(goal))
 
-    spread = tuple(range(1, bits))  # shifts that fold a digit onto its lowest bit
+    def settle_all(self, greedy: list[tuple[Group, int]], max_states: int) -> tuple[StateRecord | Plan | None, int]:
+        """The covered sets by increasing size: (the goal's record, or the greedy plan past ``max_states``,
+        or None when stuck; the deepest covered set taken up)."""
+        deepest = 0
+        for size in range(self.n + 1):
+            for cid in self.buckets[size]:
+                found = self.reached[cid]
+                self.reached[cid] = None
+                if not found:
+                    continue
+                covered = self.covs[cid]
+                if covered == self.full:
+                    return min(found.values(), key=lambda r: (r.cost, r.parts)), deepest
+                deepest = covered
+                kept = self.undominated(cid, found)
+                moves = self.moves_of[cid] or self.steps_from(cid)
+                self.moves_of[cid] = None
+                self.expanded += len(kept)
+                if self.expanded > max_states and greedy:
+                    return self.greedy_plan(greedy, max_states), deepest
+                self.expand(cid, found, kept, moves)
+        return None, deepest
 
-    def penalty(pens: list[int], y: int) -> int:
-        """Sum of the penalties of the frontier digits flagged in ``y`` (lowest bit of each digit)."""
-        total = 0
-        while y:
-            lowbit = y & -y
-            total += pens[(lowbit.bit_length() - 1) // bits]
-            y ^= lowbit
-        return total
+    def undominated(self, cid: int, found: Mapping[int, StateRecord]) -> list[Kept]:
+        """The states of covered set ``cid`` that no other one dominates (module docstring), cheapest first;
+        they are recorded as settled."""
+        bits = self.bits
+        unc = self.full & ~self.covs[cid]
+        pens = [sum((r & unc).bit_count() * w for r, w in self.out_tensors[u]) for u in self.fnodes_of[cid]]
+        worst = sum(pens)
+        dcache = {0: 0}
+        low_bits = sum(1 << (k * bits) for k in range(len(pens)))  # the lowest bit of each digit
+        spread = tuple(range(1, bits))  # shifts that fold a digit onto its lowest bit
+        kept: list[Kept] = []
+        for cost, parts, front in sorted([(rec.cost, rec.parts, fr) for fr, rec in found.items()]):
+            if kept:
+                c1, p1, _ = kept[0]
+                if c1 + worst < cost or (c1 + worst == cost and p1 <= parts):
+                    break  # the cheapest state dominates this one and every dearer one, whatever the frontiers
+                dominated = False
+                for c1, p1, f1 in kept:
+                    x = y = f1 ^ front
+                    for s in spread:
+                        y |= x >> s
+                    x = y & low_bits
+                    d = dcache.get(x)
+                    if d is None:
+                        d = dcache[x] = _penalty(pens, x, bits)
+                    c1 += d
+                    if c1 < cost or (c1 == cost and p1 <= parts):
+                        dominated = True
+                        break
+                if dominated:
+                    continue
+            kept.append(Kept(cost, parts, front))
+            self.settled[(front << 32) | cid] = found[front]
+        return kept
 
-    # Covered sets are settled by increasing size (a step only adds nodes), so when one is taken up every
-    # state with that covered set has been reached: keep those no other one dominates, expand them.
-    start = register(0, [])
-    reached[start][0] = (0, 0, h0, -1, None, 0)
-    goal_id = register(full, [])
-    expanded = pushed = 0
-    goal = None
-    deepest = 0
-    for size in range(n + 1):
-        for cid in buckets[size]:
-            found = reached[cid]
-            reached[cid] = None
-            if not found:
-                continue
-            covered = covs[cid]
-            if covered == full:
-                goal = min(found.values(), key=lambda r: r[:2])
-                break
-            deepest = covered
-            unc = full & ~covered
-            pens = [sum((r & unc).bit_count() * w for r, w in out_tensors[u]) for u in fnodes_of[cid]]
-            worst = sum(pens)
-            dcache = {0: 0}
-            low_bits = sum(1 << (k * bits) for k in range(len(pens)))  # the lowest bit of each digit
-            kept: list[tuple[int, int, int]] = []  # (cost, parts, frontier) of the states kept, by cost
-            for cost, parts, front in sorted([(rec[0], rec[1], fr) for fr, rec in found.items()]):
-                if kept:
-                    c1, p1, _ = kept[0]
-                    if c1 + worst < cost or (c1 + worst == cost and p1 <= parts):
-                        break  # the cheapest state dominates this one and every dearer one, whatever the frontiers
-                    dominated = False
-                    for c1, p1, f1 in kept:
-                        x = y = f1 ^ front
-                        for s in spread:
-                            y |= x >> s
-                        x = y & low_bits
-                        d = dcache.get(x)
-                        if d is None:
-                            d = dcache[x] = penalty(pens, x)
-                        c1 += d
-                        if c1 < cost or (c1 == cost and p1 <= parts):
-                            dominated = True
-                            break
-                    if dominated:
-                        continue
-                kept.append((cost, parts, front))
-                settled[(front << 32) | cid] = found[front]
-            moves = moves_of[cid] or steps_from(cid)
-            moves_of[cid] = None
-            expanded += len(kept)
-            if expanded > max_states and greedy:
-                stats.expanded, stats.pushed = expanded, pushed
-                log.warning("%s: search stopped after %d states; using the greedy plan (%.3f ms, not proven optimal)",
-                            graph.name, max_states, bound / SCALE)
-                plan = to_plan(graph, [(grp.nodes, backends[b]) for grp, b in greedy], table, transition)
-                plan.notes.append(f"search stopped after {max_states} states: greedy plan, not proven optimal")
-                return plan
-            for g_cost, parts, front in kept:
-                key = (front << 32) | cid
-                f = found[front][2]
-                parts2 = parts + 1
-                for grp, nid, ins, keep, brep in moves:
-                    if f + grp.least > bound:
-                        continue  # no backend for this step keeps g + h within the greedy plan's cost
-                    base, rows, nf0 = enter(grp, ins, keep, front, f)
-                    hadd = grp.hadd
-                    into = reached[nid]
-                    for b, q in grp.options:
-                        step = q
-                        for row in rows:
-                            step += row[b]
-                        f2 = base + step + hadd[b]
-                        if f2 > bound:
-                            continue  # g + h beyond the greedy plan's cost: not worth keeping
-                        cost = g_cost + step
-                        new_front = nf0 | brep[b]
-                        old = into.get(new_front)
-                        if old is not None and (old[0] < cost or (old[0] == cost and old[1] <= parts2)):
-                            continue  # the same state, no dearer
-                        into[new_front] = (cost, parts2, f2, key, grp, b)
-                        pushed += 1
-                        if nid == goal_id and cost < bound:
-                            bound = cost  # a complete plan: nothing dearer is worth keeping from now on
-        else:
-            continue
-        break
-    stats.expanded, stats.pushed = expanded, pushed
-    if goal is None:
-        i = _first_zero(deepest)
-        raise CollageError(f"{graph.name}: the candidates admit no executable exact cover; the search got stuck "
-                           f"before {graph.node_label(i)} (every candidate containing it needs an input that no "
-                           "runnable order provides); add single-node candidates for it")
-    steps: list[tuple[Group, int]] = []
-    rec = goal
-    while rec[3] >= 0:
-        steps.append((rec[4], rec[5]))
-        rec = settled[rec[3]]
-    steps.reverse()
-    log.debug("%s: search expanded %d states, reached %d", graph.name, stats.expanded, stats.pushed)
-    return to_plan(graph, [(grp.nodes, backends[b]) for grp, b in steps], table, transition)
+    def expand(self, cid: int, found: Mapping[int, StateRecord], kept: list[Kept], moves: list[Move]) -> None:
+        """Every step of every kept state whose g + h stays within the bound; a complete plan lowers the bound."""
+        bound, pushed, goal_id, reached = self.bound, self.pushed, self.goal_id, self.reached
+        for g_cost, parts, front in kept:
+            key = (front << 32) | cid
+            f = found[front].f
+            parts2 = parts + 1
+            for mv in moves:
+                grp = mv.group
+                if f + grp.least > bound:
+                    continue  # no backend for this step keeps g + h within the greedy plan's cost
+                base, rows, nf0 = self.enter(mv, front, f)
+                hadd, fresh, nid = grp.hadd, mv.fresh, mv.next_id
+                into = reached[nid]
+                for b, q in grp.options:
+                    step = q
+                    for row in rows:
+                        step += row[b]
+                    f2 = base + step + hadd[b]
+                    if f2 > bound:
+                        continue  # g + h beyond the greedy plan's cost: not worth keeping
+                    cost = g_cost + step
+                    new_front = nf0 | fresh[b]
+                    old = into.get(new_front)
+                    if old is not None and (old.cost < cost or (old.cost == cost and old.parts <= parts2)):
+                        continue  # the same state, no dearer
+                    into[new_front] = StateRecord(cost, parts2, f2, key, grp, b)
+                    pushed += 1
+                    if nid == goal_id and cost < bound:
+                        bound = cost  # a complete plan: nothing dearer is worth keeping from now on
+        self.bound, self.pushed = bound, pushed
+
+    # ------------------------------------------------------------------ the answer
+    def path_to(self, goal: StateRecord) -> list[tuple[Group, int]]:
+        """The steps (group, backend index) from the start to ``goal``, in order."""
+        steps: list[tuple[Group, int]] = []
+        rec = goal
+        while rec.parent >= 0:
+            steps.append((rec.group, rec.backend))
+            rec = self.settled[rec.parent]
+        steps.reverse()
+        return steps
+
+    def plan(self, steps: list[tuple[Group, int]]) -> Plan:
+        return to_plan(self.graph, [(grp.nodes, self.backends[b]) for grp, b in steps], self.table, self.transition)
+
+    def greedy_plan(self, greedy: list[tuple[Group, int]], max_states: int) -> Plan:
+        """The greedy plan, when the search stopped at ``max_states`` expanded states."""
+        log.warning("%s: search stopped after %d states; using the greedy plan (%.3f ms, not proven optimal)",
+                    self.graph.name, max_states, self.bound / SCALE)
+        plan = self.plan(greedy)
+        plan.notes.append(f"search stopped after {max_states} states: greedy plan, not proven optimal")
+        return plan
+
+
+def _penalty(pens: list[int], y: int, bits: int) -> int:
+    """Sum of the penalties of the frontier digits flagged in ``y`` (lowest bit of each digit)."""
+    total = 0
+    while y:
+        lowbit = y & -y
+        total += pens[(lowbit.bit_length() - 1) // bits]
+        y ^= lowbit
+    return total
