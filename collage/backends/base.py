@@ -85,6 +85,11 @@ class Backend(abc.ABC):
     name: ClassVar[str]
     device: ClassVar[str] = "cpu"
     precision: str = "fp32"
+    #: Exceptions of ``_check_supported`` that are definite refusals of the node: answered "no" and cached on
+    #: disk like a returned reason. Any other exception (out of memory, a full disk, a timeout, a runtime
+    #: error that is no conversion refusal) is transient: the node counts as not taken for this call only,
+    #: and is checked again next time. A backend adds its converter's own refusal exceptions here.
+    refusal_errors: ClassVar[tuple[type[BaseException], ...]] = (UnsupportedError,)
 
     @abc.abstractmethod
     def version(self) -> str: ...
@@ -96,7 +101,8 @@ class Backend(abc.ABC):
     def _check_supported(self, model: onnx.ModelProto) -> str | None:
         """The one support primitive: really convert/compile ``model`` (one node); None or the reason.
 
-        Must not raise for an op the backend rejects; it returns the runtime's message instead.
+        Must not raise for an op the backend rejects; it returns the runtime's message instead (or raises
+        one of ``refusal_errors``). Raising anything else means "could not tell now" (see ``refusal_errors``).
         """
         raise NotImplementedError(f"{type(self).__name__} implements neither supports() nor _check_supported()")
 
@@ -113,12 +119,16 @@ class Backend(abc.ABC):
         return {i: r is None for i, r in self.support_reasons(graph, range(len(graph))).items()}
 
     def support_reasons(self, graph: Graph, node_ids: Iterable[int]) -> dict[int, str | None]:
-        """``support_reason`` for many nodes: each distinct signature is checked once, the cache written once."""
+        """``support_reason`` for many nodes: each distinct signature is checked once, the cache written once.
+
+        Only answers are cached: None, a returned reason, or one of ``refusal_errors``. A node whose check
+        raised anything else is "no" in this answer (with the error) and is checked again on the next call."""
         cache = self._support_cache()
         by_fp: dict[str, list[int]] = {}
         for i in node_ids:
             by_fp.setdefault(graph.fingerprint([i]), []).append(i)
         fresh: dict[str, str | None] = {}
+        transient: dict[str, str] = {}
         for fp, ids in by_fp.items():
             if fp in cache:
                 continue
@@ -126,15 +136,19 @@ class Backend(abc.ABC):
                 reason = self._check_supported(graph.extract([ids[0]]))
             except NotImplementedError:
                 raise
-            except Exception as e:  # a primitive that raises still answers "no", with the reason
+            except self.refusal_errors as e:  # a definite refusal, raised rather than returned
                 reason = f"{type(e).__name__}: {e}"
+            except Exception as e:  # could not tell now: "no" for this call, never cached
+                transient[fp] = one_line(f"could not check ({type(e).__name__}: {e}); checked again next time")
+                log.warning("%s: %s: %s", self.name, graph.node_label(ids[0]), transient[fp])
+                continue
             if reason is not None:
                 reason = one_line(reason)
                 log.debug("%s does not take %s: %s", self.name, graph.node_label(ids[0]), reason)
             fresh[fp] = cache[fp] = reason
         if fresh:
             self._write_support_cache(fresh)
-        return {i: cache[fp] for fp, ids in by_fp.items() for i in ids}
+        return {i: transient[fp] if fp in transient else cache[fp] for fp, ids in by_fp.items() for i in ids}
 
     def support_cache_path(self) -> Path:
         """The file holding this backend version's support answers."""

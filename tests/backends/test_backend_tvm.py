@@ -19,7 +19,7 @@ from onnx import helper, numpy_helper
 
 from tests.helpers import model_feeds, ort_reference
 from collage.backends.tvm.backend import TVMBackend
-from collage.backends.tvm.worker import ABORT_ENV, worker
+from collage.backends.tvm.worker import ABORT_ENV, WorkerTimeout, worker
 from collage.errors import CollageError, CompileError, ModelError, UnsupportedError
 from collage.graph.ir import Graph
 
@@ -219,11 +219,17 @@ def test_worker_abort_gives_compile_error_and_false(monkeypatch):
     assert worker().starts >= starts + 2
 
 
-def test_worker_that_does_not_answer_in_time_is_killed():
-    model = Graph.load(_conv_relu()).extract([0])
-    reason = TVMBackend(check_timeout_s=0.001)._check_supported(model)
-    assert reason is not None and "killed" in reason
+def test_worker_that_does_not_answer_in_time_is_killed(tmp_path, monkeypatch):
+    graph = Graph.load(_conv_relu())
+    model = graph.extract([0])
+    with pytest.raises(WorkerTimeout, match="killed"):  # a slow answer is no refusal
+        TVMBackend(check_timeout_s=0.001)._check_supported(model)
     assert TVMBackend()._check_supported(model) is None  # a fresh worker answers
+    monkeypatch.setenv("COLLAGE_CACHE", str(tmp_path))  # support_reasons: "no" for now, and not remembered
+    slow = TVMBackend(check_timeout_s=0.001)
+    assert "WorkerTimeout" in slow.support_reasons(graph, [0])[0]
+    path = slow.support_cache_path()
+    assert graph.fingerprint([0]) not in (json.loads(path.read_text()) if path.exists() else {})
 
 
 # ---------------------------------------------------------------------- MetaSchedule

@@ -130,6 +130,8 @@ class OnnxRuntimeBackend(Backend):
     def _check_supported(self, model: onnx.ModelProto) -> str | None:
         try:
             self._session(model.SerializeToString(), opt_level="disable", quiet=True)
+        except (MemoryError, OSError, TimeoutError):
+            raise  # no refusal: could not tell now (Backend.refusal_errors)
         except Exception as e:  # noqa: BLE001 - the runtime's message is the answer
             return f"{type(e).__name__}: {e}"
         return None

@@ -271,6 +271,8 @@ class TorchBackend(Backend):
             self._trial(Program(model, self.device))
         except UnsupportedError as e:
             return str(e)
+        except (MemoryError, OSError, TimeoutError):
+            raise  # no refusal: could not tell now (Backend.refusal_errors)
         except Exception as e:  # noqa: BLE001 - the runtime's message is the answer
             return f"{type(e).__name__}: {e}"
         return None

@@ -225,8 +225,9 @@ class TVMBackend(Backend):
             return tvm_worker.check(model, options)
         try:
             status, *rest = worker().request(("check", model.SerializeToString(), options), self.check_timeout_s)
-        except (WorkerCrashed, WorkerTimeout) as e:
+        except WorkerCrashed as e:  # the converter crashes on this node: a "no" (it crashes again, see tests)
             return str(e)
+        # WorkerTimeout propagates: a slow answer is no refusal (support_reasons does not cache it)
         if status == "ok":
             return rest[0]
         return rest[-1] if status == "refused" else f"{rest[0]}: {rest[1]}"
