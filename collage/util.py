@@ -34,6 +34,16 @@ def parse_duration(text: str | float) -> float:
     return sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
 
 
+def duration_arg(text: str) -> float:
+    """:func:`parse_duration` as an argparse ``type=``: a bad duration is a usage error naming the text."""
+    import argparse
+
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def say(progress: bool, msg: str, *args: object, logger: logging.Logger | None = None) -> None:
     """One progress line: logged (lazy %-formatting) and, when ``progress``, printed to stderr as
     ``collage: ...``."""

@@ -24,7 +24,7 @@ def test_parse_duration_refuses_naming_the_text(text):
     assert repr(text) in str(e.value)
 
 
-def test_budget_flags_use_it():
+def test_budget_flags_use_it(capsys):
     from collage.commands import measure, tune
 
     for module in (tune, measure):
@@ -33,7 +33,8 @@ def test_budget_flags_use_it():
         base = ["m.onnx", "-o", "out"] if module is tune else ["m.onnx"]
         assert p.parse_args([*base, "--budget", "1h30m"]).budget == 5400
         with pytest.raises(SystemExit):
-            p.parse_args([*base, "--budget", "-3m"])
+            p.parse_args([*base, "--budget=-3m"])
+        assert "bad duration '-3m'" in capsys.readouterr().err
 
 
 def test_say_logs_and_prints(capsys, caplog):

@@ -6,7 +6,7 @@ import shlex
 import sys
 
 from collage.tuner.bench import bench
-from collage.util import parse_duration
+from collage.util import duration_arg
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -14,7 +14,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backends", default="onnxruntime,openvino")
     p.add_argument("--target", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--db", default=None)
-    p.add_argument("--budget", default=None, type=parse_duration, help="measuring budget per model, e.g. 5m")
+    p.add_argument("--budget", default=None, type=duration_arg, help="measuring budget per model, e.g. 5m")
     p.add_argument("--max-nodes", type=int, default=None)
     p.add_argument("--out", default="results", help="folder for <date>-<target>.md/.csv")
     p.add_argument("--artifacts", default=None, help="keep each model's artifact under this folder")

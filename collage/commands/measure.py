@@ -15,7 +15,7 @@ import argparse
 import logging
 
 from collage.errors import CollageError
-from collage.util import parse_duration
+from collage.util import duration_arg
 
 log = logging.getLogger(__name__)
 
@@ -25,15 +25,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated backend names (default: onnxruntime,openvino)")
     parser.add_argument("--db", default=None, help="cost database: a path or sqlite:///URL "
                         "(default: <cache>/costs.sqlite)")
-    parser.add_argument("--budget", default=None, type=parse_duration, help="stop starting new measurements after this long "
+    parser.add_argument("--budget", default=None, type=duration_arg, help="stop starting new measurements after this long "
                         "(90s, 10m, 1h); finished work is kept")
     parser.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2,...",
                         help="fix a symbolic input shape (repeatable)")
     parser.add_argument("--what", choices=("candidates", "nodes"), default="candidates",
                         help="candidates (what the tuner enumerates) or nodes (each node + the whole model)")
     parser.add_argument("--max-nodes", type=int, default=None, help="largest candidate, in nodes (--what candidates)")
-    parser.add_argument("--cap", default="2s", type=parse_duration, help="timing cap per candidate (default 2s)")
-    parser.add_argument("--timeout", default="120s", type=parse_duration, help="kill a compile+measure that takes longer (default 120s)")
+    parser.add_argument("--cap", default="2s", type=duration_arg, help="timing cap per candidate (default 2s)")
+    parser.add_argument("--timeout", default="120s", type=duration_arg, help="kill a compile+measure that takes longer (default 120s)")
     parser.add_argument("--retry-failed", action="store_true", help="measure again keys stored as failed")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 

@@ -5,7 +5,7 @@ import argparse
 
 from collage.graph.ir import parse_shapes
 from collage.tuner.job import DEFAULT_BACKENDS, DEFAULT_TOLERANCE, tune
-from collage.util import parse_duration
+from collage.util import duration_arg
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -13,7 +13,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, help="artifact directory to write")
     p.add_argument("--target", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--backends", default=",".join(DEFAULT_BACKENDS), help="comma-separated backend names")
-    p.add_argument("--budget", default=None, type=parse_duration,
+    p.add_argument("--budget", default=None, type=duration_arg,
                    help="time limit for measuring candidates: 90, 30s, 10m, 1h30m, 1.5h")
     p.add_argument("--db", default=None, help="cost database URL (default ~/.cache/collage/costs.sqlite)")
     p.add_argument("--refine-trials", type=int, default=0, help="measured Optuna trials around the DP plan")

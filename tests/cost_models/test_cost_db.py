@@ -2,7 +2,6 @@
 schema version, and "a fingerprint measured once is never measured again" on real repeated blocks."""
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
 import sys
@@ -190,7 +189,3 @@ def test_repeated_blocks_measured_once(model, tmp_path):
     assert res.failed == 0, res.failures
     res2 = measure_candidates(g, items, db=db, cap_s=0.02, progress=False)
     assert res2.measured == 0 and res2.reused == len(fps) and len(db.all()) == len(fps)
-
-
-if os.name != "posix":  # pragma: no cover
-    pytest.skip("the cost DB's process tests need POSIX", allow_module_level=True)

@@ -331,10 +331,8 @@ def test_transitions_measured_between_real_backends(tmp_path):
     assert {(t.src, t.dst) for t in rows} == {("onnxruntime", "openvino"), ("openvino", "onnxruntime")}
     assert model("onnxruntime", "onnxruntime", 10**6) == 0.0
     assert model("onnxruntime", "openvino", 4096) >= 0.0
-    # stored: a second model reads the DB, measures nothing
-    t0 = time.monotonic()
+    # stored: a second model reads the DB (it may not measure), and finds the same figures
     again = transition_model(["onnxruntime", "openvino"], db, measure_missing=False)
-    assert time.monotonic() - t0 < 2.0
     assert again("openvino", "onnxruntime", 65536) == model("openvino", "onnxruntime", 65536)
     # other hand-over settings are another key: not found without measuring
     other = transition_model(["onnxruntime", "openvino"], db, measure_missing=False,

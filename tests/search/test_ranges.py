@@ -35,12 +35,19 @@ def test_cuts_are_the_block_ends():
 @given(g=dags(min_nodes=4, max_nodes=14))
 def test_ranges_are_convex_and_supported(g):
     sup = all_supported(g, ["a", "b"])
-    sup["b"][len(g) // 2] = False  # b does not take the middle node
-    for c in range_candidates(g, sup):
+    mid = len(g) // 2
+    sup["b"][mid] = False  # b does not take the middle node
+    cands = range_candidates(g, sup)
+    k = len(narrow_cuts(g))
+    on_a = {c.nodes for c in cands if c.backend == "a"}
+    # a takes every node: k + 1 segments, k prefixes, k suffixes, the first segment a prefix, the last a suffix
+    assert len(on_a) == (3 * k - 1 if k else 0)
+    # b: exactly a's ranges that leave the middle node out
+    assert {c.nodes for c in cands if c.backend == "b"} == {r for r in on_a if mid not in r}
+    for c in cands:
         assert g.is_convex(c.nodes)
         assert c.nodes == tuple(range(c.nodes[0], c.nodes[-1] + 1))
         assert 0 < len(c.nodes) < len(g)
-        assert c.backend == "a" or len(g) // 2 not in c.nodes
 
 
 def test_every_range_counts_segments_prefixes_and_suffixes():

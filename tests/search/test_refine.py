@@ -1,8 +1,6 @@
 """Refinement of the DP plan by (here: synthetic) measured end-to-end latency."""
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 from onnx import TensorProto, helper
 
@@ -42,6 +40,7 @@ class Measured:
 
     def __init__(self, g: Graph, costs, fail_at: int | None = None) -> None:
         self.g, self.table, self.calls, self.fail_at = g, usable_costs(g, costs), [], fail_at
+        self.values: list[float] = []  # what each call returned, in order
 
     def __call__(self, plan) -> float:
         check_plan(self.g, plan)  # exact cover, convex, executable order
@@ -54,7 +53,8 @@ class Measured:
                 total += 0.3 * len(p.nodes)
             else:
                 total += self.table[p.nodes][p.backend] if p.backend in self.table.get(p.nodes, {}) else 5.0
-        return total + 0.05 * (len(plan.partitions) - 1)
+        self.values.append(total + 0.05 * (len(plan.partitions) - 1))
+        return self.values[-1]
 
 
 def test_refine_finds_better_and_never_worse(setup):
@@ -63,8 +63,10 @@ def test_refine_finds_better_and_never_worse(setup):
     res = refine(g, plan, costs, evaluate, n_trials=40, seed=1)
     assert isinstance(res, RefineResult)
     assert evaluate.calls[0] == tuple((p.nodes, p.backend) for p in plan.partitions)  # trial 0 = start plan
+    measured = list(evaluate.values)  # every trial's measurement, the start plan first
     assert res.start_ms == pytest.approx(evaluate(plan))
-    assert res.measured_ms <= res.start_ms
+    assert res.measured_ms == pytest.approx(min(measured))  # the best measured...
+    assert res.measured_ms < res.start_ms  # ...and better than the start plan
     assert res.measured_ms == pytest.approx(evaluate(res.plan))
     check_plan(g, res.plan)
     assert res.trials == 40 and res.new_trials == 40
@@ -98,7 +100,8 @@ def test_refine_resumes_from_storage(setup, tmp_path):
     assert r2.start_ms == r1.start_ms
     assert tuple((p.nodes, p.backend) for p in plan.partitions) not in second.calls  # start not re-measured
     assert not set(first.calls) & set(second.calls)  # nothing measured twice across calls
-    assert r2.measured_ms <= r1.measured_ms
+    assert r1.measured_ms == pytest.approx(min(first.values))
+    assert r2.measured_ms == pytest.approx(min(first.values + second.values))  # the best over both calls
     # another start plan under the same study name gets a study of its own
     other = Measured(g, costs)
     alt = refine(g, Plan.single("a", len(g), 8.0), costs, other, storage=url, study_name="s", n_trials=3)
@@ -131,10 +134,9 @@ def test_refine_time_budget(setup):
         time.sleep(0.2)
         return 1.0
 
-    t0 = time.perf_counter()
     res = refine(g, plan, costs, slow, n_trials=1000, timeout_s=0.5)
-    assert time.perf_counter() - t0 < 5
-    assert 1 <= res.trials < 1000
+    # each trial takes >= 0.2 s, and no trial starts after 0.5 s: at most 3 (the clock cannot make it more)
+    assert 1 <= res.trials <= 3
 
 
 def test_refine_failed_measurement_fails_only_that_trial(setup):
@@ -159,27 +161,26 @@ def test_refine_can_run_widens_the_neighbourhood(setup):
         seen.append((nodes, backend))
         return backend == "a"
 
-    res = refine(g, plan, costs, Measured(g, costs), n_trials=30, seed=3, can_run=can_run)
-    assert seen and res.measured_ms <= res.start_ms
+    evaluate = Measured(g, costs)
+    res = refine(g, plan, costs, evaluate, n_trials=30, seed=3, can_run=can_run)
+    assert seen and res.measured_ms == pytest.approx(min(evaluate.values))
+    table = usable_costs(g, costs)
+    # the widened neighbourhood was measured: some trial ran a node set that has no cost, on 'a'
+    assert any(nodes not in table and b == "a" for call in evaluate.calls for nodes, b in call)
     check_plan(g, res.plan)
 
 
 def test_predicted_cost_of_refined_plan(setup):
     g, costs, plan = setup
-    res = refine(g, plan, costs, Measured(g, costs), n_trials=25, seed=2)
-    if res.plan.predicted_ms is not None:
-        compute, moved = cover_cost(g, [(p.nodes, p.backend) for p in res.plan.partitions], usable_costs(g, costs),
-                                    None)
-        assert res.plan.predicted_ms >= compute
-
-
-def _have(mod: str) -> bool:
-    return importlib.util.find_spec(mod) is not None
+    transition = lambda s, d, n: 0.05  # noqa: E731 - as the DP was searched with
+    res = refine(g, plan, costs, Measured(g, costs), n_trials=25, seed=2, transition=transition)
+    assert res.improved and res.plan is not plan
+    compute, moved = cover_cost(g, [(p.nodes, p.backend) for p in res.plan.partitions], usable_costs(g, costs),
+                                transition)
+    assert moved > 0 and res.plan.predicted_ms == pytest.approx(compute + moved)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (_have("collage.backends.onnxruntime.backend") and _have("collage.backends.openvino.backend")),
-                    reason="needs collage.backends.onnxruntime.backend and collage.backends.openvino.backend")
 def test_refine_on_a_real_small_model(tmp_path):
     import statistics
     import time
@@ -229,6 +230,7 @@ def test_refine_on_a_real_small_model(tmp_path):
 
     res = refine(g, plan, costs, evaluate, storage=f"sqlite:///{tmp_path / 'r.db'}", n_trials=6, seed=0,
                  can_run=lambda nodes, b: True)
-    assert res.measured_ms <= res.start_ms and res.trials == 6
+    measured = [ms for _, ms, _ in res.history if ms is not None]
+    assert res.measured_ms == min(measured) and res.start_ms in measured and res.trials == 6
     assert res.evaluated >= 2 and compiled_cache  # real compilations and end-to-end timings happened
     check_plan(g, res.plan)
