@@ -24,8 +24,9 @@ from collage.graph.ir import Graph
 from collage.plan import Partition, Plan
 
 TOL = 1e-4
-TUNER_MODULES = ("collage.search", "collage.cost_models", "collage.tuner.job", "collage.graph.ir", "optuna", "pandas",
-                 "networkx", "tqdm")
+#: what the deploy path never imports (DESIGN.md "Light deploy path"; pyproject's import-linter contract)
+TUNER_MODULES = ("collage.tuner", "collage.search", "collage.cost_models", "collage.report", "collage.zoo",
+                 "collage.graph", "optuna", "pandas", "networkx", "tqdm", "sklearn")
 
 
 def _model() -> onnx.ModelProto:
@@ -135,6 +136,49 @@ def test_round_trip_in_a_fresh_process_is_light_and_matches_ort(tmp_path, spec):
                          capture_output=True, text=True, timeout=120, env=dict(os.environ))
     info = json.loads(res.stdout.strip().splitlines()[-1])
     assert info == {"rc": 0, "heavy": []}, (info, res.stderr)
+
+
+def _linked_plan(graph: Graph) -> Plan:
+    """ResNet residual pieces, the first half on ONNX Runtime, the rest on OpenVINO: consecutive pieces of one
+    backend are compiled linked (each runtime's own layout across their cut)."""
+    from tests.helpers import residual_pieces
+
+    pieces = residual_pieces(graph)
+    names = ["onnxruntime"] * (len(pieces) // 2) + ["openvino"] * (len(pieces) - len(pieces) // 2)
+    return Plan([Partition(tuple(p), b) for p, b in zip(pieces, names)])
+
+
+@pytest.mark.parametrize("kind", ["openvino-bf16", "linked"])
+def test_deploy_path_stays_light_for_bf16_and_linked_artifacts(tmp_path, kind):
+    """collage.load() + run in a fresh process imports no tuner, search, cost model, report, zoo or graph module,
+    and none of optuna, pandas, networkx, tqdm, sklearn: for a lower-precision (bf16) artifact, whose backend
+    variant lives beside the fp32 one (collage.backends.openvino.lowp), and for a linked multi-partition one."""
+    from collage import zoo
+    from tests.helpers import bf16_reason
+
+    need_backends("onnxruntime", "openvino")
+    if kind == "openvino-bf16" and bf16_reason():
+        pytest.skip(f"no bf16 here: {bf16_reason()}")
+    graph = zoo.load_graph("zoo:tiny-resnet")
+    plan = Plan.single("openvino-bf16", len(graph)) if kind == "openvino-bf16" else _linked_plan(graph)
+    out = export(graph, plan, tmp_path / "out")
+    manifest = json.loads((out / "manifest.json").read_text())
+    linked = [p["backend"] for p in manifest["partitions"] if p["entry"].get("linked")]
+    assert linked if kind == "linked" else not linked  # the plan really is what the test says it is
+    feeds = _feeds(graph)
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    res = subprocess.run([sys.executable, "-c", _FRESH, str(out), str(tmp_path / "feeds.npz"),
+                          str(tmp_path / "got.npz"), json.dumps(TUNER_MODULES)],
+                         capture_output=True, text=True, timeout=180, env=dict(os.environ))
+    assert res.returncode == 0, res.stderr
+    info = json.loads(res.stdout.strip().splitlines()[-1])
+    assert info["heavy"] == [], f"loading/running a {kind} artifact imported: {info['heavy']}"
+    assert info["parts"] == len(plan.partitions)
+    ref = _reference(graph, feeds)
+    got = dict(np.load(tmp_path / "got.npz"))
+    atol = 0.1 * max(float(np.abs(v).max()) for v in ref.values()) if kind == "openvino-bf16" else TOL
+    for name in ref:
+        np.testing.assert_allclose(got[name], ref[name], atol=atol, rtol=0, err_msg=name)
 
 
 def test_outputs_survive_the_next_run_and_inputs_are_specified(art):
