@@ -25,14 +25,55 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+DESCRIPTION = ("Measure which backend (ONNX Runtime, OpenVINO, TVM, ...) runs each part of an ONNX model "
+               "fastest, search the cheapest assignment, and ship it as an artifact with a report.")
+EPILOG = ("typical use: collage tune model.onnx -o out/ --budget 10m; collage report out/; "
+          "collage run out/ --input x.npy. `collage COMMAND --help` for each command's options.")
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, except where there is none to show (None, False, empty) or the help
+    text already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, [], "", argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
+
+
+def _global_flags(defaults: bool) -> argparse.ArgumentParser:
+    """-v/--quiet, accepted before and after the subcommand (after it, they only override what was given)."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("-v", "--verbose", action="count", default=0 if defaults else argparse.SUPPRESS,
+                   help="more logging (-vv for debug)")
+    p.add_argument("-q", "--quiet", action="store_true", default=False if defaults else argparse.SUPPRESS,
+                   help="no progress bars or progress lines; errors and warnings only")
+    return p
+
+
+def _all_parsers(parser: argparse.ArgumentParser):
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for p in action.choices.values():
+                yield from _all_parsers(p)
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="collage", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    from collage import __version__
+
+    parser = argparse.ArgumentParser(prog="collage", description=DESCRIPTION, epilog=EPILOG,
+                                     parents=[_global_flags(True)], formatter_class=HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"collage {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text, parents=[_global_flags(False)],
+                           formatter_class=HelpFormatter)
         if only is None or only == name:
             importlib.import_module(module).add_arguments(p)
+    for p in _all_parsers(parser):  # nested subcommands (zoo list) show their defaults too
+        p.formatter_class = HelpFormatter
     return parser
 
 
@@ -43,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     # only the chosen subcommand's module is imported (keeps `collage run` light)
     chosen = next((a for a in argv if a in COMMANDS), None)
     args = build_parser(chosen).parse_args(argv)
-    level = logging.WARNING - 10 * min(args.verbose, 2)
+    level = logging.ERROR if args.quiet and not args.verbose else logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
         return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collage.errors import CollageError, UnsupportedError
+from collage.errors import BackendUnavailable, CollageError, UnsupportedError
 from collage.graph.ir import Graph
 from collage.plan import Plan
+from collage.tuner.coverage import measured_line, measurement_coverage, refinement, refinement_line
 from collage.tuner.verify import check_numerics, measure_interleaved, stale_costs
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,21 @@ class TuneResult:
     def best_single(self) -> tuple[str, float]:
         name = min(self.baselines, key=self.baselines.__getitem__)
         return name, self.baselines[name]
+
+    @property
+    def partitions(self) -> Any:
+        """The pandas DataFrame of partitions that ``collage report`` shows (collage.report.render.partition_table)."""
+        from collage.report.render import partition_table
+        return partition_table(self.out_dir)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``collage tune --json`` object (keys in collage.tuner.result)."""
+        from collage.tuner.result import tune_summary
+        return tune_summary(self)
+
+    def to_json(self, **kw: Any) -> str:
+        import json
+        return json.dumps(self.to_dict(), **kw)
 
 
 def parse_budget(text: str | None) -> float | None:
@@ -84,7 +100,7 @@ def resolve_backends(names: Sequence[str], target: str = "cpu") -> list:
         b = get_backend(name)
         reason = b.available()
         if reason:
-            raise CollageError(f"backend {name!r} is not available: {reason}")
+            raise BackendUnavailable(f"backend {name!r} is not available: {reason}")
         if b.device != target:
             raise CollageError(f"backend {name!r} runs on {b.device!r}, not on target {target!r}")
         backends.append(b)
@@ -171,6 +187,8 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
     spent = time.monotonic() - t_start
     measured = measure_candidates(graph, [(c.nodes, c.backend) for c in cands], db=cost_db,
                                   budget_s=None if budget_s is None else max(1.0, budget_s - spent), progress=progress)
+    coverage = measurement_coverage(measured, [(c.nodes, c.backend) for c in cands], budget_s)
+    _say(progress, "%s", measured_line(coverage))
     costs: dict[Candidate, float] = {}
     failures = 0
     for c in cands:
@@ -252,8 +270,14 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
                           + f" are their cost-DB whole-model medians: more than {SLOW_BASELINE_FACTOR}x behind, "
                           "not re-run interleaved")
 
+    coverage["refinement"] = refinement(refine_trials)
     if refine_trials > 0 and prec and prec.is_low(plan):
         plan.notes.append("refinement skipped: it does not measure errors, and the plan holds lower-precision partitions")
+        coverage["refinement"] = refinement(refine_trials, 0, plan.notes[-1])
+    elif refine_trials > 0 and len(plan.partitions) == 1:
+        plan.notes.append("refinement skipped: the plan is one backend on the whole model; refinement moves nodes "
+                          "between the partitions of a mixed plan")
+        coverage["refinement"] = refinement(refine_trials, 0, plan.notes[-1])
     elif refine_trials > 0 and len(plan.partitions) > 1:
         from collage.search.refine import refine
 
@@ -267,6 +291,8 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
         storage = f"sqlite:///{cost_db.path.resolve()}" if hasattr(cost_db, "path") else None
         res = refine(graph, plan, charged, evaluate, storage=storage,
                      study_name=f"refine-{graph.fingerprint(range(n))}-{'-'.join(names)}", n_trials=refine_trials)
+        coverage["refinement"] = refinement(refine_trials, res.new_trials,
+                                            f"the study in the cost DB already holds {res.trials} finished trial(s)")
         if res.plan is not plan and res.measured_ms < plan_ms:
             plan = _fill_boundaries(graph, res.plan)
             plan.notes.append(f"refined by {res.trials} measured trials: {plan_ms:.3f} -> {res.measured_ms:.3f} ms")
@@ -318,9 +344,11 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
                          "measured_now": getattr(measured, "measured", None),
                          "unmeasured": getattr(measured, "unmeasured", None),
                          "measure_s": getattr(measured, "elapsed_s", None)},
+        "coverage": coverage,
         "search_s": search_s,
         "tune_s": time.monotonic() - t_start,
     }
+    _say(progress, "%s", refinement_line(coverage))
     if prec:
         report["precision"] = prec.report(plan)
     if hasattr(numerics_artifact, "boundary_overhead"):
