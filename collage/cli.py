@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "measure": ("collage.commands.measure", "measure candidates of a model into the cost database"),
     "backends": ("collage.commands.backends", "list backends: available or why not, version, device, precision"),
     "zoo": ("collage.commands.zoo", "list the built-in models (zoo:NAME)"),
+    "annotate": ("collage.commands.annotate", "write the model with each node's backend, precision and partition "
+                                              "in its metadata (for Netron)"),
 }
 
 
@@ -42,14 +44,12 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def _global_flags(defaults: bool) -> argparse.ArgumentParser:
+def _global_flags(p: argparse.ArgumentParser, defaults: bool) -> None:
     """-v/--quiet, accepted before and after the subcommand (after it, they only override what was given)."""
-    p = argparse.ArgumentParser(add_help=False)
     p.add_argument("-v", "--verbose", action="count", default=0 if defaults else argparse.SUPPRESS,
                    help="more logging (-vv for debug)")
     p.add_argument("-q", "--quiet", action="store_true", default=False if defaults else argparse.SUPPRESS,
                    help="no progress bars or progress lines; errors and warnings only")
-    return p
 
 
 def _all_parsers(parser: argparse.ArgumentParser):
@@ -64,16 +64,18 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     from collage import __version__
 
     parser = argparse.ArgumentParser(prog="collage", description=DESCRIPTION, epilog=EPILOG,
-                                     parents=[_global_flags(True)], formatter_class=HelpFormatter)
+                                     formatter_class=HelpFormatter)
+    _global_flags(parser, True)
     parser.add_argument("--version", action="version", version=f"collage {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text, parents=[_global_flags(False)],
-                           formatter_class=HelpFormatter)
+        p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=HelpFormatter)
         if only is None or only == name:
             importlib.import_module(module).add_arguments(p)
-    for p in _all_parsers(parser):  # nested subcommands (zoo list) show their defaults too
+    for p in _all_parsers(parser):  # subcommands and theirs (zoo list): the global flags, defaults shown
         p.formatter_class = HelpFormatter
+        if p is not parser:
+            _global_flags(p, False)
     return parser
 
 

@@ -97,4 +97,4 @@ def export_mixed_plan(out, spec: str = "zoo:tiny-resnet", backends=("onnxruntime
                            0.01 * (cuts[k + 1] - cuts[k]) * (1 + k),
                            (backends[(k + 1) % len(backends)], 0.012 * (cuts[k + 1] - cuts[k]) * (1 + k)))
                  for k in range(parts)], predicted_ms=0.5)
-    return export(graph, plan, out, report=report)
+    return export(graph, plan, out, report={"source": graph.source, **(report or {})})
