@@ -62,6 +62,7 @@ def _all_parsers(parser: argparse.ArgumentParser):
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     from collage import __version__
+    from collage.extras import missing_extra
 
     parser = argparse.ArgumentParser(prog="collage", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=HelpFormatter)
@@ -69,9 +70,18 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"collage {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=HelpFormatter)
         if only is None or only == name:
-            importlib.import_module(module).add_arguments(p)
+            try:
+                add_arguments = importlib.import_module(module).add_arguments
+            except ImportError as e:  # an extra is missing: say so, or fail with it for the command asked for
+                err = missing_extra(e, "this command")
+                if err is None or only == name:
+                    raise err or e
+                sub.add_parser(name, help=f"{help_text} [needs: {str(err).split(': ', 1)[-1]}]")
+                continue
+            add_arguments(sub.add_parser(name, help=help_text, description=help_text, formatter_class=HelpFormatter))
+        else:
+            sub.add_parser(name, help=help_text, description=help_text)
     for p in _all_parsers(parser):  # subcommands and theirs (zoo list): the global flags, defaults shown
         p.formatter_class = HelpFormatter
         if p is not parser:
@@ -81,15 +91,23 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from collage.errors import CollageError
+    from collage.extras import MissingExtra, missing_extra
 
     argv = sys.argv[1:] if argv is None else argv
     # only the chosen subcommand's module is imported (keeps `collage run` light)
     chosen = next((a for a in argv if a in COMMANDS), None)
-    args = build_parser(chosen).parse_args(argv)
+    try:
+        args = build_parser(chosen).parse_args(argv)
+    except MissingExtra as e:
+        print(f"collage {chosen}: error: {e}", file=sys.stderr)
+        return 2
     level = logging.ERROR if args.quiet and not args.verbose else logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
+        try:
+            return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
+        except ImportError as e:  # a lazily imported part of an extra that is not installed
+            raise missing_extra(e, "this command") or e
     except CollageError as e:
         print(f"collage {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -192,3 +192,29 @@ def test_annotate_refuses_another_model(tmp_path, capsys):
     art = export_mixed_plan(tmp_path / "art", parts=2)
     rc = main(["annotate", str(art), "-o", str(tmp_path / "x.onnx"), "--model", str(zoo.model_path("tiny-mobilenetv2"))])
     assert rc == 2 and "not the model" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------- the runtime alone (pip install collage)
+BLOCK = "import sys\nfor m in ('networkx', 'pandas', 'optuna', 'tqdm', 'openvino', 'tvm'): sys.modules[m] = None\n"
+
+
+def test_runtime_runs_an_ort_artifact_without_the_extras(tmp_path):
+    from collage.tuner.export import write_archive
+    art = export_mixed_plan(tmp_path / "art", backends=("onnxruntime",), parts=2)
+    archive = write_archive(art)
+    code = BLOCK + (f"from collage.cli import main\nassert main(['run', {str(archive)!r}, '--random', '--repeat', '3']) == 0\n"
+                    f"import collage\na = collage.load({str(art)!r})\nprint(sorted(a.run(a.random_inputs(0))))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "p50" in proc.stdout and "['softmax']" in proc.stdout
+
+
+def test_a_missing_extra_is_named(tmp_path):
+    code = BLOCK + ("from collage.cli import main\nimport sys\nsys.exit(main(['tune', 'zoo:tiny-resnet', '-o', "
+                    f"{str(tmp_path / 'o')!r}]))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "pip install 'collage[tune]'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    api = subprocess.run([sys.executable, "-c", BLOCK + "import collage\ncollage.tune\n"], capture_output=True, text=True,
+                         timeout=300)
+    assert api.returncode == 1 and "MissingExtra" in api.stderr and "collage[tune]" in api.stderr

@@ -48,7 +48,7 @@ def _ov():  # lazy import: importing collage.backends never loads a runtime
     try:
         import openvino
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise BackendUnavailable("openvino is not installed: pip install openvino") from e
+        raise BackendUnavailable("openvino is not installed: pip install 'collage[openvino]'") from e
     return openvino
 
 
