@@ -2,8 +2,9 @@
 
 Public API (imported lazily so that loading an artifact does not import the tuner):
 
-    collage.tune(model, ...)      -> a tuned artifact directory (collage.tuner.job)
-    collage.load(path)            -> a runnable artifact (collage.runtime)
+    collage.tune(model, ...)      -> a tuned artifact directory (collage.tuner.job; the 'tune' extra)
+    collage.load(path)            -> a runnable artifact (collage.runtime; `pip install collage` is enough
+                                     for ONNX Runtime partitions, extras for the others)
     collage.Graph, collage.Plan
 """
 from __future__ import annotations
@@ -14,6 +15,14 @@ __all__ = ["Graph", "Plan", "load", "tune", "__version__"]
 
 
 def __getattr__(name: str):
+    try:
+        return _attribute(name)
+    except ImportError as e:
+        from collage.extras import missing_extra
+        raise missing_extra(e, f"collage.{name}") or e
+
+
+def _attribute(name: str):
     if name == "Graph":
         from collage.graph.ir import Graph
         return Graph

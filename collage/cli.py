@@ -22,31 +22,92 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "measure": ("collage.commands.measure", "measure candidates of a model into the cost database"),
     "backends": ("collage.commands.backends", "list backends: available or why not, version, device, precision"),
     "zoo": ("collage.commands.zoo", "list the built-in models (zoo:NAME)"),
+    "annotate": ("collage.commands.annotate", "write the model with each node's backend, precision and partition "
+                                              "in its metadata (for Netron)"),
 }
 
 
+DESCRIPTION = ("Measure which backend (ONNX Runtime, OpenVINO, TVM, ...) runs each part of an ONNX model "
+               "fastest, search the cheapest assignment, and ship it as an artifact with a report.")
+EPILOG = ("typical use: collage tune model.onnx -o out/ --budget 10m; collage report out/; "
+          "collage run out/ --input x.npy. `collage COMMAND --help` for each command's options.")
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, except where there is none to show (None, False, empty) or the help
+    text already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, [], "", argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
+
+
+def _global_flags(p: argparse.ArgumentParser, defaults: bool) -> None:
+    """-v/--quiet, accepted before and after the subcommand (after it, they only override what was given)."""
+    p.add_argument("-v", "--verbose", action="count", default=0 if defaults else argparse.SUPPRESS,
+                   help="more logging (-vv for debug)")
+    p.add_argument("-q", "--quiet", action="store_true", default=False if defaults else argparse.SUPPRESS,
+                   help="no progress bars or progress lines; errors and warnings only")
+
+
+def _all_parsers(parser: argparse.ArgumentParser):
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for p in action.choices.values():
+                yield from _all_parsers(p)
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="collage", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    from collage import __version__
+    from collage.extras import missing_extra
+
+    parser = argparse.ArgumentParser(prog="collage", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=HelpFormatter)
+    _global_flags(parser, True)
+    parser.add_argument("--version", action="version", version=f"collage {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
         if only is None or only == name:
-            importlib.import_module(module).add_arguments(p)
+            try:
+                add_arguments = importlib.import_module(module).add_arguments
+            except ImportError as e:  # an extra is missing: say so, or fail with it for the command asked for
+                err = missing_extra(e, "this command")
+                if err is None or only == name:
+                    raise err or e
+                sub.add_parser(name, help=f"{help_text} [needs: {str(err).split(': ', 1)[-1]}]")
+                continue
+            add_arguments(sub.add_parser(name, help=help_text, description=help_text, formatter_class=HelpFormatter))
+        else:
+            sub.add_parser(name, help=help_text, description=help_text)
+    for p in _all_parsers(parser):  # subcommands and theirs (zoo list): the global flags, defaults shown
+        p.formatter_class = HelpFormatter
+        if p is not parser:
+            _global_flags(p, False)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     from collage.errors import CollageError
+    from collage.extras import MissingExtra, missing_extra
 
     argv = sys.argv[1:] if argv is None else argv
     # only the chosen subcommand's module is imported (keeps `collage run` light)
     chosen = next((a for a in argv if a in COMMANDS), None)
-    args = build_parser(chosen).parse_args(argv)
-    level = logging.WARNING - 10 * min(args.verbose, 2)
+    try:
+        args = build_parser(chosen).parse_args(argv)
+    except MissingExtra as e:
+        print(f"collage {chosen}: error: {e}", file=sys.stderr)
+        return 2
+    level = logging.ERROR if args.quiet and not args.verbose else logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
+        try:
+            return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
+        except ImportError as e:  # a lazily imported part of an extra that is not installed
+            raise missing_extra(e, "this command") or e
     except CollageError as e:
         print(f"collage {args.command}: error: {e}", file=sys.stderr)
         return 2

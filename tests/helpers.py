@@ -133,3 +133,23 @@ def synthetic_precision(monkeypatch, errs: dict[tuple[int, ...], float], n: int 
 
     monkeypatch.setattr(tuner, "end_to_end", fake_e2e)
     return tuner, costs
+
+
+def export_mixed_plan(out, spec: str = "zoo:tiny-resnet", backends=("onnxruntime", "openvino"), parts: int = 3,
+                      report: dict | None = None):
+    """Export a hand-made ``parts``-partition plan of a zoo model (contiguous node ranges, backends
+    alternating, costs made up in proportion to the nodes) as an artifact at ``out``; return its path.
+    Skips the calling test unless every backend is available."""
+    from collage import zoo
+    from collage.plan import Partition, Plan
+    from collage.tuner.export import export
+
+    need_backends(*backends)
+    graph = zoo.load_graph(spec)
+    n = len(graph)
+    cuts = [round(n * k / parts) for k in range(parts + 1)]
+    plan = Plan([Partition(tuple(range(cuts[k], cuts[k + 1])), backends[k % len(backends)],
+                           0.01 * (cuts[k + 1] - cuts[k]) * (1 + k),
+                           (backends[(k + 1) % len(backends)], 0.012 * (cuts[k + 1] - cuts[k]) * (1 + k)))
+                 for k in range(parts)], predicted_ms=0.5)
+    return export(graph, plan, out, report={"source": graph.source, **(report or {})})

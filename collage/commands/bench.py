@@ -11,11 +11,11 @@ from collage.util import duration_arg
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", required=True, help="comma-separated: zoo:NAME or paths")
-    p.add_argument("--backends", default="onnxruntime,openvino")
-    p.add_argument("--target", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--db", default=None)
+    p.add_argument("--backends", default="onnxruntime,openvino", help="comma-separated backend names")
+    p.add_argument("--target", default="cpu", choices=["cpu", "cuda"], help="device the plans run on")
+    p.add_argument("--db", default=None, help="cost database URL (default ~/.cache/collage/costs.sqlite)")
     p.add_argument("--budget", default=None, type=duration_arg, help="measuring budget per model, e.g. 5m")
-    p.add_argument("--max-nodes", type=int, default=None)
+    p.add_argument("--max-nodes", type=int, default=None, help="largest candidate subgraph, in nodes")
     p.add_argument("--out", default="results", help="folder for <date>-<target>.md/.csv")
     p.add_argument("--artifacts", default=None, help="keep each model's artifact under this folder")
 

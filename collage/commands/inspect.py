@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 
 from collage.errors import CollageError
 from collage.graph.ir import parse_shapes
@@ -16,12 +17,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--support", action="store_true", help="per op type, which backends take it")
     parser.add_argument("--backends", default=None, metavar="A,B,...",
                         help="backends for --support (default: every backend collage knows)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object (keys: README; with --support a 'support' list of rows: "
+                             "op, count and per backend yes / no / taken/count / unavailable)")
 
 
 def run(args: argparse.Namespace) -> int:
     from collage import zoo
 
     graph = zoo.load_graph(args.model, shapes=parse_shapes(args.shape))
+    if args.json:
+        data = inspect_graph(graph).to_dict()
+        if args.support:
+            from collage.backends import support_table
+            names = [b.strip() for b in args.backends.split(",") if b.strip()] if args.backends else None
+            data["support"] = support_table(graph, names)[1]
+        print(json.dumps(data, indent=2))
+        return 0
     print(format_inspection(inspect_graph(graph)))
     if args.support:
         try:

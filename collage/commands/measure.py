@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cap", default="2s", type=duration_arg, help="timing cap per candidate (default 2s)")
     parser.add_argument("--timeout", default="120s", type=duration_arg, help="kill a compile+measure that takes longer (default 120s)")
     parser.add_argument("--retry-failed", action="store_true", help="measure again keys stored as failed")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (same as --quiet)")
 
 
 def _items(graph, names: list[str], what: str, max_nodes: int | None) -> list[tuple[tuple[int, ...], str]]:
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     db = get_db(args.db)
     items = _items(graph, names, args.what, args.max_nodes)
     result = measure_candidates(graph, items, db=db, budget_s=args.budget,
-                                progress=not args.no_progress, timeout_s=args.timeout or 120.0,
+                                progress=not (args.no_progress or args.quiet), timeout_s=args.timeout or 120.0,
                                 cap_s=args.cap or 2.0, retry_failed=args.retry_failed)
     per_backend: dict[str, list[int]] = {}
     for (_, bname), cost in result.items():

@@ -9,6 +9,7 @@ nothing of the tuner.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="an input as a .npy file (NAME= may be left out for a single-input model); "
                              "a .npz file gives several inputs by name")
     parser.add_argument("--random", action="store_true", help="run on seeded random inputs instead")
-    parser.add_argument("--seed", type=int, default=0, help="seed for --random (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for --random")
     parser.add_argument("--output", "-o", metavar="DIR", help="write each output to DIR/<name>.npy")
-    parser.add_argument("--repeat", type=int, default=0, metavar="N", help="time N runs and print the median latency")
+    parser.add_argument("--repeat", type=int, default=0, metavar="N",
+                        help="time N runs (after 3 warm-up runs) and print p50/p90/p99, mean, min, max and throughput")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object: outputs ({name: {shape, dtype, file}}) and, with --repeat, "
+                             "latency_ms {runs, p50, p90, p99, mean, min, max} and throughput_per_s")
     parser.add_argument("--ignore-version-mismatch", action="store_true",
                         help="run even if a backend's installed version differs from the tuned one")
 
@@ -61,6 +66,14 @@ def read_feeds(art: Artifact, specs: list[str]) -> dict[str, np.ndarray]:
     return feeds
 
 
+def latency_stats(times_ms: list[float]) -> dict[str, float]:
+    """runs, p50/p90/p99, mean, min, max (ms) and throughput (runs per second, back to back) of run times."""
+    t = np.asarray(times_ms, dtype=np.float64)
+    p50, p90, p99 = (float(x) for x in np.percentile(t, [50, 90, 99]))
+    return {"runs": int(t.size), "p50": p50, "p90": p90, "p99": p99, "mean": float(t.mean()), "min": float(t.min()),
+            "max": float(t.max()), "throughput_per_s": 1000.0 / float(t.mean())}
+
+
 def sanitize(name: str) -> str:
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).lstrip(".")
     return safe or "output"
@@ -82,7 +95,9 @@ def run(args: argparse.Namespace) -> int:
     out_dir = Path(args.output) if args.output else None
     if out_dir:
         out_dir.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {"artifact": str(args.artifact), "outputs": {}}
     for name, arr in outputs.items():
+        result["outputs"][name] = {"shape": list(arr.shape), "dtype": arr.dtype.name, "file": None}
         line = f"{name}\tshape={tuple(arr.shape)}\tdtype={arr.dtype.name}"
         if out_dir:
             base = sanitize(name)
@@ -93,10 +108,18 @@ def run(args: argparse.Namespace) -> int:
             used.add(fname)
             np.save(out_dir / f"{fname}.npy", arr)
             line += f"\t-> {out_dir / (fname + '.npy')}"
-        print(line)
+            result["outputs"][name]["file"] = str(out_dir / (fname + ".npy"))
+        if not args.json:
+            print(line)
     if args.repeat > 0:
-        times = art.latency_ms(feeds, repeat=args.repeat)
-        print(f"latency: median {np.median(times):.3f} ms over {len(times)} runs "
-              f"(min {min(times):.3f}, max {max(times):.3f})")
+        stats = latency_stats(art.latency_ms(feeds, repeat=args.repeat))
+        result["latency_ms"] = {k: v for k, v in stats.items() if k != "throughput_per_s"}
+        result["throughput_per_s"] = stats["throughput_per_s"]
+        if not args.json:
+            print(f"latency over {stats['runs']} runs: p50 {stats['p50']:.3f} ms, p90 {stats['p90']:.3f} ms, "
+                  f"p99 {stats['p99']:.3f} ms, mean {stats['mean']:.3f} ms (min {stats['min']:.3f}, "
+                  f"max {stats['max']:.3f}); throughput {stats['throughput_per_s']:.1f} runs/s (one at a time)")
+    if args.json:
+        print(json.dumps(result, indent=2))
     sys.stdout.flush()
     return 0

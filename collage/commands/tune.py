@@ -11,22 +11,27 @@ from collage.util import duration_arg
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="ONNX file or zoo:NAME")
     p.add_argument("-o", "--output", required=True, help="artifact directory to write")
-    p.add_argument("--target", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--target", default="cpu", choices=["cpu", "cuda"],
+                   help="device the artifact runs on; only backends of that device are tried")
     p.add_argument("--backends", default=",".join(DEFAULT_BACKENDS), help="comma-separated backend names")
-    p.add_argument("--budget", default=None, type=duration_arg,
-                   help="time limit for measuring candidates: 90, 30s, 10m, 1h30m, 1.5h")
+    p.add_argument("--budget", default=None, type=duration_arg, help="time limit for measuring candidates: 90, 30s, 10m, 1h30m, 1.5h (default: none, measure every "
+                        "candidate); what it cuts is said on the terminal and in the report")
     p.add_argument("--db", default=None, help="cost database URL (default ~/.cache/collage/costs.sqlite)")
     p.add_argument("--refine-trials", type=int, default=0, help="measured Optuna trials around the DP plan")
     p.add_argument("--max-nodes", type=int, default=None, help="largest candidate subgraph, in nodes")
     p.add_argument("--shape", action="append", default=[], help="fix a symbolic input: NAME=D1,D2,...")
     p.add_argument("--archive", action="store_true", help="also write OUTPUT.tar.gz")
-    p.add_argument("--atol", type=float, default=DEFAULT_TOLERANCE["atol"])
-    p.add_argument("--rtol", type=float, default=DEFAULT_TOLERANCE["rtol"])
+    p.add_argument("--atol", type=float, default=DEFAULT_TOLERANCE["atol"],
+                   help="absolute tolerance of the artifact's outputs vs the ONNX Runtime fp32 reference")
+    p.add_argument("--rtol", type=float, default=DEFAULT_TOLERANCE["rtol"],
+                   help="relative tolerance of the artifact's outputs vs the ONNX Runtime fp32 reference")
     p.add_argument("--accuracy", default=None,
                    help="accuracy budget that allows lower-precision backends (e.g. openvino-bf16): "
                         "'cos=0.999,rel=0.01' = min cosine similarity, max error / output range, per output")
     p.add_argument("--calibration", default=None, metavar="INPUTS.npz",
                    help="inputs the accuracy budget is judged on (default: seeded random inputs, with a warning)")
+    p.add_argument("--json", action="store_true",
+                   help="print the result as one JSON object on stdout (keys: README, collage.tuner.result)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,7 +44,10 @@ def run(args: argparse.Namespace) -> int:
                budget=args.budget, db=args.db, refine_trials=args.refine_trials,
                shapes=parse_shapes(args.shape), limits=limits, archive=args.archive,
                tolerance={"atol": args.atol, "rtol": args.rtol},
-               accuracy=args.accuracy, calibration=args.calibration)
+               accuracy=args.accuracy, calibration=args.calibration, progress=not args.quiet)
+    if args.json:
+        print(res.to_json(indent=2))
+        return 0
     best, best_ms = res.best_single if res.baselines else ("-", float("nan"))
     print(f"{res.plan.describe()}")
     print(f"measured end to end: plan {res.plan_ms:.3f} ms; best single backend {best} {best_ms:.3f} ms "

@@ -375,9 +375,8 @@ def measure_errors(graph: Graph, cands: Sequence[Candidate], backends: Mapping[s
     With ``budget_s``, candidates are measured in the order given until that many seconds have passed;
     the rest are left out (their count is logged): pass the most promising first.
     """
-    from tqdm import tqdm
-
     from collage.cost_models.db import key_for
+    from collage.progress import track
 
     store = ErrorStore(db)
     weights = WeightHashes(graph)
@@ -396,8 +395,8 @@ def measure_errors(graph: Graph, cands: Sequence[Candidate], backends: Mapping[s
     needed = sorted({t for c, _, _ in todo for t in (lambda b: b[0] + b[1])(graph.boundary(c.nodes))})
     t0 = time.monotonic()
     refs = reference_runs(graph, calib, needed)
-    for k, (c, key, data) in enumerate(tqdm(todo, desc=f"errors {graph.name}", unit="cand", disable=not progress,
-                                            leave=False)):
+    for k, (c, key, data) in enumerate(track(todo, f"errors {graph.name}", "cand", enabled=progress,
+                                             deadline=None if budget_s is None else t0 + budget_s)):
         if budget_s is not None and time.monotonic() - t0 > budget_s:
             log.warning("error budget of %.0f s spent: %d of %d lower-precision candidates left unmeasured "
                         "(not used)", budget_s, len(todo) - k, len(todo))

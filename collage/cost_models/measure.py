@@ -184,7 +184,7 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
     (``worker.reference_probe``) ran over ``1 + PROBE_SLOW`` times the job's recent probes is taken again
     (at most ``MAX_REDO`` times a key). ``rounds=1, window=1`` is one window per key, in order.
     """
-    from tqdm import tqdm
+    from collage.progress import progress_bar
 
     t_start = time.monotonic()
     rounds, window = max(1, int(rounds)), max(1, int(window))
@@ -212,8 +212,8 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
     owner = default_owner()
     ttl_s = timeout_s + LOAD_TIMEOUT_S + MAX_EXTENSION_S
     wait_s = timeout_s if claim_wait_s is None else claim_wait_s
-    bar = tqdm(total=len(rep), initial=len(known), desc=f"measuring {graph.name}", unit="cand",
-               disable=not progress, dynamic_ncols=True, leave=True)
+    bar = progress_bar(len(rep), f"measuring {graph.name}", "cand", enabled=progress, initial=len(known),
+                       deadline=None if budget_s is None else t_start + budget_s)
     deferred: list[CostKey] = []
     deferred_since: dict[CostKey, float] = {}
     active: list[_Pending] = []

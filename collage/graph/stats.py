@@ -75,6 +75,16 @@ class Inspection:
     ops: Counter = field(default_factory=Counter)
     op_flops: Counter = field(default_factory=Counter)
 
+    def to_dict(self) -> dict:
+        """``collage inspect --json``: name, source, nodes, opset, params, param_bytes, flops, mac_flops,
+        inputs/outputs ([{name, dtype, shape}]), ops ({op type: {count, flops}}, most FLOPs first)."""
+        io = lambda rows: [{"name": n, "dtype": dt, "shape": [int(d) for d in s]} for n, dt, s in rows]  # noqa: E731
+        order = sorted(self.ops, key=lambda op: (-self.op_flops[op], -self.ops[op], op))
+        return {"name": self.name, "source": self.source, "nodes": self.nodes, "opset": self.opset,
+                "params": self.params, "param_bytes": self.param_bytes, "flops": self.flops,
+                "mac_flops": self.mac_flops, "inputs": io(self.inputs), "outputs": io(self.outputs),
+                "ops": {op: {"count": self.ops[op], "flops": self.op_flops[op]} for op in order}}
+
 
 def inspect_graph(graph: Graph) -> Inspection:
     ops: Counter = Counter()

@@ -1,5 +1,6 @@
-"""What runs where in a tuned artifact, and why: pandas tables, Markdown, and an HTML page with a
-picture of the graph coloured by backend.
+"""What runs where in a tuned artifact, and why: ONE document model (``document``: sections of text,
+bullets, pandas tables and pictures) rendered to Markdown (``render_markdown``), to an HTML page
+(``render_html``, with the SVG pictures of :mod:`collage.report.svg`) and to JSON (``report_json``).
 
 Inputs are the artifact's ``manifest.json`` (partitions, ops, measured costs, runner-ups; see
 ``collage.tuner.export``) and ``report.json``, which the tuner fills with this schema (every key
@@ -20,6 +21,8 @@ optional; the report shows what is there)::
       "notes": ["never worse: fell back to onnxruntime", ...],
       "candidates": {"total": 812, "onnxruntime": 406, ...}, # counts by kind, free-form
       "measurements": {"candidates": 812, "with_cost": 800, "failed": 12, ...},
+      "coverage": {"distinct": 242, "with_cost": 159, "unmeasured": 83, "budget_cut": true, ...,
+                   "refinement": {"requested": 4, "ran": 0, "why_none": "..."}},   # collage.tuner.coverage
       "search_s": 0.4, "tune_s": 512.0,
       "precision": {                    # only under --accuracy (collage.tuner.precision.tuner.PrecisionTuner.report)
         "budget": {"min_cos": 0.999, "max_rel": 0.01}, "budget_text": "cos>=0.999, rel<=0.01",
@@ -34,13 +37,15 @@ optional; the report shows what is there)::
 A partition's "ms" is its measured cost as the search used it (``cost_ms`` in the manifest: the
 median of a full call on its backend, timed alone); "share" is its part of the sum of those costs.
 
-CLI: ``collage report OUT [--format md|html|csv]`` prints Markdown (or CSV) and writes
+CLI: ``collage report OUT [--format md|html|csv|json]`` prints Markdown (or CSV, JSON) and writes
 ``OUT/report.html``.
 """
 from __future__ import annotations
 
 import html
 import json
+import re
+from dataclasses import dataclass, field
 import math
 import os
 from pathlib import Path
@@ -48,14 +53,18 @@ from typing import Any
 
 import pandas as pd
 
+from collage.runtime.artifact import artifact_dir, is_archive
 from collage.runtime.manifest import REPORT_FILE, read_manifest
 from collage.errors import ArtifactError
-from collage.report.svg import num as _num, op_summary as _op_summary, render_svg
+from collage.report.svg import num as _num, op_summary as _op_summary, render_bars, render_svg
 
 # ---------------------------------------------------------------------- inputs
 def _sources(source: Any, report: dict | None = None) -> tuple[dict, dict]:
     """(manifest, report) from an artifact directory, a manifest path, a manifest dict, or
     ``{"manifest": ..., "report": ...}``."""
+    if isinstance(source, (str, os.PathLike)) and is_archive(source):
+        with artifact_dir(source) as root:
+            return _sources(root, report)
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         manifest = read_manifest(path)
@@ -180,23 +189,37 @@ def summary(source: Any, report: dict | None = None) -> dict[str, Any]:
     }
 
 
-# ---------------------------------------------------------------------- Markdown
+# ---------------------------------------------------------------------- the document (one source)
+#: readable column names of the tables as shown (the DataFrames keep their API names)
+COLUMN_NAMES = {"partition": "#", "backend": "backend", "ops": "ops", "op_types": "op types", "ms": "ms",
+                "runner_up": "runner-up", "runner_up_ms": "runner-up ms", "share_pct": "share of time %",
+                "precision": "precision", "rel_err": "rel. error", "cos": "cosine", "error": "error",
+                "plan_speedup": "baseline ms / plan ms"}
+_DIGITS = {"share_pct": 1, "plan_speedup": 2, "cos": 6}
+
+
+@dataclass
+class Section:
+    """A part of the report: a title, paragraphs (``**bold**`` allowed), bullets, a table, pictures (SVG,
+    HTML only; Markdown points to report.html)."""
+
+    title: str
+    text: list[str] = field(default_factory=list)
+    bullets: list[str] = field(default_factory=list)
+    table: pd.DataFrame | None = None
+    pictures: list[str] = field(default_factory=list)
+    #: what Markdown says in place of the pictures
+    picture_note: str = "(picture in report.html)"
+
+
 def _fmt(v: Any, digits: int = 3) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
     if isinstance(v, float):
+        if v == math.inf:
+            return "inf"
         return f"{v:.{digits}f}"
-    return str(v).replace("|", "\\|")
-
-
-def _md_table(df: pd.DataFrame, digits: dict[str, int] | None = None) -> str:
-    digits = digits or {}
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(cols) + " |",
-             "|" + "|".join("---:" if pd.api.types.is_numeric_dtype(df[c]) else "---" for c in cols) + "|"]
-    for row in df.itertuples(index=False):
-        lines.append("| " + " | ".join(_fmt(v, digits.get(c, 3)) for c, v in zip(cols, row)) + " |")
-    return "\n".join(lines)
+    return str(v)
 
 
 def _sci(v: float | None) -> str:
@@ -207,120 +230,209 @@ def _err(v: Any) -> float | None:
     return _num(v.get("max_abs_err") if isinstance(v, dict) else v)
 
 
-def render_markdown(out_dir: Any) -> str:
-    """The report as Markdown (headline, partitions, baselines, prediction, numerics, notes)."""
-    manifest, report = _sources(out_dir)
+def display(df: pd.DataFrame) -> pd.DataFrame:
+    """The table as shown: every cell a string (3 decimals, share 1, errors in scientific notation),
+    readable column names."""
+    out = pd.DataFrame(index=df.index)
+    for c in df.columns:
+        if c == "rel_err":
+            out[c] = [_sci(v) if pd.notna(v) else "–" for v in df[c]]
+        else:
+            out[c] = [_fmt(v, _DIGITS.get(c, 3)) for v in df[c]]
+    return out.rename(columns=COLUMN_NAMES)
+
+
+def _coverage(report: dict) -> dict | None:
+    """report['coverage'] (collage.tuner.coverage), or what older reports' 'measurements' tell."""
+    if report.get("coverage"):
+        return report["coverage"]
+    m = report.get("measurements") or {}
+    if m.get("distinct_keys") is None:
+        return None
+    distinct, left = int(m["distinct_keys"]), int(m.get("unmeasured") or 0)
+    return {"distinct": distinct, "with_cost": distinct - left, "reused": m.get("reused") or 0,
+            "measured_now": m.get("measured_now") or 0, "failed": m.get("failed_candidates") or 0,
+            "unmeasured": left, "budget_s": None, "budget_cut": False, "unmeasured_nodes": None}
+
+
+def _coverage_section(report: dict) -> Section | None:
+    from collage.tuner.coverage import measured_line, refinement_line  # plain functions, no tuner imports
+
+    cov = _coverage(report)
+    if cov is None:
+        return None
+    bullets = [measured_line(cov)[0].upper() + measured_line(cov)[1:]]
+    if cov.get("refinement"):
+        bullets.append(refinement_line(cov)[0].upper() + refinement_line(cov)[1:])
+    return Section("What was measured", bullets=bullets)
+
+
+def _precision_section(report: dict) -> Section | None:
+    """The accuracy budget, its calibration inputs, the end-to-end error, and the search's rounds as a table."""
+    prec = report.get("precision")
+    if not prec:
+        return None
+    cal = prec.get("calibration") or {}
+    e2e = prec.get("end_to_end") or {}
+    bullets = [f"budget: {prec.get('budget_text') or '–'} (per output: cosine similarity, max error / output range)",
+               f"judged on: {cal.get('source', '–')}, {cal.get('samples', '–')} sample(s)"
+               + (" — random inputs, not representative data" if cal.get("random") else "")]
+    if e2e:
+        verdict = "within budget" if e2e.get("within_budget") else "OVER BUDGET"
+        err = "NaN/inf outputs" if e2e.get("finite") is False else \
+            f"rel {_sci(_num(e2e.get('rel')))}, cos {_fmt(_num(e2e.get('cos')), 6)}"
+        bullets.append(f"end to end (stitched artifact vs fp32 reference): {err}: **{verdict}**")
+    if prec.get("fallback_fp32"):
+        bullets.append("no plan with lower-precision partitions met the budget: the plan is fp32")
+    bullets += [str(n) for n in prec.get("notes") or []]
+    rows = []
+    for k, r in enumerate(prec.get("rounds") or []):
+        e = r.get("error") or {}
+        rows.append({"round": str(k), "lambda": _sci(_num(r.get("lambda"))),
+                     "lower-precision partitions": str(r.get("low_partitions", "–")),
+                     "predicted ms": _fmt(_num(r.get("predicted_ms"))), "rel. error": _sci(_num(e.get("rel"))),
+                     "cosine": _fmt(_num(e.get("cos")), 6), "verdict": "ok" if r.get("ok") else "over budget"})
+    return Section("Precision (accuracy budget)", bullets=bullets, table=pd.DataFrame(rows) if rows else None)
+
+
+def _speed_words(s: dict) -> str:
+    sp = s["speedup"]
+    if not sp:
+        return ""
+    if abs(sp - 1.0) < 0.005:
+        return " (the plan is as fast)"
+    return f" (the plan is {sp:.2f}x faster)" if sp > 1 else f" (the plan is {1 / sp:.2f}x slower)"
+
+
+def document(source: Any, report: dict | None = None) -> tuple[str, list[Section]]:
+    """The report as (title, sections): the one source both renderers walk."""
+    manifest, report = _sources(source, report)
     s = summary(manifest, report)
     parts = partition_table(manifest, report)
-    if "rel_err" in parts:  # errors span decades: scientific notation
-        parts["rel_err"] = [_sci(v) if pd.notna(v) else "–" for v in parts["rel_err"]]
-    lines = [f"# collage report: {s['model']} on {s['target']}", ""]
+    title = f"collage report: {s['model']} on {s['target']}"
     head = f"Plan: {s['partitions']} partition(s) on {', '.join(s['backends'])}"
     if s["plan_ms"] is not None:
         head += f"; measured end to end **{s['plan_ms']:.3f} ms**"
     if s["best_baseline"]:
-        head += (f"; best single backend {s['best_baseline']} {s['best_baseline_ms']:.3f} ms"
-                 + (f" (plan is {s['speedup']:.2f}x)" if s["speedup"] else ""))
-    lines += [head + ".", "", "## Partitions", "",
-              _md_table(parts, {"share_pct": 1, "rel_err": 6, "cos": 6}), "", *_precision_lines(report),
-              "## Whole model on one backend", ""]
+        head += f"; best single backend {s['best_baseline']} {s['best_baseline_ms']:.3f} ms" + _speed_words(s)
+    sections = [Section("", text=[head + "."])]
+    cov = _coverage_section(report)
+    if cov:
+        sections.append(cov)
+    sections.append(Section("Partitions", table=display(parts),
+                            text=["ms: the partition's measured cost on its backend (timed alone); runner-up: the "
+                                  "next best backend for the same nodes"]))
+    sections.append(Section("Graph, coloured by backend", pictures=[render_svg(manifest)]))
+    if parts["runner_up_ms"].notna().any() or len(parts) > 1:
+        sections.append(Section("Time per partition against the runner-up",
+                                pictures=[render_bars(parts.to_dict("records"))], picture_note="(chart in report.html)"))
+    prec = _precision_section(report)
+    if prec:
+        sections.append(prec)
     base = baselines_table(manifest, report)
-    lines += [_md_table(base, {"plan_speedup": 2}) if len(base) else "(no baselines recorded)", ""]
-    lines += ["## Predicted vs measured", "",
-              f"- predicted by the search (parts + transitions): {_fmt(s['predicted_ms'])} ms",
-              f"- sum of partition costs (each timed alone): {_fmt(s['sum_parts_ms'])} ms",
-              f"- measured end to end (stitched artifact): {_fmt(s['plan_ms'])} ms"]
+    sections.append(Section("Whole model on one backend", table=display(base) if len(base) else None,
+                            text=[] if len(base) else ["(no baselines recorded)"]))
+    pvm = [f"predicted by the search (parts + transitions): {_fmt(s['predicted_ms'])} ms",
+           f"sum of partition costs (each timed alone): {_fmt(s['sum_parts_ms'])} ms",
+           f"measured end to end (stitched artifact): {_fmt(s['plan_ms'])} ms"]
     if s["overhead_per_boundary_ms"] is not None and not s["boundaries"]:
-        lines.append("- stitching overhead: none (a single partition)")
+        pvm.append("stitching overhead: none (a single partition)")
     elif s["overhead_per_boundary_ms"] is not None:
-        lines.append(f"- stitching overhead: {_fmt(s['overhead_per_boundary_ms'])} ms per boundary over "
-                     f"{s['boundaries']} boundaries" + (f" ({_fmt(s['overhead_total_ms'])} ms in all)"
-                                                       if s["overhead_total_ms"] is not None else ""))
-    lines += ["", "## Numerics (vs ONNX Runtime fp32 reference)", ""]
+        pvm.append(f"stitching overhead: {_fmt(s['overhead_per_boundary_ms'])} ms per boundary over "
+                   f"{s['boundaries']} boundaries" + (f" ({_fmt(s['overhead_total_ms'])} ms in all)"
+                                                     if s["overhead_total_ms"] is not None else ""))
+    sections.append(Section("Predicted vs measured", bullets=pvm))
     if s["max_abs_err"] is not None:
-        lines.append(f"- max abs error {s['max_abs_err']:.3g}" + _verdict(s))
-        for name, v in s["per_output"].items():
-            lines.append(f"  - {name}: {_sci(_err(v))}")
+        num = Section("Numerics (vs ONNX Runtime fp32 reference)",
+                      bullets=[f"max abs error {s['max_abs_err']:.3g}" + _verdict(s)])
+        if s["per_output"]:
+            num.table = pd.DataFrame({"output": list(s["per_output"]),
+                                      "max abs error": [_sci(_err(v)) for v in s["per_output"].values()]})
     else:
-        lines.append("- not recorded")
+        num = Section("Numerics (vs ONNX Runtime fp32 reference)", bullets=["not recorded"])
+    sections.append(num)
     if s["notes"]:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in s["notes"]]
-    return "\n".join(lines) + "\n"
+        sections.append(Section("Notes", bullets=[str(n) for n in s["notes"]]))
+    return title, sections
 
 
-def _precision_lines(report: dict) -> list[str]:
-    """The accuracy budget, its calibration inputs and the end-to-end error against it (collage.tuner.precision.tuner)."""
-    prec = report.get("precision")
-    if not prec:
-        return []
-    cal = prec.get("calibration") or {}
-    e2e = prec.get("end_to_end") or {}
-    lines = ["## Precision (accuracy budget)", "",
-             f"- budget: {prec.get('budget_text') or '–'} (per output: cosine similarity, max error / output range)",
-             f"- judged on: {cal.get('source', '–')}, {cal.get('samples', '–')} sample(s)"
-             + (" — random inputs, not representative data" if cal.get("random") else "")]
-    if e2e:
-        verdict = "within budget" if e2e.get("within_budget") else "OVER BUDGET"
-        err = "NaN/inf outputs" if e2e.get("finite") is False else f"rel {_sci(_num(e2e.get('rel')))}, cos {_fmt(_num(e2e.get('cos')), 6)}"
-        lines.append(f"- end to end (stitched artifact vs fp32 reference): {err}: **{verdict}**")
-    if prec.get("fallback_fp32"):
-        lines.append("- no plan with lower-precision partitions met the budget: the plan is fp32")
-    lines += [f"- {n}" for n in prec.get("notes") or []]
-    for k, r in enumerate(prec.get("rounds") or []):
-        e = r.get("error") or {}
-        lines.append(f"  - round {k}: lambda {_sci(_num(r.get('lambda')))}, {r.get('low_partitions')} lower-precision "
-                     f"partition(s), predicted {_fmt(_num(r.get('predicted_ms')))} ms"
-                     + (f", rel {_sci(_num(e.get('rel')))}, cos {_fmt(_num(e.get('cos')), 6)}" if e else "")
-                     + (": ok" if r.get("ok") else ": over budget"))
-    return lines + [""]
+# ---------------------------------------------------------------------- renderers of the document
+def _md_cell(v: str) -> str:
+    return v.replace("|", "\\|").replace("\n", " ")
 
 
-# ---------------------------------------------------------------------- HTML
-_CSS = """body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:1em 0}
-td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}td:nth-child(2),td:nth-child(4)
-{text-align:left}.ok{color:#2a7d2a}.bad{color:#b00020;font-weight:bold}.figure{overflow:auto;border:1px solid #ddd}"""
+def render_markdown(source: Any, report: dict | None = None) -> str:
+    """The report as Markdown."""
+    title, sections = document(source, report)
+    lines = [f"# {title}", ""]
+    for sec in sections:
+        if sec.title:
+            lines += [f"## {sec.title}", ""]
+        lines += sec.text + ([sec.picture_note] if sec.pictures else [])
+        if sec.text or sec.pictures:
+            lines.append("")
+        lines += [f"- {b}" for b in sec.bullets] + ([""] if sec.bullets else [])
+        if sec.table is not None:
+            cols = list(sec.table.columns)
+            lines += ["| " + " | ".join(map(_md_cell, cols)) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+            lines += ["| " + " | ".join(_md_cell(str(v)) for v in row) + " |" for row in sec.table.itertuples(index=False)]
+            lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def render_html(out_dir: str | os.PathLike) -> Path:
-    """Write ``out_dir/report.html`` (tables, the graph picture, prediction, numerics, notes); return it."""
-    root = Path(out_dir)
-    manifest, report = _sources(root)
-    s = summary(manifest, report)
-    e = html.escape
-    parts = partition_table(manifest, report)
-    base = baselines_table(manifest, report)
-    fmt = {c: (lambda v: _fmt(v)) for c in ("ms", "runner_up_ms")} | {"share_pct": lambda v: _fmt(v, 1),
-                                                                      "plan_speedup": lambda v: _fmt(v, 2)}
-    body = [f"<h1>collage report: {e(str(s['model']))} on {e(str(s['target']))}</h1>",
-            f"<p>{s['partitions']} partition(s) on {e(', '.join(s['backends']))}. Measured end to end: "
-            f"<b>{_fmt(s['plan_ms'])} ms</b>; best single backend: {e(str(s['best_baseline']))} "
-            f"{_fmt(s['best_baseline_ms'])} ms" + (f" (plan is {s['speedup']:.2f}x)" if s["speedup"] else "") + ".</p>",
-            "<h2>Partitions</h2>", parts.to_html(index=False, na_rep="–", formatters=fmt, escape=True),
-            "<h2>Graph, coloured by backend</h2>", f'<div class="figure">{render_svg(manifest)}</div>',
-            *([f"<pre>{e(chr(10).join(_precision_lines(report)))}</pre>"] if report.get("precision") else []),
-            "<h2>Whole model on one backend</h2>",
-            base.to_html(index=False, na_rep="–", formatters=fmt, escape=True) if len(base) else "<p>(none recorded)</p>",
-            "<h2>Predicted vs measured</h2><ul>",
-            f"<li>predicted by the search (parts + transitions): {_fmt(s['predicted_ms'])} ms</li>",
-            f"<li>sum of partition costs (each timed alone): {_fmt(s['sum_parts_ms'])} ms</li>",
-            f"<li>measured end to end (stitched artifact): {_fmt(s['plan_ms'])} ms</li>"]
-    if s["overhead_per_boundary_ms"] is not None and s["boundaries"]:
-        body.append(f"<li>stitching overhead: {_fmt(s['overhead_per_boundary_ms'])} ms per boundary over "
-                    f"{s['boundaries']} boundaries</li>")
-    body.append("</ul><h2>Numerics (vs ONNX Runtime fp32 reference)</h2>")
-    if s["max_abs_err"] is not None:
-        ok = s["numerics_ok"] is not False
-        body.append(f'<p class="{"ok" if ok else "bad"}">max abs error {s["max_abs_err"]:.3g}' + e(_verdict(s))
-                    + "</p><ul>" + "".join(f"<li>{e(str(k))}: {_sci(_err(v))}</li>" for k, v in s["per_output"].items())
-                    + "</ul>")
-    else:
-        body.append("<p>not recorded</p>")
-    if s["notes"]:
-        body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{e(str(n))}</li>" for n in s["notes"]) + "</ul>")
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>collage report: {e(str(s['model']))}</title>"
-            f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
-    dest = root / "report.html"
+_CSS = """body{font-family:sans-serif;margin:2em auto;max-width:1160px;padding:0 1em;color:#111}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:3px 8px;text-align:left}
+th{background:#eee}.figure{max-width:100%;border:1px solid #ddd;padding:4px}.bad{color:#a00000;font-weight:bold}"""
+
+
+def _inline(text: str) -> str:
+    """Escaped text; ``**x**`` -> <b>x</b>; OVER BUDGET / EXCEEDED marked."""
+    out = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(text))
+    return re.sub(r"\b(EXCEEDED|OVER BUDGET)\b", r'<span class="bad">\1</span>', out)
+
+
+def html_page(source: Any, report: dict | None = None) -> str:
+    """The report as one HTML page (a string)."""
+    title, sections = document(source, report)
+    body = [f"<h1>{html.escape(title)}</h1>"]
+    for sec in sections:
+        if sec.title:
+            body.append(f"<h2>{html.escape(sec.title)}</h2>")
+        body += [f"<p>{_inline(t)}</p>" for t in sec.text]
+        if sec.bullets:
+            body.append("<ul>" + "".join(f"<li>{_inline(b)}</li>" for b in sec.bullets) + "</ul>")
+        if sec.table is not None:
+            body.append(sec.table.to_html(index=False, escape=True, border=0))
+        body += [f'<div class="figure">{svg}</div>' for svg in sec.pictures]
+    return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<meta name='viewport' content='width=device-width'><style>{_CSS}</style></head><body>\n"
+            + "\n".join(body) + "\n</body></html>\n")
+
+
+def render_html(out_dir: str | os.PathLike, dest: str | os.PathLike | None = None) -> Path:
+    """Write the HTML page to ``dest`` (default ``out_dir/report.html``); return its path."""
+    page = html_page(out_dir)
+    dest = Path(dest) if dest is not None else Path(out_dir) / "report.html"
     tmp = dest.with_suffix(".html.tmp")
     tmp.write_text(page, encoding="utf-8")
     os.replace(tmp, dest)
     return dest
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    if hasattr(v, "item"):
+        return _plain(v.item())
+    return v
+
+
+def report_json(source: Any, report: dict | None = None) -> dict[str, Any]:
+    """What ``collage report --format json`` prints (documented in the README): {"summary": summary(),
+    "partitions": [partition_table rows], "baselines": [baselines_table rows], "coverage": {...} | null,
+    "precision": report.json's "precision" | null}. NaN becomes null."""
+    manifest, report = _sources(source, report)
+    rows = lambda df: [{k: _plain(v) for k, v in r.items()} for r in df.to_dict("records")]  # noqa: E731
+    return {"summary": {k: _plain(v) for k, v in summary(manifest, report).items()},
+            "partitions": rows(partition_table(manifest, report)), "baselines": rows(baselines_table(manifest, report)),
+            "coverage": _coverage(report), "precision": report.get("precision")}

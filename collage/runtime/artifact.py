@@ -18,6 +18,7 @@ CLI: ``collage run OUT --input NAME=x.npy ... [--random] [--output DIR] [--repea
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
@@ -26,7 +27,7 @@ import tarfile
 import tempfile
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -282,6 +283,28 @@ def _artifact_root(extracted: Path, archive: Path) -> Path:
         return subdirs[0]
     raise ArtifactError(f"{archive}: archive holds no {MANIFEST} at its top or in a single top-level folder; "
                         "not a collage artifact")
+
+
+def is_archive(path: str | os.PathLike) -> bool:
+    src = Path(path)
+    return src.is_file() and (src.name.endswith((".tar.gz", ".tgz", ".tar")) or tarfile.is_tarfile(src))
+
+
+@contextlib.contextmanager
+def artifact_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """The artifact directory of ``path``: itself, or for a ``.tar.gz`` a temporary extraction (checked like
+    ``load`` does: no absolute paths, links or members outside it), removed when the block ends. For every
+    command that reads an artifact (report, annotate, ...)."""
+    src = Path(path)
+    if not is_archive(src):
+        yield src
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="collage-artifact-"))
+    try:
+        _safe_extract(src, tmp)
+        yield _artifact_root(tmp, src)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def verify_files(root: Path, manifest: dict) -> None:

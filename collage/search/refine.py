@@ -249,7 +249,7 @@ def refine(graph: Graph, plan: Plan, costs: Mapping[Candidate, Any], evaluate: C
     try:
         import optuna
     except ImportError as e:  # pragma: no cover - optuna is a declared dependency
-        raise CollageError("refinement needs optuna: pip install 'optuna>=4'") from e
+        raise CollageError("refinement needs optuna: pip install 'collage[tune]'") from e
     table = usable_costs(graph, costs)
     start: Parts = [(tuple(p.nodes), p.backend) for p in plan.partitions]
     ordered = executable_order(graph, start)

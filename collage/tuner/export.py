@@ -20,6 +20,7 @@ manifest.json (``FORMAT_VERSION`` 1)::
                                "settings": {<Backend.options>}}},
      "inputs":  [{"name": "x", "shape": [1, 3, 224, 224], "dtype": "float32"}],
      "outputs": [{"name": "y", "shape": [1, 1000], "dtype": "float32"}],
+     "tensors": {"t7": {"name": "t7", "shape": [1, 64, 56, 56], "dtype": "float32"}, ...},  # partition boundaries
      "partitions": [   # in execution order
         {"index": 0, "backend": "onnxruntime", "dir": "partitions/000-onnxruntime",
          "nodes": [0, 1, ...], "ops": ["Conv", "Relu", ...],     # op type of each node, same order
@@ -200,6 +201,8 @@ def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike, *,
                          for name, b in backends.items()},
             "inputs": [_tensor_entry(graph, s.name, s.high) for s in input_specs(graph)],
             "outputs": [_tensor_entry(graph, t) for t in graph.outputs],
+            # every tensor at a partition boundary: shape and dtype (the report labels its arrows with them)
+            "tensors": {t: _tensor_entry(graph, t) for ins, outs in bounds for t in (*ins, *outs)},
             "partitions": parts_meta,
             "plan": PLAN_FILE,
             "report": REPORT_FILE,

@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from collage.errors import CollageError, UnsupportedError
+from collage.errors import BackendUnavailable, CollageError, UnsupportedError
 from collage.graph.ir import Graph
 from collage.plan import Plan
+from collage.tuner.coverage import measured_line, measurement_coverage, refinement, refinement_line
 from collage.tuner.options import DEFAULT_BACKENDS, DEFAULT_TOLERANCE, TuneOptions
 from collage.tuner.verify import check_numerics, measure_interleaved, stale_costs
 from collage.util import parse_duration, say
@@ -60,6 +61,21 @@ class TuneResult:
     def best_single(self) -> tuple[str, float]:
         name = min(self.baselines, key=self.baselines.__getitem__)
         return name, self.baselines[name]
+
+    @property
+    def partitions(self) -> Any:
+        """The pandas DataFrame of partitions that ``collage report`` shows (collage.report.render.partition_table)."""
+        from collage.report.render import partition_table
+        return partition_table(self.out_dir)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``collage tune --json`` object (keys in collage.tuner.result)."""
+        from collage.tuner.result import tune_summary
+        return tune_summary(self)
+
+    def to_json(self, **kw: Any) -> str:
+        import json
+        return json.dumps(self.to_dict(), **kw)
 
 
 def parse_budget(text: str | None) -> float | None:
@@ -115,7 +131,7 @@ def resolve_backends(names: Sequence[str], target: str = "cpu") -> list:
         b = get_backend(name)
         reason = b.available()
         if reason:
-            raise CollageError(f"backend {name!r} is not available: {reason}")
+            raise BackendUnavailable(f"backend {name!r} is not available: {reason}")
         if b.device != target:
             raise CollageError(f"backend {name!r} runs on {b.device!r}, not on target {target!r}")
         backends.append(b)
@@ -258,6 +274,8 @@ class TuneJob:
         raw = measure_candidates(self.graph, [(c.nodes, c.backend) for c in cands], db=self.db,
                                  budget_s=None if budget_s is None else max(1.0, budget_s - spent),
                                  progress=self.options.progress)
+        self.coverage = measurement_coverage(raw, [(c.nodes, c.backend) for c in cands], budget_s)
+        self.say("%s", measured_line(self.coverage))
         costs: dict[Any, float] = {}
         failures = 0
         for c in cands:
@@ -363,11 +381,18 @@ class TuneJob:
         """7. Optional: measured Optuna trials around the plan; a faster plan is measured against the
         baselines again."""
         trials, plan = self.options.refine_trials, verified.plan
+        self.coverage["refinement"] = refinement(trials)
         if trials > 0 and self.precision.is_low(plan):
             plan.notes.append("refinement skipped: it does not measure errors, and the plan holds lower-precision "
                               "partitions")
+            self.coverage["refinement"] = refinement(trials, 0, plan.notes[-1])
             return verified
-        if trials <= 0 or len(plan.partitions) < 2:
+        if trials > 0 and len(plan.partitions) < 2:
+            plan.notes.append("refinement skipped: the plan is one backend on the whole model; refinement moves nodes "
+                              "between the partitions of a mixed plan")
+            self.coverage["refinement"] = refinement(trials, 0, plan.notes[-1])
+            return verified
+        if trials <= 0:
             return verified
         from collage.search.refine import refine
         from collage.tuner.search_step import fill_boundaries
@@ -377,6 +402,8 @@ class TuneJob:
         storage = f"sqlite:///{self.db.path.resolve()}" if hasattr(self.db, "path") else None
         res = refine(self.graph, plan, charged, self.evaluate, storage=storage,
                      study_name=f"refine-{self.graph.fingerprint(range(n))}-{'-'.join(self.names)}", n_trials=trials)
+        self.coverage["refinement"] = refinement(trials, res.new_trials,
+                                                 f"the study in the cost DB already holds {res.trials} finished trial(s)")
         if res.plan is plan or res.measured_ms >= verified.plan_ms:
             return verified
         plan = fill_boundaries(self.graph, res.plan)
@@ -440,9 +467,11 @@ class TuneJob:
                              "measured_now": getattr(raw, "measured", None),
                              "unmeasured": getattr(raw, "unmeasured", None),
                              "measure_s": getattr(raw, "elapsed_s", None)},
+            "coverage": self.coverage,
             "search_s": search_s,
             "tune_s": time.monotonic() - self.t_start,
         }
+        self.say("%s", refinement_line(self.coverage))
         precision = self.precision.report(plan)
         if precision is not None:
             report["precision"] = precision

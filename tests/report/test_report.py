@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from collage.report.render import baselines_table, partition_table, render_html, render_markdown, summary
-from collage.report.svg import PALETTE, render_svg
+from collage.report.svg import colour_pair, render_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -86,7 +86,8 @@ def test_markdown(tmp_path):
     md = render_markdown(d)
     assert md.startswith("# collage report: synthetic on cpu")
     assert "| 1 | openvino | 4 |" in md and "| 0 | onnxruntime | 4 |" in md
-    assert "best single backend openvino 6.000 ms (plan is 1.20x)" in md
+    assert "| # | backend | ops | op types | ms | runner-up | runner-up ms | share of time % |" in md
+    assert "best single backend openvino 6.000 ms (the plan is 1.20x faster)" in md
     assert "max abs error 2e-06 (tolerance 0.0001: ok)" in md
     assert "- never worse: checked against openvino" in md
     assert "predicted by the search (parts + transitions): 4.800 ms" in md
@@ -96,7 +97,7 @@ def test_markdown(tmp_path):
 def test_numerics_exceeded_is_flagged(tmp_path):
     d = _write(tmp_path, _manifest(2), {**REPORT, "numerics": {"max_abs_err": 0.5, "tolerance": 1e-3}})
     assert "EXCEEDED" in render_markdown(d)
-    assert 'class="bad"' in render_html(d).read_text()
+    assert '<span class="bad">EXCEEDED</span>' in render_html(d).read_text()
 
 
 def test_html_with_svg_picture(tmp_path):
@@ -108,10 +109,12 @@ def test_html_with_svg_picture(tmp_path):
     root = ET.fromstring(svg)  # well-formed
     rects = root.iter(f"{SVG}rect")
     fills = [r.get("fill") for r in rects]
-    assert fills.count(PALETTE["openvino"]) >= 3 + 12 + 1  # blocks + node squares + legend
+    assert fills.count(colour_pair("openvino")[0]) >= 3 + 12 + 1  # blocks + node squares + legend
     assert "openvino: 3 partition(s), 12 node(s)" in text and "onnxruntime: 3 partition(s), 12 node(s)" in text
     paths = [p for p in root.iter(f"{SVG}path") if p.get("marker-end")]
     assert len(paths) == 5 + 1  # chain edges + the skip edge s0 -> partition 2 (and s4 -> none: 6 parts)
+    labels = [t.text for t in root.iter(f"{SVG}text") if t.get("font-size") == "9"]
+    assert len(labels) == len(paths) and "s0" in labels  # every arrow labelled with its tensor
     assert "never worse" in text and "<table" in text
 
 
@@ -167,7 +170,7 @@ def test_tolerance_as_atol_rtol_and_explicit_verdict(tmp_path):
            "per_output": {"y": {"max_abs_err": 3e-3}}}
     d = _write(tmp_path, _manifest(2), {**REPORT, "numerics": num})
     md = render_markdown(d)
-    assert "max abs error 0.003 (tolerance atol 0.0001, rtol 0.001: EXCEEDED)" in md and "  - y: 0.003" in md
+    assert "max abs error 0.003 (tolerance atol 0.0001, rtol 0.001: EXCEEDED)" in md and "| y | 0.003 |" in md
     num["ok"] = True
     (d / "report.json").write_text(json.dumps({**REPORT, "numerics": num}))
     assert "rtol 0.001: ok)" in render_markdown(d)

@@ -30,7 +30,7 @@ def openvino_module():  # lazy import: importing collage.backends never loads a 
     try:
         import openvino
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise BackendUnavailable("openvino is not installed: pip install openvino") from e
+        raise BackendUnavailable("openvino is not installed: pip install 'collage[openvino]'") from e
     return openvino
 
 

@@ -70,7 +70,7 @@ def _tvm_import_error() -> str | None:
         from tvm import relax  # noqa: F401
         from tvm.relax.frontend.onnx import from_onnx  # noqa: F401
     except Exception as e:  # noqa: BLE001 - ImportError, or a broken native library
-        return f"apache-tvm cannot be imported ({type(e).__name__}: {e}); pip install 'apache-tvm>=0.27,<0.28'"
+        return f"apache-tvm cannot be imported ({type(e).__name__}: {e}); pip install 'collage[tvm]'"
     if not tvm.__version__.startswith("0.27"):
         return f"apache-tvm {tvm.__version__} is installed; collage needs 0.27 (pip install 'apache-tvm>=0.27,<0.28')"
     from tvm.support import cc

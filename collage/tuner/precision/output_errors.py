@@ -101,10 +101,9 @@ class OutputErrors:
         """The output error of each range candidate among ``cands`` (others are skipped), in the order given,
         until ``budget_s`` seconds have passed; known ones come from the store. A candidate that fails to
         compile or run is left out (logged)."""
-        from tqdm import tqdm
-
         from collage.backends import get_backend
         from collage.cost_models.db import key_for
+        from collage.progress import track
 
         graph, n = self.graph, len(self.graph)
         out = self.cached(cands)
@@ -120,8 +119,8 @@ class OutputErrors:
                     needed.update(graph.boundary(range(x, n))[0])
             self._refs = reference_runs(graph, self.calib, sorted(needed))
         ort = get_backend("onnxruntime")
-        for k, c in enumerate(tqdm(todo, desc=f"output errors {graph.name}", unit="cand", disable=not progress,
-                                   leave=False)):
+        for k, c in enumerate(track(todo, f"output errors {graph.name}", "cand", enabled=progress,
+                                    deadline=None if budget_s is None else t0 + budget_s)):
             if budget_s is not None and time.monotonic() - t0 > budget_s:
                 log.warning("output errors: %.0f s spent, %d of %d range candidates left unmeasured",
                             budget_s, len(todo) - k, len(todo))

@@ -1,0 +1,66 @@
+"""How much of the search space a tune saw: candidates measured out of how many (the budget cuts the rest),
+refinement trials run or why none were. Written to report.json as ``"coverage"``, said on the terminal, shown
+by ``collage report``.
+
+    "coverage": {
+      "distinct": 242,          # distinct candidates (by structural fingerprint x backend)
+      "with_cost": 159,         # of them, with a measured cost (reused + measured now)
+      "reused": 0,              # found in the cost DB
+      "measured_now": 159,      # measured by this tune (failed ones included)
+      "failed": 0,
+      "unmeasured": 83,         # left when the budget ran out (never measured, not in the search)
+      "budget_s": 15.0,         # null: no budget
+      "budget_cut": true,       # the budget ran out before every candidate was measured
+      "unmeasured_nodes": [3, 4],   # smallest and largest unmeasured candidate, in nodes (null if none)
+      "refinement": {"requested": 4, "ran": 0, "why_none": "the plan is one partition: ..."}
+    }
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+def measurement_coverage(measured: Any, items: Iterable[tuple[tuple[int, ...], str]],
+                         budget_s: float | None) -> dict[str, Any]:
+    """The coverage dict (module docstring) of a ``measure_candidates`` result ``measured`` over ``items``
+    (``(nodes, backend)``, the candidates asked for)."""
+    distinct = int(getattr(measured, "distinct", 0) or 0)
+    unmeasured = int(getattr(measured, "unmeasured", 0) or 0)
+    sizes = [len(nodes) for nodes, backend in items if (nodes, backend) not in measured]
+    return {"distinct": distinct, "with_cost": distinct - unmeasured,
+            "reused": int(getattr(measured, "reused", 0) or 0), "measured_now": int(getattr(measured, "measured", 0) or 0),
+            "failed": int(getattr(measured, "failed", 0) or 0), "unmeasured": unmeasured, "budget_s": budget_s,
+            "budget_cut": unmeasured > 0 and budget_s is not None,
+            "unmeasured_nodes": [min(sizes), max(sizes)] if sizes and unmeasured else None,
+            "refinement": {"requested": 0, "ran": 0, "why_none": "not asked for (--refine-trials 0)"}}
+
+
+def refinement(requested: int, ran: int = 0, why_none: str | None = None) -> dict[str, Any]:
+    return {"requested": int(requested), "ran": int(ran),
+            "why_none": None if ran else (why_none or "not asked for (--refine-trials 0)")}
+
+
+def measured_line(cov: Mapping[str, Any]) -> str:
+    """One sentence: 'measured 159 of 242 distinct candidates (0 from the cost DB); the 15 s budget cut the
+    other 83 (3-4 nodes, measured last), left out of the search'."""
+    d, have = cov.get("distinct") or 0, cov.get("with_cost") or 0
+    pct = f" ({100.0 * have / d:.0f}%)" if d else ""
+    text = f"measured {have} of {d} distinct candidates{pct}: {cov.get('reused', 0)} from the cost DB, " \
+           f"{cov.get('measured_now', 0)} now" + (f" ({cov['failed']} failed)" if cov.get("failed") else "")
+    left = cov.get("unmeasured") or 0
+    if left:
+        sizes = cov.get("unmeasured_nodes")
+        span = "" if not sizes else f" ({sizes[0]} nodes, measured last)" if sizes[0] == sizes[1] else \
+            f" ({sizes[0]}-{sizes[1]} nodes, measured last)"
+        why = f"the {cov['budget_s']:.0f} s budget" if cov.get("budget_cut") else "the measurement job"
+        text += f"; {why} cut the other {left}{span}: they are not in the search"
+    return text
+
+
+def refinement_line(cov: Mapping[str, Any]) -> str:
+    r = cov.get("refinement") or {}
+    if r.get("ran"):
+        return f"refinement: {r['ran']} measured trial(s) of {r.get('requested', r['ran'])} asked for"
+    asked = f"{r['requested']} trial(s) asked for, none ran: " if r.get("requested") else "none: "
+    return "refinement: " + asked + str(r.get("why_none") or "not asked for")

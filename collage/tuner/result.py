@@ -1,0 +1,39 @@
+"""What ``collage tune --json`` prints and ``TuneResult.to_dict()`` returns (documented in the README)::
+
+    {"artifact": "/path/out",                # the artifact directory
+     "model": "tiny-resnet", "target": "cpu", "backends": ["onnxruntime", "openvino"],
+     "plan_ms": 0.115,                       # stitched plan, measured end to end (median ms)
+     "predicted_ms": 0.144,                  # the search's objective
+     "baselines": {"onnxruntime": 0.117, "openvino": 0.115},   # whole model on one backend (median ms)
+     "best_single": {"backend": "openvino", "ms": 0.115},     # null when no baseline ran
+     "speedup": 1.0,                         # best single backend ms / plan ms
+     "partitions": [{"index": 0, "backend": "openvino", "nodes": 40, "ms": 0.144}],
+     "coverage": {...},                      # collage.tuner.coverage (measured of distinct, budget cut, refinement)
+     "numerics": {...},                      # max_abs_err, tolerance, ok (null under lower precision)
+     "notes": ["never worse: ..."]}
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+def _ms(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def tune_summary(res: Any) -> dict[str, Any]:
+    """The JSON object (module docstring) of a ``TuneResult``."""
+    report = res.report or {}
+    base = {k: _ms(v) for k, v in (res.baselines or {}).items()}
+    ok = {k: v for k, v in base.items() if v is not None}
+    best = min(ok.items(), key=lambda kv: kv[1]) if ok else None
+    return {
+        "artifact": str(res.out_dir), "model": report.get("model"), "target": report.get("target"),
+        "backends": list(report.get("backends") or []), "plan_ms": _ms(res.plan_ms),
+        "predicted_ms": _ms(res.plan.predicted_ms), "baselines": base,
+        "best_single": {"backend": best[0], "ms": best[1]} if best else None,
+        "speedup": best[1] / res.plan_ms if best and res.plan_ms else None,
+        "partitions": [{"index": k, "backend": p.backend, "nodes": len(p.nodes), "ms": _ms(p.cost_ms)}
+                       for k, p in enumerate(res.plan.partitions)],
+        "coverage": report.get("coverage"), "numerics": report.get("numerics"), "notes": list(res.plan.notes),
+    }
