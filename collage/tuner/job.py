@@ -263,8 +263,8 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
             a = load_artifact(d)
             return measure_interleaved({"p": lambda: a.run(feeds)}, rounds=3)["p"]
 
-        # the study lives in the cost DB's SQLite file, so an interrupted refinement resumes
-        storage = f"sqlite:///{cost_db.path.resolve()}" if hasattr(cost_db, "path") else None
+        # the study lives in the cost DB (SQLite or PostgreSQL), so an interrupted refinement resumes
+        storage = cost_db.study_storage()
         res = refine(graph, plan, charged, evaluate, storage=storage,
                      study_name=f"refine-{graph.fingerprint(range(n))}-{'-'.join(names)}", n_trials=refine_trials)
         if res.plan is not plan and res.measured_ms < plan_ms:
