@@ -13,7 +13,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--backends", default=",".join(DEFAULT_BACKENDS), help="comma-separated backend names")
     p.add_argument("--budget", default=None, help="time limit for measuring candidates, e.g. 10m")
-    p.add_argument("--db", default=None, help="cost database URL (default ~/.cache/collage/costs.sqlite)")
+    p.add_argument("--db", default=None, help="cost database: a path, sqlite:///PATH or postgresql://USER@HOST:PORT/DB "
+                   "(default ~/.cache/collage/costs.sqlite)")
+    p.add_argument("--cluster", default=None, metavar="ray://HOST:PORT",
+                   help="measure the candidates on a Ray cluster's measurement nodes: ray://HOST:PORT, HOST:PORT, "
+                        "or 'auto' ($RAY_ADDRESS); with --db postgresql://... shared by all (docs/CLUSTER.md)")
     p.add_argument("--refine-trials", type=int, default=0, help="measured Optuna trials around the DP plan")
     p.add_argument("--max-nodes", type=int, default=None, help="largest candidate subgraph, in nodes")
     p.add_argument("--shape", action="append", default=[], help="fix a symbolic input: NAME=D1,D2,...")
@@ -37,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
                budget_s=parse_budget(args.budget), db=args.db, refine_trials=args.refine_trials,
                shapes=parse_shapes(args.shape), limits=limits, archive=args.archive,
                tolerance={"atol": args.atol, "rtol": args.rtol},
-               accuracy=args.accuracy, calibration=args.calibration)
+               accuracy=args.accuracy, calibration=args.calibration, cluster=args.cluster)
     best, best_ms = res.best_single if res.baselines else ("-", float("nan"))
     print(f"{res.plan.describe()}")
     print(f"measured end to end: plan {res.plan_ms:.3f} ms; best single backend {best} {best_ms:.3f} ms "

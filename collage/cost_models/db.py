@@ -179,6 +179,9 @@ def error_columns(record: Mapping[str, Any]) -> tuple[float | None, float | None
 class CostDB(abc.ABC):
     """Abstract cost database (contract in the module docstring)."""
 
+    #: A URL ``get_db`` opens to this same database from another process or machine (None: there is none).
+    url: str | None = None
+
     @abc.abstractmethod
     def get(self, key: CostKey) -> Cost | None:
         """The cost stored under ``key``, or None."""
@@ -429,6 +432,10 @@ class SQLiteCostDB(CostDB):
         return int(self._conn().execute(f"SELECT COUNT(*) FROM {self.errors_table}").fetchone()[0])
 
     def study_storage(self) -> str | None:
+        return f"sqlite:///{self.path.resolve()}"
+
+    @property
+    def url(self) -> str:  # type: ignore[override]
         return f"sqlite:///{self.path.resolve()}"
 
     def close(self) -> None:

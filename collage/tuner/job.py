@@ -95,7 +95,8 @@ def tune(model: str | Path | Any, out_dir: str | Path, **options: Any) -> TuneRe
     """Tune ``model`` for ``target`` over ``backends`` and write the artifact to ``out_dir``.
 
     Keyword options (all optional): target, backends, budget_s, db, refine_trials, shapes, limits,
-    archive, tolerance, seed, progress, accuracy, calibration (see ``_tune``). The exported attempts,
+    archive, tolerance, seed, progress, accuracy, calibration, cluster (see ``_tune``; ``cluster``: where candidates
+    are measured, collage.cost_models.executor.get_executor: None for this machine, "auto" or "ray://HOST:PORT"). The exported attempts,
     refinement trials and verification copies go to a scratch folder (1-2 GB for a large model) that
     is removed when the tune ends, however it ends; the artifact in ``out_dir`` and the cost DB stay.
     """
@@ -107,7 +108,8 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
          backends: Sequence[str] = DEFAULT_BACKENDS, budget_s: float | None = None, db: Any = None,
          refine_trials: int = 0, shapes: Mapping[str, Sequence[int]] | None = None, limits: Any = None,
          archive: bool = False, tolerance: Mapping[str, float] | None = None, seed: int = 0,
-         progress: bool = True, accuracy: Any = None, calibration: str | Path | None = None, work: Path) -> TuneResult:
+         progress: bool = True, accuracy: Any = None, calibration: str | Path | None = None, cluster: Any = None,
+         work: Path) -> TuneResult:
     """``tune``, with its scratch folder ``work``."""
     from collage import zoo
     from collage.tuner.export import export
@@ -170,7 +172,8 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
     # 3. measured costs (cached in the DB)
     spent = time.monotonic() - t_start
     measured = measure_candidates(graph, [(c.nodes, c.backend) for c in cands], db=cost_db,
-                                  budget_s=None if budget_s is None else max(1.0, budget_s - spent), progress=progress)
+                                  budget_s=None if budget_s is None else max(1.0, budget_s - spent), progress=progress,
+                                  executor=cluster)
     costs: dict[Candidate, float] = {}
     failures = 0
     for c in cands:
