@@ -87,22 +87,39 @@ class PostgresServer:
 
 
 @contextlib.contextmanager
-def ray_cluster(nodes: int = 2, *, measure_on_head: bool = False) -> Iterator[object]:
-    """A local Ray cluster (``ray.cluster_utils.Cluster``) with ``nodes`` measurement nodes; the driver is connected."""
+def ray_cluster(nodes: int = 2, *, measure_on_head: bool = False, connect: bool = True) -> Iterator[object]:
+    """A local Ray cluster (``ray.cluster_utils.Cluster``) with ``nodes`` measurement nodes (1 CPU each).
+
+    With ``connect`` this process is its driver (``ray.init``). ``cluster.address`` is the GCS address
+    (``HOST:PORT``), ``cluster.client_address`` the ``ray://`` address of its Ray Client server.
+    """
     ray = pytest.importorskip("ray", reason="ray is missing: pip install -e '.[cluster]'")
     from ray.cluster_utils import Cluster
 
     head_res = {"collage_measure": 1} if measure_on_head else {}
+    client_port = free_port()
     cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "resources": head_res, "include_dashboard": False,
+        "num_cpus": 1, "resources": head_res, "include_dashboard": False, "ray_client_server_port": client_port,
         "_system_config": {"health_check_initial_delay_ms": 0, "health_check_period_ms": 1000,
                            "health_check_failure_threshold": 3}})
     try:
         for _ in range(nodes):
-            cluster.add_node(num_cpus=1, resources={"collage_measure": 1})
-        ray.init(address=cluster.address, log_to_driver=False, include_dashboard=False)
+            add_measure_node(cluster)
         cluster.wait_for_nodes()
+        cluster.client_address = f"ray://127.0.0.1:{client_port}"  # the Ray Client server on the head
+        if connect:
+            ray.init(address=cluster.address, log_to_driver=False)
         yield cluster
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def add_measure_node(cluster: object) -> object:
+    """One more measurement node (``collage_measure: 1``, one CPU) in a ``ray.cluster_utils.Cluster``."""
+    return cluster.add_node(num_cpus=1, resources={"collage_measure": 1})
+
+
+def measure_nodes(cluster: object) -> list:
+    """The cluster's worker nodes (the head is not one of them in ``ray_cluster``)."""
+    return list(cluster.worker_nodes)
