@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[all,test]'
+	$(BIN)/python -m pip install -q -e '.[all,test,cluster]'
 	touch $(STAMP)
 
 venv: $(STAMP)

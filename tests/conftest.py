@@ -22,3 +22,13 @@ os.environ["COLLAGE_CACHE"] = _cache
 @pytest.fixture(scope="session")
 def cache_dir() -> str:
     return _cache
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL server for the session (tests.servers.PostgresServer); ``postgres.fresh_url()`` per test."""
+    from tests.servers import PostgresServer
+
+    server = PostgresServer()
+    yield server
+    server.stop()

@@ -13,9 +13,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", required=True, help="comma-separated: zoo:NAME or paths")
     p.add_argument("--backends", default="onnxruntime,openvino", help="comma-separated backend names")
     p.add_argument("--target", default="cpu", choices=["cpu", "cuda"], help="device the plans run on")
-    p.add_argument("--db", default=None, help="cost database URL (default ~/.cache/collage/costs.sqlite)")
+    p.add_argument("--db", default=None, help="cost database: a path, sqlite:///PATH or postgresql://USER@HOST:PORT/DB (default ~/.cache/collage/costs.sqlite)")
     p.add_argument("--budget", default=None, type=duration_arg, help="measuring budget per model, e.g. 5m")
     p.add_argument("--max-nodes", type=int, default=None, help="largest candidate subgraph, in nodes")
+    p.add_argument("--cluster", default=None, metavar="ray://HOST:PORT",
+                   help="measure the candidates on a Ray cluster's measurement nodes: ray://HOST:PORT, HOST:PORT, "
+                        "or 'auto' ($RAY_ADDRESS); with --db postgresql://... shared by all (docs/CLUSTER.md)")
     p.add_argument("--out", default="results", help="folder for <date>-<target>.md/.csv")
     p.add_argument("--artifacts", default=None, help="keep each model's artifact under this folder")
 
@@ -24,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     rows = bench([m.strip() for m in args.models.split(",") if m.strip()],
                  backends=[b.strip() for b in args.backends.split(",") if b.strip()], target=args.target,
                  db=args.db, budget_s=args.budget, max_nodes=args.max_nodes, out_dir=args.out,
-                 artifacts_dir=args.artifacts, command="collage bench " + " ".join(shlex.quote(a) for a in sys.argv[2:]))
+                 artifacts_dir=args.artifacts, cluster=args.cluster, command="collage bench " + " ".join(shlex.quote(a) for a in sys.argv[2:]))
     failed = [r for r in rows if "error" in r]
     for r in failed:
         print(f"{r['model']}: {r['error']}", file=sys.stderr)

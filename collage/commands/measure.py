@@ -2,6 +2,7 @@
 
     collage measure zoo:resnet50 --backends onnxruntime,openvino --budget 10m
     collage measure model.onnx --db sqlite:////data/costs.sqlite --shape input=1,3,224,224
+    collage measure zoo:bert-base --cluster ray://head:10001 --db postgresql://collage@dbhost/collage
 
 What is measured (``--what``): ``candidates`` (default) enumerates the candidates the tuner would
 (``collage.search.candidates``: convex connected node sets each backend supports); ``nodes`` measures
@@ -23,8 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="ONNX file or zoo:NAME")
     parser.add_argument("--backends", default="onnxruntime,openvino",
                         help="comma-separated backend names (default: onnxruntime,openvino)")
-    parser.add_argument("--db", default=None, help="cost database: a path or sqlite:///URL "
+    parser.add_argument("--db", default=None, help="cost database: a path, sqlite:///URL or postgresql://USER@HOST:PORT/DB "
                         "(default: <cache>/costs.sqlite)")
+    parser.add_argument("--cluster", default=None, metavar="ray://HOST:PORT",
+                   help="measure the candidates on a Ray cluster's measurement nodes: ray://HOST:PORT, HOST:PORT, "
+                        "or 'auto' ($RAY_ADDRESS); with --db postgresql://... shared by all (docs/CLUSTER.md)")
     parser.add_argument("--budget", default=None, type=duration_arg, help="stop starting new measurements after this long "
                         "(90s, 10m, 1h); finished work is kept")
     parser.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2,...",
@@ -79,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
     items = _items(graph, names, args.what, args.max_nodes)
     result = measure_candidates(graph, items, db=db, budget_s=args.budget,
                                 progress=not (args.no_progress or args.quiet), timeout_s=args.timeout or 120.0,
-                                cap_s=args.cap or 2.0, retry_failed=args.retry_failed)
+                                cap_s=args.cap or 2.0, retry_failed=args.retry_failed,
+                                executor=args.cluster)
     per_backend: dict[str, list[int]] = {}
     for (_, bname), cost in result.items():
         row = per_backend.setdefault(bname, [0, 0])
@@ -91,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
     for bname in names:
         ok, bad = per_backend.get(bname, [0, 0])
         print(f"  {bname:<14} candidates with a cost: {ok}   failed: {bad}")
+    if args.cluster:
+        print("measured on: " + ", ".join(f"{k} {v}" for k, v in sorted(result.where.items())))
     for key, err in list(result.failures.items())[:10]:
         print(f"  failed: {key.backend} {key.fingerprint}: {err}")
     return 0

@@ -16,7 +16,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backends", default=",".join(DEFAULT_BACKENDS), help="comma-separated backend names")
     p.add_argument("--budget", default=None, type=duration_arg, help="time limit for measuring candidates: 90, 30s, 10m, 1h30m, 1.5h (default: none, measure every "
                         "candidate); what it cuts is said on the terminal and in the report")
-    p.add_argument("--db", default=None, help="cost database URL (default ~/.cache/collage/costs.sqlite)")
+    p.add_argument("--db", default=None, help="cost database: a path, sqlite:///PATH or postgresql://USER@HOST:PORT/DB (default ~/.cache/collage/costs.sqlite)")
+    p.add_argument("--cluster", default=None, metavar="ray://HOST:PORT",
+                   help="measure the candidates on a Ray cluster's measurement nodes: ray://HOST:PORT, HOST:PORT, "
+                        "or 'auto' ($RAY_ADDRESS); with --db postgresql://... shared by all (docs/CLUSTER.md)")
     p.add_argument("--refine-trials", type=int, default=0, help="measured Optuna trials around the DP plan")
     p.add_argument("--max-nodes", type=int, default=None, help="largest candidate subgraph, in nodes")
     p.add_argument("--shape", action="append", default=[], help="fix a symbolic input: NAME=D1,D2,...")
@@ -44,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
                budget=args.budget, db=args.db, refine_trials=args.refine_trials,
                shapes=parse_shapes(args.shape), limits=limits, archive=args.archive,
                tolerance={"atol": args.atol, "rtol": args.rtol},
-               accuracy=args.accuracy, calibration=args.calibration, progress=not args.quiet)
+               accuracy=args.accuracy, calibration=args.calibration, progress=not args.quiet, cluster=args.cluster)
     if args.json:
         print(res.to_json(indent=2))
         return 0

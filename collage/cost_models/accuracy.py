@@ -10,7 +10,7 @@ once on ONNX Runtime fp32 with every intermediate tensor exposed; the candidate 
 by its lower-precision backend) is fed the reference tensors that enter it, and each tensor that
 leaves it is compared with the reference. So the error is the candidate's own, not what it inherits.
 
-Errors are stored in the cost DB's SQLite file, table ``errors_v1``, keyed like costs (``CostKey``)
+Errors are stored in the cost DB (``CostDB.put_error``, table ``errors_v1``), keyed like costs (``CostKey``)
 plus ``data``: a hash of the calibration inputs and of the partition's weights (a cost fingerprint
 holds weight shapes, not values, and the error depends on the values). A second tune with the same
 calibration inputs measures nothing again.
@@ -18,11 +18,8 @@ calibration inputs measures nothing again.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
-import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,7 +38,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ERRORS_TABLE = "errors_v1"
 #: at most this many calibration samples are used (each costs a reference run and a run per candidate)
 MAX_SAMPLES = 8
 
@@ -294,56 +290,29 @@ def reference_runs(graph: Graph, calib: Calibration, tensors: Sequence[str] = ()
 
 # ---------------------------------------------------------------------- the store
 class ErrorStore:
-    """Measured errors, kept in the cost DB's SQLite file (table ``errors_v1``); in memory otherwise."""
+    """Measured errors, kept in the cost DB (``CostDB.put_error``: SQLite or PostgreSQL); in memory without one."""
 
     def __init__(self, db: CostDB | None = None) -> None:
         self._mem: dict[tuple, dict[str, Any]] = {}
-        self.path: Path | None = getattr(db, "path", None)
-        self._local = threading.local()
-        if self.path is not None:
-            try:
-                self._conn().execute(
-                    f"CREATE TABLE IF NOT EXISTS {ERRORS_TABLE} (fingerprint TEXT NOT NULL, backend TEXT NOT NULL, "
-                    "version TEXT NOT NULL, device TEXT NOT NULL, options TEXT NOT NULL, machine TEXT NOT NULL, "
-                    "data TEXT NOT NULL, rel REAL, cos REAL, finite INTEGER NOT NULL, detail TEXT, created REAL, "
-                    "PRIMARY KEY (fingerprint, backend, version, device, options, machine, data))")
-            except sqlite3.Error as e:
-                log.warning("cannot keep measured errors in %s (%s); they stay in memory", self.path, e)
-                self.path = None
-
-    def _conn(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None)
-            conn.execute("PRAGMA busy_timeout=60000")
-            self._local.conn = conn
-        return conn
+        self.db = db
 
     def get(self, key: CostKey, data: str) -> ErrorMeasure | None:
         k = (*key, data)
         if k in self._mem:
             return ErrorMeasure.from_dict(self._mem[k])
-        if self.path is None:
+        if self.db is None:
             return None
-        row = self._conn().execute(
-            f"SELECT detail FROM {ERRORS_TABLE} WHERE fingerprint=? AND backend=? AND version=? AND device=? "
-            "AND options=? AND machine=? AND data=?", k).fetchone()
-        return ErrorMeasure.from_dict(json.loads(row[0])) if row else None
+        record = self.db.get_error(key, data)
+        return ErrorMeasure.from_dict(record) if record is not None else None
 
     def put(self, key: CostKey, data: str, err: ErrorMeasure) -> None:
         d = err.to_dict()
         self._mem[(*key, data)] = d
-        if self.path is None:
-            return
-        rel = err.rel if math.isfinite(err.rel) else None
-        cos = err.cos if math.isfinite(err.cos) else None
-        self._conn().execute(f"INSERT OR REPLACE INTO {ERRORS_TABLE} VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                             (*key, data, rel, cos, int(err.finite), json.dumps(d), time.time()))
+        if self.db is not None:
+            self.db.put_error(key, data, d)
 
     def count(self) -> int:
-        if self.path is None:
-            return len(self._mem)
-        return int(self._conn().execute(f"SELECT COUNT(*) FROM {ERRORS_TABLE}").fetchone()[0])
+        return len(self._mem) if self.db is None else self.db.error_count()
 
 
 class WeightHashes:

@@ -17,26 +17,38 @@ Contract (``CostDB``), in the style of Optuna's storages:
   live claim by another owner exists. A claim expires after ``ttl_s`` seconds, or at once when its
   owner is a process on this host that no longer exists (owners made by ``default_owner()`` carry
   host and pid). ``release(key, owner)`` drops it.
+* An **error** row (``put_error``/``get_error``) is the measured numerical error of a lower-precision
+  candidate (``collage.cost_models.accuracy.ErrorStore``): a JSON record keyed by ``CostKey`` plus
+  ``data`` (a hash of the calibration inputs and the candidate's weights).
+* ``study_storage()`` is the URL of an Optuna storage inside the same database (the refinement study
+  lives beside the costs, so an interrupted refinement resumes), or None for a store that has none.
 * Methods raise ``CollageError`` subclasses only for unusable locations (``get_db``); reading a
   missing key returns ``None``.
 * **Thread and process safety**: ``SQLiteCostDB`` may be shared by threads of one process (one
   connection per thread) and by any number of processes on one machine (SQLite WAL mode with a busy
   timeout; every write is its own transaction). It must not live on a network file system.
+  ``PostgresCostDB`` (``collage.cost_models.postgres``) may be shared by threads, processes and machines
+  (one connection per thread; claims take a row lock); it is the store of a measurement cluster.
+* **Schema version**: table names carry ``SCHEMA_VERSION`` (``costs_v1``, ...) and the ``collage_meta``
+  table records it, in every implementation.
 
 ``get_db(None | url | path | instance)`` hides the default: ``None`` is
 ``collage.util.cache_dir()/"costs.sqlite"``; ``"sqlite:///rel/path.sqlite"`` (relative),
-``"sqlite:////abs/path.sqlite"`` (absolute, SQLAlchemy/Optuna convention) or a plain path name a file; a ``CostDB`` instance is returned as is.
+``"sqlite:////abs/path.sqlite"`` (absolute, SQLAlchemy/Optuna convention) or a plain path name a file;
+``"postgresql://user[:password]@host[:port]/dbname"`` a PostgreSQL database (the ``cluster`` extra); a
+``CostDB`` instance is returned as is.
 """
 from __future__ import annotations
 
 import abc
 import json
+import math
 import os
 import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -129,7 +141,7 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
 
-def _owner_dead(owner: str) -> bool:
+def owner_dead(owner: str) -> bool:
     """True when ``owner`` is a process on this host that no longer exists."""
     parts = owner.split(":")
     if len(parts) < 2 or parts[0] != socket.gethostname():
@@ -149,8 +161,26 @@ def _owner_dead(owner: str) -> bool:
     return False
 
 
+class Claim(NamedTuple):
+    """A claim row: ``owner`` measures ``key`` until ``expires`` (seconds since the epoch)."""
+
+    key: CostKey
+    owner: str
+    expires: float
+
+
+def error_columns(record: Mapping[str, Any]) -> tuple[float | None, float | None, bool]:
+    """The queryable columns of an error record: rel, cos (None unless finite numbers), finite."""
+    def num(v: Any) -> float | None:
+        return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+    return num(record.get("rel")), num(record.get("cos")), bool(record.get("finite", True))
+
+
 class CostDB(abc.ABC):
     """Abstract cost database (contract in the module docstring)."""
+
+    #: A URL ``get_db`` opens to this same database from another process or machine (None: there is none).
+    url: str | None = None
 
     @abc.abstractmethod
     def get(self, key: CostKey) -> Cost | None:
@@ -185,6 +215,30 @@ class CostDB(abc.ABC):
     def release(self, key: CostKey, owner: str) -> None:
         """Drop ``owner``'s claim on ``key`` (no-op if it holds none)."""
 
+    @abc.abstractmethod
+    def claims(self) -> list[Claim]:
+        """Every claim row (expired ones too): who is measuring what, for watching a job."""
+
+    @abc.abstractmethod
+    def get_error(self, key: CostKey, data: str) -> dict[str, Any] | None:
+        """The error record stored under (``key``, ``data``), or None."""
+
+    @abc.abstractmethod
+    def put_error(self, key: CostKey, data: str, record: Mapping[str, Any]) -> None:
+        """Store an error record (JSON-able; ``rel``, ``cos``, ``finite`` also kept as columns); committed on return."""
+
+    @abc.abstractmethod
+    def error_count(self) -> int:
+        """How many error records are stored."""
+
+    @abc.abstractmethod
+    def study_storage(self) -> str | None:
+        """URL of an Optuna storage in this database (SQLAlchemy form), or None."""
+
+    @abc.abstractmethod
+    def schema_version(self) -> int:
+        """The schema version recorded in the database."""
+
     # derived queries, written once on top of the primitives
     def get_many(self, keys: Iterable[CostKey]) -> dict[CostKey, Cost]:
         """The stored costs of ``keys`` (keys without one are absent)."""
@@ -202,8 +256,8 @@ class CostDB(abc.ABC):
         """Release resources (connections); the object may not be used afterwards."""
 
 
-_KEY_COLS = ("fingerprint", "backend", "version", "device", "options", "machine")
-_COST_COLS = _KEY_COLS + ("median_ms", "p10_ms", "p90_ms", "samples", "compile_s", "error", "created")
+KEY_COLUMNS = ("fingerprint", "backend", "version", "device", "options", "machine")
+COST_COLUMNS = KEY_COLUMNS + ("median_ms", "p10_ms", "p90_ms", "samples", "compile_s", "error", "created")
 
 
 class SQLiteCostDB(CostDB):
@@ -212,6 +266,7 @@ class SQLiteCostDB(CostDB):
     costs_table = f"costs_v{SCHEMA_VERSION}"
     transitions_table = f"transitions_v{SCHEMA_VERSION}"
     claims_table = f"claims_v{SCHEMA_VERSION}"
+    errors_table = f"errors_v{SCHEMA_VERSION}"
 
     def __init__(self, path: str | os.PathLike, *, busy_timeout_s: float = 60.0) -> None:
         self.path = Path(path).expanduser()
@@ -250,8 +305,8 @@ class SQLiteCostDB(CostDB):
             raise
 
     def _init_schema(self) -> None:
-        key = ", ".join(f"{c} TEXT NOT NULL" for c in _KEY_COLS)
-        pk = ", ".join(_KEY_COLS)
+        key = ", ".join(f"{c} TEXT NOT NULL" for c in KEY_COLUMNS)
+        pk = ", ".join(KEY_COLUMNS)
         conn = self._conn()
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -263,6 +318,8 @@ class SQLiteCostDB(CostDB):
                 per_byte_ms REAL NOT NULL, created REAL NOT NULL, PRIMARY KEY (src, dst, settings, machine))""")
             conn.execute(f"""CREATE TABLE IF NOT EXISTS {self.claims_table} ({key}, owner TEXT NOT NULL,
                 expires REAL NOT NULL, PRIMARY KEY ({pk}))""")
+            conn.execute(f"""CREATE TABLE IF NOT EXISTS {self.errors_table} ({key}, data TEXT NOT NULL, rel REAL,
+                cos REAL, finite INTEGER NOT NULL, detail TEXT, created REAL, PRIMARY KEY ({pk}, data))""")
             conn.execute("CREATE TABLE IF NOT EXISTS collage_meta (name TEXT PRIMARY KEY, value TEXT)")
             conn.execute("INSERT OR IGNORE INTO collage_meta VALUES ('created_by', 'collage')")
             conn.execute("INSERT OR REPLACE INTO collage_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
@@ -277,8 +334,8 @@ class SQLiteCostDB(CostDB):
 
     # costs -----------------------------------------------------------------
     def get(self, key: CostKey) -> Cost | None:
-        where = " AND ".join(f"{c}=?" for c in _KEY_COLS)
-        row = self._conn().execute(f"SELECT {', '.join(_COST_COLS)} FROM {self.costs_table} WHERE {where}",
+        where = " AND ".join(f"{c}=?" for c in KEY_COLUMNS)
+        row = self._conn().execute(f"SELECT {', '.join(COST_COLUMNS)} FROM {self.costs_table} WHERE {where}",
                                    tuple(key)).fetchone()
         return Cost(*row) if row else None
 
@@ -295,7 +352,7 @@ class SQLiteCostDB(CostDB):
                 chunk = fps[i:i + 500]
                 marks = ",".join("?" * len(chunk))
                 rows = conn.execute(
-                    f"SELECT {', '.join(_COST_COLS)} FROM {self.costs_table} WHERE backend=? AND version=? AND "
+                    f"SELECT {', '.join(COST_COLUMNS)} FROM {self.costs_table} WHERE backend=? AND version=? AND "
                     f"device=? AND options=? AND machine=? AND fingerprint IN ({marks})", (*rest, *chunk)).fetchall()
                 for row in rows:
                     c = Cost(*row)
@@ -303,12 +360,12 @@ class SQLiteCostDB(CostDB):
         return out
 
     def put(self, cost: Cost) -> None:
-        marks = ",".join("?" * len(_COST_COLS))
-        values = [getattr(cost, c) for c in _COST_COLS]
-        self._write(f"INSERT OR REPLACE INTO {self.costs_table} ({', '.join(_COST_COLS)}) VALUES ({marks})", values)
+        marks = ",".join("?" * len(COST_COLUMNS))
+        values = [getattr(cost, c) for c in COST_COLUMNS]
+        self._write(f"INSERT OR REPLACE INTO {self.costs_table} ({', '.join(COST_COLUMNS)}) VALUES ({marks})", values)
 
     def all(self) -> list[Cost]:
-        rows = self._conn().execute(f"SELECT {', '.join(_COST_COLS)} FROM {self.costs_table}").fetchall()
+        rows = self._conn().execute(f"SELECT {', '.join(COST_COLUMNS)} FROM {self.costs_table}").fetchall()
         return [Cost(*r) for r in rows]
 
     def schema_version(self) -> int:
@@ -334,13 +391,13 @@ class SQLiteCostDB(CostDB):
 
     # claims ----------------------------------------------------------------
     def claim(self, key: CostKey, owner: str, ttl_s: float = 600.0) -> bool:
-        where = " AND ".join(f"{c}=?" for c in _KEY_COLS)
+        where = " AND ".join(f"{c}=?" for c in KEY_COLUMNS)
         conn = self._conn()
         now = time.time()
         conn.execute("BEGIN IMMEDIATE")
         try:
             row = conn.execute(f"SELECT owner, expires FROM {self.claims_table} WHERE {where}", tuple(key)).fetchone()
-            if row is not None and row[0] != owner and row[1] > now and not _owner_dead(row[0]):
+            if row is not None and row[0] != owner and row[1] > now and not owner_dead(row[0]):
                 conn.execute("COMMIT")
                 return False
             conn.execute(f"INSERT OR REPLACE INTO {self.claims_table} VALUES ({','.join('?' * 8)})",
@@ -352,8 +409,34 @@ class SQLiteCostDB(CostDB):
             raise
 
     def release(self, key: CostKey, owner: str) -> None:
-        where = " AND ".join(f"{c}=?" for c in _KEY_COLS)
+        where = " AND ".join(f"{c}=?" for c in KEY_COLUMNS)
         self._write(f"DELETE FROM {self.claims_table} WHERE {where} AND owner=?", (*key, owner))
+
+    def claims(self) -> list[Claim]:
+        rows = self._conn().execute(f"SELECT {', '.join(KEY_COLUMNS)}, owner, expires FROM {self.claims_table}").fetchall()
+        return [Claim(CostKey(*r[:6]), r[6], r[7]) for r in rows]
+
+    # errors of lower-precision candidates ----------------------------------
+    def get_error(self, key: CostKey, data: str) -> dict[str, Any] | None:
+        where = " AND ".join(f"{c}=?" for c in KEY_COLUMNS)
+        row = self._conn().execute(f"SELECT detail FROM {self.errors_table} WHERE {where} AND data=?",
+                                   (*key, data)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put_error(self, key: CostKey, data: str, record: Mapping[str, Any]) -> None:
+        rel, cos, finite = error_columns(record)
+        self._write(f"INSERT OR REPLACE INTO {self.errors_table} VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (*key, data, rel, cos, int(finite), json.dumps(dict(record)), time.time()))
+
+    def error_count(self) -> int:
+        return int(self._conn().execute(f"SELECT COUNT(*) FROM {self.errors_table}").fetchone()[0])
+
+    def study_storage(self) -> str | None:
+        return f"sqlite:///{self.path.resolve()}"
+
+    @property
+    def url(self) -> str:  # type: ignore[override]
+        return f"sqlite:///{self.path.resolve()}"
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -363,6 +446,10 @@ class SQLiteCostDB(CostDB):
 
     def __repr__(self) -> str:
         return f"SQLiteCostDB({str(self.path)!r})"
+
+
+#: URL schemes ``get_db`` hands to ``PostgresCostDB``.
+POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 
 
 def default_db_path() -> Path:
@@ -378,9 +465,13 @@ def get_db(db: None | str | os.PathLike | CostDB = None) -> CostDB:
     text = os.fspath(db)
     if "://" in text:
         scheme, _, rest = text.partition("://")
+        if scheme in POSTGRES_SCHEMES:
+            from collage.cost_models.postgres import PostgresCostDB
+
+            return PostgresCostDB(text)
         if scheme != "sqlite":
-            raise CollageError(f"cost database {text!r}: unknown scheme {scheme!r}; use sqlite:///path/to/costs.sqlite "
-                               "or a plain file path")
+            raise CollageError(f"cost database {text!r}: unknown scheme {scheme!r}; use sqlite:///path/to/costs.sqlite, "
+                               "a plain file path or postgresql://user@host:port/dbname")
         # SQLAlchemy/Optuna convention: sqlite:///rel.sqlite is relative, sqlite:////abs/costs.sqlite absolute
         path = rest[1:] if rest.startswith("/") else rest
         if not path:

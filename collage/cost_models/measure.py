@@ -29,7 +29,6 @@
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -39,8 +38,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from collage.cost_models.db import Cost, CostDB, CostKey, default_owner, get_db, key_for
+from collage.cost_models.executor import Done, Executor, Window, get_executor, wait_for
 from collage.cost_models.measurer import (DEFAULT_CAP_S, DEFAULT_TIMEOUT_S, LOAD_TIMEOUT_S, MAX_EXTENSION_S, Measurement,
-                                          Measurer, combine_rounds, window_warmup_s)
+                                          combine_rounds, window_warmup_s)
 from collage.cost_models.worker import resolve_backend
 from collage.errors import BackendUnavailable, CollageError, MeasurementError
 
@@ -59,6 +59,9 @@ PROBE_SLOW = 0.15
 MAX_REDO = 2
 #: Round r of a key runs in the backend's r-th worker process.
 DEFAULT_ROUND_WORKERS = False
+#: A key whose window came back without a measurement (its node died, Ray's retries ran out) is handed out
+#: again this many times before it is left unmeasured.
+MAX_LOST = 2
 
 # ---------------------------------------------------------------------- many candidates
 class CostTable(dict):
@@ -81,6 +84,10 @@ class CostTable(dict):
         self.failures: dict[CostKey, str] = {}
         #: the combined ``Measurement`` (CV, rounds, probe) of each key measured now
         self.stats: dict[CostKey, Measurement] = {}
+        #: windows measured per machine ("local", or the Ray node's host name)
+        self.where: dict[str, int] = {}
+        #: windows that came back without a measurement (a node died, a node refused), with why
+        self.lost: list[str] = []
 
     def summary(self) -> str:
         return (f"{self.candidates} candidates, {self.distinct} distinct fingerprints: {self.reused} reused from the "
@@ -139,6 +146,8 @@ class _Pending:
     feeds: dict[str, np.ndarray]
     done: list[Measurement] = field(default_factory=list)
     redone: int = 0
+    lost: int = 0
+    stored: bool = False  # the executor stored the key's cost already (a Ray node)
 
 
 class _ProbeJudge:
@@ -163,7 +172,8 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
                        timeout_s: float = DEFAULT_TIMEOUT_S, cap_s: float = DEFAULT_CAP_S,
                        retry_failed: bool = False, claim_wait_s: float | None = None,
                        rounds: int = DEFAULT_ROUNDS, window: int = DEFAULT_WINDOW,
-                       probe: bool = DEFAULT_PROBE, round_workers: bool = DEFAULT_ROUND_WORKERS) -> CostTable:
+                       probe: bool = DEFAULT_PROBE, round_workers: bool = DEFAULT_ROUND_WORKERS,
+                       executor: None | str | Executor = None) -> CostTable:
     """Measure ``items`` (node ids, backend name) of ``graph``; return ``{(nodes, backend): Cost}``.
 
     Deduplicated by ``graph.fingerprint(nodes)``; a key already in ``db`` is reused, never re-measured
@@ -240,7 +250,8 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
         res.samples_ms = []  # spread stats are kept; thousands of single-call times per key are not
         cost = res.to_cost(p.key)
         try:
-            store.put(cost)
+            if not p.stored:
+                store.put(cost)
         finally:
             store.release(p.key, owner)
         finish(p.key, cost, p.nodes, p.backend, res)
@@ -273,57 +284,95 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
         given = {t: int_values[t] for t in entering if int_values and t in int_values}
         active.append(_Pending(key, nodes, bname, blob, given))
 
-    workers: dict[tuple[str, int], Measurer] = {}
+    runner = get_executor(executor)
+    owns_runner = runner is not executor
+    window = max(window, runner.capacity)
     last_swap = 0.0
+
+    def submit(p: _Pending) -> bool:
+        """Hand ``p``'s next window to the executor; False when the budget ran out waiting for the machine."""
+        left = None if budget_s is None else max(0.0, budget_s - (time.monotonic() - t_start))
+        if p.done:
+            store.claim(p.key, owner, ttl_s=ttl_s)  # refresh: the key stays ours across its rounds
+        w = Window(p.key, p.blob, p.backend, opts.get(p.backend, {}), p.feeds, timeout_s=timeout_s,
+                   cap_s=cap_s / rounds, warmup_s=window_warmup_s(rounds), probe=probe,
+                   slot=len(p.done) % rounds if round_workers else 0, lock_timeout_s=left,
+                   commit=rounds == 1 and not probe, retry_failed=retry_failed, tag=p)
+        try:
+            runner.submit(w)
+        except MeasurementError as e:  # the budget ran out waiting for another process's measurement
+            log.info("%s", e)
+            active.insert(0, p)
+            return False
+        return True
+
+    def handle(d: Done) -> None:
+        p: _Pending = d.window.tag
+        res = d.measurement
+        if res is None:
+            p.lost += 1
+            table.lost.append(f"{p.key.fingerprint} on {p.backend}: {d.lost}")
+            if p.lost <= MAX_LOST:
+                log.warning("%s on %s: no measurement came back (%s); handing it out again", _short(p.nodes),
+                            p.backend, d.lost)
+                active.append(p)
+            else:
+                log.warning("%s on %s: no measurement came back %d times (%s); left unmeasured", _short(p.nodes),
+                            p.backend, p.lost, d.lost)
+                store.release(p.key, owner)
+            return
+        table.where[d.where] = table.where.get(d.where, 0) + 1
+        if res.ok and probe and judge.is_slow(res.probe_ms) and p.redone < MAX_REDO:
+            p.redone += 1
+            log.debug("slow window (probe %.3f ms) for %s; measuring that round again", res.probe_ms,
+                      p.key.fingerprint)
+            active.append(p)
+            return
+        p.done.append(res)
+        p.stored = d.stored
+        if not res.ok or len(p.done) >= rounds:
+            commit(p)
+        else:
+            active.append(p)
+
     try:
-        with contextlib.ExitStack() as stack:
-            while queue or deferred or active:
-                if over_budget():
-                    log.info("budget of %.0f s reached; stopping with %d keys unmeasured", budget_s,
-                             len(queue) + len(deferred) + sum(1 for p in active if not p.done))
+        runner.start(store, backends)
+        while queue or deferred or active or runner.in_flight():
+            if over_budget():
+                log.info("budget of %.0f s reached; stopping with %d keys unmeasured", budget_s,
+                         len(queue) + len(deferred) + sum(1 for p in active if not p.done))
+                break
+            busy = bool(active or runner.in_flight())
+            # keys other processes are measuring: retried now and then (waited for when nothing else is left)
+            if not queue and deferred and (not busy or time.monotonic() - last_swap > 1.0):
+                if not busy:
+                    time.sleep(0.2)
+                queue, deferred, last_swap = deferred, [], time.monotonic()
+            while queue and len(active) + len(runner.in_flight()) < window:
+                admit(queue.pop(0))
+            stalled = False
+            while active and len(runner.in_flight()) < runner.capacity:
+                if not submit(active.pop(0)):
+                    stalled = True
                     break
-                # keys other processes are measuring: retried now and then (waited for when nothing else is left)
-                if not queue and deferred and (not active or time.monotonic() - last_swap > 1.0):
-                    if not active:
-                        time.sleep(0.2)
-                    queue, deferred, last_swap = deferred, [], time.monotonic()
-                while queue and len(active) < window:
-                    admit(queue.pop(0))
-                if not active:
-                    continue
-                p = active.pop(0)
-                slot = len(p.done) % rounds if round_workers else 0
-                if (p.backend, slot) not in workers:
-                    workers[(p.backend, slot)] = stack.enter_context(Measurer())
-                left = None if budget_s is None else max(0.0, budget_s - (time.monotonic() - t_start))
-                if p.done:
-                    store.claim(p.key, owner, ttl_s=ttl_s)  # refresh: the key stays ours across its rounds
-                try:
-                    res = workers[(p.backend, slot)].measure_bytes(
-                        p.blob, p.backend, opts.get(p.backend, {}), timeout_s=timeout_s, cap_s=cap_s / rounds,
-                        feeds=p.feeds, lock_timeout_s=left, probe=probe, warmup_s=window_warmup_s(rounds))
-                except MeasurementError as e:  # the budget ran out waiting for another process's measurement
-                    log.info("%s", e)
-                    active.insert(0, p)
-                    break
-                if res.ok and probe and judge.is_slow(res.probe_ms) and p.redone < MAX_REDO:
-                    p.redone += 1
-                    log.debug("slow window (probe %.3f ms) for %s; measuring that round again", res.probe_ms,
-                              p.key.fingerprint)
-                    active.append(p)
-                    continue
-                p.done.append(res)
-                if not res.ok or len(p.done) >= rounds:
-                    commit(p)
-                else:
-                    active.append(p)
+            for d in runner.collect(timeout_s=1.0):
+                handle(d)
+            if stalled:
+                break
+        # windows still in flight (the budget, a stall) finish and are kept
+        for d in wait_for(runner, time.monotonic() + timeout_s + LOAD_TIMEOUT_S):
+            handle(d)
     finally:
         # keys in flight: committed with the rounds they have (budget, lock timeout), else released
+        for w in runner.in_flight():
+            store.release(w.key, owner)
         for p in active:
             if p.done:
                 commit(p)
             else:
                 store.release(p.key, owner)
+        if owns_runner:
+            runner.close()
         bar.close()
     for item, key in item_key.items():
         if key in known:

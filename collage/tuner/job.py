@@ -88,7 +88,7 @@ def tune(model: str | os.PathLike | onnx.ModelProto, out_dir: str | os.PathLike,
          db: str | os.PathLike | CostDB | None = None, refine_trials: int = 0,
          shapes: Mapping[str, Sequence[int]] | None = None, limits: Limits | None = None, archive: bool = False,
          tolerance: Mapping[str, float] | None = None, accuracy: str | Budget | None = None,
-         calibration: str | os.PathLike | None = None, progress: bool = True, seed: int = 0,
+         calibration: str | os.PathLike | None = None, progress: bool = True, seed: int = 0, cluster: Any = None,
          budget_s: float | None = None) -> TuneResult:
     """Tune ``model`` (an ONNX path, ``zoo:NAME`` or ModelProto) for ``target`` over ``backends`` and write
     the artifact to ``out_dir``.
@@ -102,7 +102,7 @@ def tune(model: str | os.PathLike | onnx.ModelProto, out_dir: str | os.PathLike,
     options = TuneOptions.build(target=target, backends=backends, budget=budget, budget_s=budget_s, db=db,
                                 refine_trials=refine_trials, shapes=shapes, limits=limits, archive=archive,
                                 tolerance=tolerance, accuracy=accuracy, calibration=calibration,
-                                progress=progress, seed=seed)
+                                progress=progress, seed=seed, cluster=cluster)
     return run_tune(model, out_dir, options)
 
 
@@ -273,7 +273,7 @@ class TuneJob:
         spent = time.monotonic() - self.t_start
         raw = measure_candidates(self.graph, [(c.nodes, c.backend) for c in cands], db=self.db,
                                  budget_s=None if budget_s is None else max(1.0, budget_s - spent),
-                                 progress=self.options.progress)
+                                 progress=self.options.progress, executor=self.options.cluster)
         self.coverage = measurement_coverage(raw, [(c.nodes, c.backend) for c in cands], budget_s)
         self.say("%s", measured_line(self.coverage))
         costs: dict[Any, float] = {}
@@ -398,8 +398,8 @@ class TuneJob:
         from collage.tuner.search_step import fill_boundaries
 
         n = len(self.graph)
-        # the study lives in the cost DB's SQLite file, so an interrupted refinement resumes
-        storage = f"sqlite:///{self.db.path.resolve()}" if hasattr(self.db, "path") else None
+        # the study lives in the cost DB (SQLite or PostgreSQL), so an interrupted refinement resumes
+        storage = self.db.study_storage()
         res = refine(self.graph, plan, charged, self.evaluate, storage=storage,
                      study_name=f"refine-{self.graph.fingerprint(range(n))}-{'-'.join(self.names)}", n_trials=trials)
         self.coverage["refinement"] = refinement(trials, res.new_trials,

@@ -10,7 +10,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from collage.util import parse_duration
 
@@ -37,6 +37,8 @@ class TuneOptions:
     seed: of the random inputs (verification, calibration without --calibration). progress: one line per
     step on stderr. accuracy: the accuracy budget that lets lower-precision backends in (e.g.
     ``"cos=0.999,rel=0.01"``; None: fp32 only). calibration: the inputs (.npz) that budget is judged on.
+    cluster: where candidates are measured (collage.cost_models.executor.get_executor): None for this machine,
+    ``"auto"`` or ``"ray://HOST:PORT"``.
     """
 
     target: str = "cpu"
@@ -52,6 +54,7 @@ class TuneOptions:
     progress: bool = True
     accuracy: str | Budget | None = None
     calibration: str | os.PathLike | None = None
+    cluster: Any = None
 
     def __post_init__(self) -> None:
         if not self.backends:

@@ -19,12 +19,16 @@ def _key(fp: str = "abc", backend: str = "onnxruntime") -> CostKey:
     return CostKey(fp, backend, "1.0-fp32", "cpu", canonical_json({"threads": 2, "precision": "fp32"}), "x86|cpu|2c")
 
 
-IMPLS = {"sqlite": lambda tmp: SQLiteCostDB(tmp / "costs.sqlite")}
+IMPLS = ["postgresql", "sqlite"]
 
 
-@pytest.fixture(params=sorted(IMPLS))
+@pytest.fixture(params=IMPLS)
 def db(request, tmp_path) -> CostDB:
-    store = IMPLS[request.param](tmp_path)
+    """Each implementation of the contract: a SQLite file, a fresh database on a real PostgreSQL server."""
+    if request.param == "sqlite":
+        store = SQLiteCostDB(tmp_path / "costs.sqlite")
+    else:
+        store = get_db(request.getfixturevalue("postgres").fresh_url())
     yield store
     store.close()
 
@@ -108,6 +112,68 @@ def test_threads_share_one_instance(db):
     assert not errors and len(db.all()) == 100
 
 
+def test_schema_version(db):
+    assert db.schema_version() == SCHEMA_VERSION
+
+
+def test_claims_listed(db):
+    k = _key()
+    assert db.claims() == []
+    db.claim(k, "a", ttl_s=60)
+    (c,) = db.claims()
+    assert c.key == k and c.owner == "a" and c.expires > time.time() + 30
+    db.release(k, "a")
+    assert db.claims() == []
+
+
+def _claim_race(url: str, key: CostKey, n: int) -> int:
+    """Processes claim one key at once through their own connections; how many got it."""
+    code = ("import sys; from collage.cost_models.db import get_db, CostKey; "
+            f"db = get_db({url!r}); k = CostKey(*{tuple(key)!r}); "
+            "sys.stdin.readline(); print(int(db.claim(k, f'racer-{sys.argv[1]}', ttl_s=60)))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(i)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True) for i in range(n)]
+    time.sleep(3.0)  # all connected and waiting
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    return sum(int(p.communicate(timeout=60)[0].strip()) for p in procs)
+
+
+def test_claims_race_between_processes(db, tmp_path):
+    url = str(db.path) if isinstance(db, SQLiteCostDB) else db.url
+    assert _claim_race(url, _key("race"), 4) == 1, "exactly one of the processes claiming at once gets the key"
+
+
+def test_errors_store(db):
+    from collage.cost_models.accuracy import ErrorMeasure, ErrorStore
+
+    k = _key()
+    assert db.get_error(k, "d1") is None and db.error_count() == 0
+    err = ErrorMeasure(rel=0.01, cos=0.999, finite=True, per_tensor={"y": {"rel": 0.01, "cos": 0.999, "finite": True}})
+    store = ErrorStore(db)
+    store.put(k, "d1", err)
+    store.put(k, "d2", ErrorMeasure(rel=float("inf"), cos=float("nan"), finite=False))
+    assert db.error_count() == 2
+    got = ErrorStore(db).get(k, "d1")  # a new store: read from the database, not its memory
+    assert got.rel == 0.01 and got.cos == 0.999 and got.finite and got.per_tensor["y"]["cos"] == 0.999
+    assert not ErrorStore(db).get(k, "d2").finite
+    assert ErrorStore(db).get(_key("other"), "d1") is None
+
+
+def test_study_storage_holds_an_optuna_study(db):
+    optuna = pytest.importorskip("optuna")
+    url = db.study_storage()
+    assert url
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(storage=url, study_name="s", load_if_exists=True)
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    again = optuna.load_study(storage=url, study_name="s")
+    assert len(again.trials) == 2
+    db.put(Cost.from_key(_key(), median_ms=1.0, samples=1))  # the costs live beside the study
+    assert db.get(_key()).median_ms == 1.0
+
+
 def test_sqlite_schema_version_and_wal(tmp_path):
     path = tmp_path / "c.sqlite"
     db = SQLiteCostDB(path)
@@ -145,11 +211,30 @@ def test_get_db_variants(tmp_path, monkeypatch):
     rel.put(Cost.from_key(_key(), median_ms=1.0, samples=1))
     assert (tmp_path / "rel.sqlite").exists()
     with pytest.raises(CollageError, match="unknown scheme"):
-        get_db("postgresql://host/db")
+        get_db("mysql://host/db")
     bad = tmp_path / "not-a-db.sqlite"
     bad.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(CollageError, match="not-a-db.sqlite"):
         get_db(str(bad))
+
+
+def test_get_db_postgresql(postgres):
+    from collage.cost_models.postgres import PostgresCostDB
+
+    url = postgres.fresh_url()
+    db = get_db(url)
+    assert isinstance(db, PostgresCostDB) and db.url == url
+    assert db.study_storage().startswith("postgresql+psycopg://")
+    db.put(Cost.from_key(_key(), median_ms=1.5, samples=2))
+    other = get_db(url.replace("postgresql://", "postgres://"))  # a second client sees it at once
+    assert other.get(_key()).median_ms == 1.5
+    other.close()
+    with pytest.raises(CollageError, match="cannot connect"):
+        get_db(f"postgresql://collage:secret@127.0.0.1:{postgres.port}/no_such_db")
+    try:
+        get_db(f"postgresql://collage:secret@127.0.0.1:{postgres.port}/no_such_db")
+    except CollageError as e:
+        assert "secret" not in str(e), "the password must not appear in messages"
 
 
 def test_key_for_uses_backend_identity():

@@ -1,0 +1,447 @@
+"""Where measurement windows run: this machine's worker processes, or the machines of a Ray cluster.
+
+``measure_candidates`` (collage.cost_models.measure) decides *what* to measure (deduplication, the cost
+DB, claims, rounds, the budget); an ``Executor`` runs each measurement window it is handed and gives
+back its ``Measurement``:
+
+* ``LocalExecutor`` (the default): today's isolated worker processes on this machine (``Measurer``),
+  one window at a time under the machine lock; ``submit`` runs the window before it returns.
+* ``RayExecutor`` (``--cluster ray://HOST:PORT``, ``HOST:PORT`` or ``auto`` = ``$RAY_ADDRESS``): each
+  window is a Ray task that needs the custom resource ``collage_measure`` (``RESOURCE``). A node offers
+  ``collage_measure: 1`` (``ray start ... --resources '{"collage_measure": 1}'``), so it runs one
+  measurement at a time and measurements never share a machine's cores. The task runs on the node in
+  that node's own isolated worker process, exactly as locally (``Measurer``, same timing, same machine
+  lock), and when the window is the key's last it writes the cost to the shared cost DB itself, as soon
+  as it exists: a driver that dies afterwards loses nothing. docs/CLUSTER.md says how to run one.
+
+**Faults.** A node that dies mid-task: Ray retries the task on another node (``max_retries``); the
+retry first looks the key up in the DB (the dead node may have written it just before dying), so a
+finished measurement is never taken twice. When the retries run out the window comes back *lost*
+(``Done.lost``) and ``measure_candidates`` hands the key out again (twice) or leaves it unmeasured. A
+driver that dies: its tasks end with its Ray job, its claims expire (at once for a rerun on the same
+host, whose process check sees the owner gone; after their TTL elsewhere), and a rerun reuses every
+cost the nodes wrote.
+
+**Machines.** The machine is part of the cost key, and the driver is the *target*: it computes every key
+with its own ``machine_id()`` and backend versions, and later verifies the plan end to end on itself.
+A node whose machine id or backend versions differ from the driver's would measure something else under
+the target's key, so it is **refused**: ``RayExecutor.start`` asks every measurement node for its
+identity and stops the job with a message naming the nodes that differ and how; a node that joins
+later and differs answers each window with a refusal (the window comes back lost and goes to another
+node) instead of measuring it.
+"""
+from __future__ import annotations
+
+import abc
+import logging
+import os
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from collage.cost_models.db import Cost, CostDB, CostKey, get_db, key_for
+from collage.cost_models.measurer import Measurement, Measurer
+from collage.errors import CollageError
+
+if TYPE_CHECKING:
+    from collage.backends.base import Backend
+
+log = logging.getLogger(__name__)
+
+#: The custom Ray resource a measurement node offers (1 per machine: one measurement at a time).
+RESOURCE = "collage_measure"
+#: Windows queued per measurement node beyond the one it runs (hides the dispatch latency).
+DEFAULT_PER_NODE = 2
+#: Ray's retries of a window whose node (or Ray worker) died.
+DEFAULT_MAX_RETRIES = 3
+
+
+@dataclass
+class Window:
+    """One measurement window of one key, as ``measure_candidates`` hands it to an executor."""
+
+    key: CostKey
+    blob: bytes
+    backend: str
+    options: dict[str, Any]
+    feeds: dict[str, np.ndarray]
+    timeout_s: float
+    cap_s: float
+    warmup_s: float
+    probe: bool = False
+    slot: int = 0  # round_workers: the backend's slot-th worker process
+    lock_timeout_s: float | None = None  # LocalExecutor: give up waiting for the machine lock after this long
+    commit: bool = False  # the key's last window: an executor that stores costs stores this one
+    retry_failed: bool = False  # a failed cost already stored does not count as done
+    tag: Any = field(default=None, repr=False, compare=False)  # the caller's; never leaves the driver
+
+
+@dataclass
+class Done:
+    """A window's outcome: its ``measurement``, or None with ``lost`` saying why none came back."""
+
+    window: Window
+    measurement: Measurement | None
+    stored: bool = False  # the executor wrote the cost to the DB already
+    where: str = "local"  # the machine that measured it
+    lost: str | None = None
+
+
+class Executor(abc.ABC):
+    """Runs measurement windows (module docstring). Used by one thread; ``close`` ends it."""
+
+    name = "executor"
+
+    @property
+    @abc.abstractmethod
+    def capacity(self) -> int:
+        """How many windows may be in flight at once."""
+
+    @abc.abstractmethod
+    def start(self, db: CostDB, backends: Mapping[str, Backend]) -> None:
+        """Get ready to measure ``backends`` (name -> instance with its options) into ``db``."""
+
+    @abc.abstractmethod
+    def submit(self, window: Window) -> None:
+        """Start ``window``. ``MeasurementError`` when it cannot start before ``window.lock_timeout_s``."""
+
+    @abc.abstractmethod
+    def collect(self, timeout_s: float) -> list[Done]:
+        """Windows finished since the last call, waiting up to ``timeout_s`` for a first one."""
+
+    @abc.abstractmethod
+    def in_flight(self) -> list[Window]:
+        """Windows submitted and not yet collected."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Stop (windows in flight are abandoned); the executor may not be used afterwards."""
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LocalExecutor(Executor):
+    """This machine's isolated worker processes (``Measurer``), one window at a time, run inside ``submit``."""
+
+    name = "local"
+
+    def __init__(self, *, lock: bool = True) -> None:
+        self.lock = lock
+        self._workers: dict[tuple[str, int], Measurer] = {}
+        self._done: list[Done] = []
+
+    @property
+    def capacity(self) -> int:
+        return 1
+
+    def start(self, db: CostDB, backends: Mapping[str, Backend]) -> None:
+        pass
+
+    def submit(self, window: Window) -> None:
+        w = window
+        worker = self._workers.get((w.backend, w.slot))
+        if worker is None:
+            worker = self._workers[(w.backend, w.slot)] = Measurer(lock=self.lock)
+        res = worker.measure_bytes(w.blob, w.backend, w.options, timeout_s=w.timeout_s, cap_s=w.cap_s,
+                                   feeds=w.feeds, lock_timeout_s=w.lock_timeout_s, probe=w.probe,
+                                   warmup_s=w.warmup_s)
+        self._done.append(Done(w, res))
+
+    def collect(self, timeout_s: float) -> list[Done]:
+        out, self._done = self._done, []
+        return out
+
+    def in_flight(self) -> list[Window]:
+        return [d.window for d in self._done]
+
+    def close(self) -> None:
+        for worker in self._workers.values():
+            worker.close()
+        self._workers.clear()
+
+
+# ---------------------------------------------------------------------- Ray
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError as e:
+        raise CollageError("--cluster needs Ray: pip install 'collage[cluster]' (the same Ray version on "
+                           "every node; docs/CLUSTER.md)") from e
+    return ray
+
+
+@dataclass
+class NodeIdentity:
+    """What a measurement node says about itself: where it is and what its cost keys would carry."""
+
+    node_id: str
+    host: str
+    machine: str
+    versions: dict[str, str]  # backend name -> version() (or "unavailable: why")
+
+
+@dataclass
+class NodeResult:
+    """What a window's Ray task sends back."""
+
+    kind: str  # measured | known (the DB had it: a retried task) | refused (not the target machine)
+    measurement: Measurement | None = None
+    stored: bool = False
+    host: str = ""
+    message: str = ""
+
+
+class _NodeState:
+    """Per Ray worker process on a node: warm measurement workers, backends and DB connections."""
+
+    def __init__(self) -> None:
+        self.measurers: dict[tuple[str, int, bool], Measurer] = {}
+        self.backends: dict[tuple[str, str], Backend] = {}
+        self.dbs: dict[str, CostDB] = {}
+
+    def backend(self, name: str, options: Mapping[str, Any]) -> Backend:
+        from collage.cost_models.db import canonical_json
+        from collage.cost_models.worker import resolve_backend
+
+        k = (name, canonical_json(dict(options)))
+        if k not in self.backends:
+            self.backends[k] = resolve_backend(name, options)
+        return self.backends[k]
+
+    def db(self, url: str) -> CostDB:
+        if url not in self.dbs:
+            self.dbs[url] = get_db(url)
+        return self.dbs[url]
+
+    def measurer(self, backend: str, slot: int, lock: bool) -> Measurer:
+        k = (backend, slot, lock)
+        if k not in self.measurers:
+            self.measurers[k] = Measurer(lock=lock)
+        return self.measurers[k]
+
+
+_NODE: _NodeState | None = None
+
+
+def _node() -> _NodeState:
+    global _NODE
+    if _NODE is None:
+        _NODE = _NodeState()
+    return _NODE
+
+
+def _mismatch(want: CostKey, got: CostKey, host: str) -> str:
+    diffs = [f"{f} {getattr(got, f)!r} (target: {getattr(want, f)!r})" for f in ("machine", "version", "device", "options")
+             if getattr(got, f) != getattr(want, f)]
+    return f"node {host} is not the target machine: its " + "; ".join(diffs)
+
+
+def node_identity(backends: Mapping[str, Mapping[str, Any]]) -> NodeIdentity:
+    """This node's identity (runs as a Ray task on each measurement node; importable on its own)."""
+    import ray
+
+    from collage.util import machine_id
+
+    versions = {}
+    for name, options in backends.items():
+        try:
+            b = _node().backend(name, options)
+            why = b.available()
+            versions[name] = b.version() if why is None else f"unavailable: {why}"
+        except Exception as e:  # noqa: BLE001 - reported per backend, the node is then refused
+            versions[name] = f"unavailable: {type(e).__name__}: {e}"
+    return NodeIdentity(ray.get_runtime_context().get_node_id(), _where(), machine_id(), versions)
+
+
+def _where() -> str:
+    """This Ray node as people read it: host name and the start of the node id (several nodes may share a host)."""
+    import ray
+
+    return f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:8]}"
+
+
+def measure_on_node(w: Window, db_url: str | None, lock: bool) -> NodeResult:
+    """One window on this node (the body of a Ray task): in its own worker process, stored when it is the last."""
+    host = _where()
+    node = _node()
+    key = key_for(node.backend(w.backend, w.options), w.key.fingerprint)
+    if key != w.key:
+        return NodeResult("refused", host=host, message=_mismatch(w.key, key, host))
+    store = node.db(db_url) if (db_url and w.commit) else None
+    if store is not None:
+        known = store.get(w.key)  # a retry whose first attempt stored it before its node died
+        if known is not None and (known.ok or not w.retry_failed):
+            return NodeResult("known", _from_cost(known), stored=True, host=host)
+    res = node.measurer(w.backend, w.slot, lock).measure_bytes(
+        w.blob, w.backend, w.options, timeout_s=w.timeout_s, cap_s=w.cap_s, feeds=w.feeds, probe=w.probe,
+        warmup_s=w.warmup_s)
+    stored = False
+    if store is not None:
+        res.samples_ms = []
+        store.put(res.to_cost(w.key))
+        stored = True
+    return NodeResult("measured", res, stored=stored, host=host)
+
+
+def _from_cost(c: Cost) -> Measurement:
+    return Measurement(median_ms=c.median_ms, p10_ms=c.p10_ms, p90_ms=c.p90_ms, samples=c.samples,
+                       compile_s=c.compile_s, error=c.error, round_ms=[c.median_ms] if c.median_ms is not None else [])
+
+
+def ray_address(spec: str) -> str:
+    """The address ``ray.init`` takes for ``--cluster SPEC``: ``auto`` reads $RAY_ADDRESS."""
+    if spec == "auto":
+        return os.environ.get("RAY_ADDRESS") or "auto"
+    return spec
+
+
+class RayExecutor(Executor):
+    """Measurement windows as Ray tasks on the cluster's ``collage_measure`` nodes (module docstring)."""
+
+    name = "ray"
+
+    def __init__(self, address: str = "auto", *, lock: bool = True, per_node: int = DEFAULT_PER_NODE,
+                 max_retries: int = DEFAULT_MAX_RETRIES, check_nodes: bool = True) -> None:
+        ray = _ray()
+        self.address = ray_address(address)
+        self.lock, self.per_node, self.check_nodes = lock, max(1, int(per_node)), check_nodes
+        self._owns = not ray.is_initialized()
+        if self._owns:
+            try:
+                ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING,
+                         configure_logging=False)
+            except Exception as e:  # noqa: BLE001 - Ray raises ConnectionError, ValueError, RuntimeError...
+                raise CollageError(f"cannot reach the Ray cluster at {self.address!r} ({e}); start it with "
+                                   "`ray start --head` (docs/CLUSTER.md) or pass --cluster ray://HOST:10001") from e
+        self.nodes = self.measurement_nodes()
+        if not self.nodes:
+            self.close()
+            raise CollageError(f"the Ray cluster at {self.address!r} has no node with the {RESOURCE!r} resource; "
+                               f"start measurement nodes with `ray start --address HEAD:6379 --resources "
+                               f"'{{\"{RESOURCE}\": 1}}'` (docs/CLUSTER.md)")
+        self._task = ray.remote(measure_on_node).options(num_cpus=0, resources={RESOURCE: 1},
+                                                         max_retries=max_retries, retry_exceptions=False)
+        self._refs: dict[Any, Window] = {}
+        self._db_url: str | None = None
+
+    @staticmethod
+    def measurement_nodes() -> list[dict[str, Any]]:
+        """Alive nodes offering the ``collage_measure`` resource (``ray.nodes()`` entries)."""
+        ray = _ray()
+        return [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(RESOURCE, 0) >= 1]
+
+    @property
+    def capacity(self) -> int:
+        return self.per_node * len(self.nodes)
+
+    def start(self, db: CostDB, backends: Mapping[str, Backend]) -> None:
+        from collage.cost_models.db import SQLiteCostDB
+
+        self._db_url = db.url
+        if self._db_url is None:
+            log.warning("the cost DB %r has no URL the nodes can open: costs are stored by this driver only", db)
+        elif isinstance(db, SQLiteCostDB):
+            log.warning("cost DB %s is a SQLite file: only nodes on this machine can open it; a cluster of "
+                        "machines needs --db postgresql://... (docs/CLUSTER.md)", db.path)
+        if self.check_nodes:
+            self._check(backends)
+
+    def _check(self, backends: Mapping[str, Backend]) -> None:
+        """Refuse the job when a measurement node is not the target machine (module docstring)."""
+        ray = _ray()
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from collage.util import machine_id
+
+        specs = {name: dict(b.options) for name, b in backends.items()}
+        probe = ray.remote(node_identity)
+        refs = [probe.options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+            n["NodeID"], soft=False)).remote(specs) for n in self.nodes]
+        idents: list[NodeIdentity] = ray.get(refs, timeout=600)
+        target = machine_id()
+        want = {name: b.version() for name, b in backends.items()}
+        bad = []
+        for ident in idents:
+            diffs = []
+            if ident.machine != target:
+                diffs.append(f"machine {ident.machine!r}")
+            diffs += [f"{name} {ident.versions.get(name)!r} (target: {v!r})" for name, v in want.items()
+                      if ident.versions.get(name) != v]
+            if diffs:
+                bad.append(f"{ident.host}: " + ", ".join(diffs))
+        if bad:
+            raise CollageError(
+                f"{len(bad)} of {len(idents)} measurement nodes are not the target machine ({target!r}, the machine "
+                "this tune runs on, with its backend versions); their costs would be filed under the wrong key:\n  "
+                + "\n  ".join(bad) + "\nStop collage on those nodes (or restart them without the "
+                f"{RESOURCE!r} resource), or run the tune on one of them; a cluster measures for one kind of machine "
+                "(docs/CLUSTER.md, 'When nodes differ')")
+        log.info("Ray cluster %s: %d measurement nodes, all %s", self.address, len(idents), target)
+
+    def submit(self, window: Window) -> None:
+        w = window
+        sent = Window(w.key, w.blob, w.backend, w.options, w.feeds, w.timeout_s, w.cap_s, w.warmup_s, w.probe,
+                      w.slot, None, w.commit, w.retry_failed)  # without the caller's tag
+        self._refs[self._task.remote(sent, self._db_url, self.lock)] = w
+
+    def collect(self, timeout_s: float) -> list[Done]:
+        if not self._refs:
+            return []
+        ray = _ray()
+        refs = list(self._refs)
+        ready, _ = ray.wait(refs, num_returns=1, timeout=max(0.0, timeout_s))
+        if not ready:
+            return []
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        out = []
+        for ref in ready:
+            w = self._refs.pop(ref)
+            try:
+                r: NodeResult = ray.get(ref)
+            except ray.exceptions.RayError as e:  # the node died and Ray's retries ran out, or the task failed
+                out.append(Done(w, None, lost=f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"))
+                continue
+            if r.kind == "refused":
+                out.append(Done(w, None, where=r.host, lost=r.message))
+            else:
+                out.append(Done(w, r.measurement, stored=r.stored, where=r.host))
+        return out
+
+    def in_flight(self) -> list[Window]:
+        return list(self._refs.values())
+
+    def close(self) -> None:
+        ray = _ray()
+        for ref in list(getattr(self, "_refs", {})):
+            try:
+                ray.cancel(ref)
+            except Exception:  # noqa: BLE001 - already finished or gone
+                pass
+        self._refs = {}
+        if self._owns and ray.is_initialized():
+            ray.shutdown()
+        self._owns = False
+
+
+def get_executor(spec: None | str | Executor = None) -> Executor:
+    """``None`` or ``"local"``: this machine's workers; ``"auto"``, ``"ray://HOST:PORT"``, ``"HOST:PORT"``: Ray."""
+    if isinstance(spec, Executor):
+        return spec
+    if spec is None or spec == "local":
+        return LocalExecutor()
+    return RayExecutor(spec)
+
+
+def wait_for(executor: Executor, until: float) -> list[Done]:
+    """Everything ``executor`` has in flight, collected until done or until ``time.monotonic()`` passes ``until``."""
+    out: list[Done] = []
+    while executor.in_flight() and time.monotonic() < until:
+        out += executor.collect(timeout_s=min(1.0, max(0.0, until - time.monotonic())))
+    return out

@@ -1,0 +1,245 @@
+"""The cost database on PostgreSQL: the ``CostDB`` contract (collage.cost_models.db) for a measurement cluster.
+
+    db = get_db("postgresql://collage@dbhost:5432/collage")     # or PostgresCostDB(url)
+
+Every machine of a cluster (and every tuner) shares one database, so that what one machine measured
+is never measured again by another. The tables are those of ``SQLiteCostDB`` with the same names
+(``costs_v1``, ``transitions_v1``, ``claims_v1``, ``errors_v1``, ``collage_meta``), created on first
+use under an advisory lock (two processes opening a fresh database at once do not race).
+
+* Every write is its own transaction, committed on return (autocommit connection): a process killed
+  right after ``put`` returns has lost nothing.
+* **Claims** take a row lock: ``INSERT ... ON CONFLICT DO NOTHING`` creates a free claim at once; a
+  claim row that exists is read ``FOR UPDATE`` and taken over only when it is the caller's, expired or
+  held by a dead process of this host. Two drivers claiming one key at the same instant: exactly one
+  gets it. Expiry uses the **database server's clock** (``clock_timestamp()``), so machines whose clocks
+  disagree still agree on when a claim expires.
+* One connection per thread (and per process: a forked child opens its own).
+* ``study_storage()`` is the same database as a SQLAlchemy URL (``postgresql+psycopg://...``): Optuna's
+  tables (``studies``, ``trials``, ...) live beside collage's.
+
+Driver: psycopg 3 (the ``cluster`` extra), used directly rather than through SQLAlchemy: the contract is a
+dozen statements whose PostgreSQL forms (``ON CONFLICT``, ``FOR UPDATE``, advisory locks) have to be
+written per dialect anyway, and psycopg is the driver SQLAlchemy would load underneath.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from collage.cost_models.db import (COST_COLUMNS, KEY_COLUMNS, SCHEMA_VERSION, Claim, Cost, CostDB, CostKey, Transition,
+                                    error_columns, owner_dead)
+from collage.errors import CollageError
+
+#: the database server's clock, in seconds since the epoch
+_NOW = "extract(epoch from clock_timestamp())"
+_SCHEMA_LOCK = 0x636F6C6C61676531  # pg_advisory_xact_lock key while creating the tables ("collage1")
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError as e:
+        raise CollageError("a postgresql:// cost database needs psycopg 3: pip install 'collage[cluster]' "
+                           "(or pip install 'psycopg[binary]')") from e
+    return psycopg
+
+
+def redact(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (for messages and logs)."""
+    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
+
+
+class PostgresCostDB(CostDB):
+    """``CostDB`` on a PostgreSQL database named by a ``postgresql://`` URL (module docstring)."""
+
+    costs_table = f"costs_v{SCHEMA_VERSION}"
+    transitions_table = f"transitions_v{SCHEMA_VERSION}"
+    claims_table = f"claims_v{SCHEMA_VERSION}"
+    errors_table = f"errors_v{SCHEMA_VERSION}"
+
+    def __init__(self, url: str, *, connect_timeout_s: float = 10.0) -> None:
+        scheme, sep, rest = url.partition("://")
+        if not sep or scheme not in ("postgresql", "postgres", "postgresql+psycopg"):
+            raise CollageError(f"cost database {redact(url)!r}: not a postgresql:// URL")
+        self.url = f"postgresql://{rest}"
+        self.connect_timeout_s = connect_timeout_s
+        self._local = threading.local()
+        self._init_schema()
+
+    # connection per thread (and per process)
+    def _conn(self) -> Any:
+        conn = getattr(self._local, "conn", None)
+        if conn is None or conn.closed or getattr(self._local, "pid", None) != os.getpid():
+            psycopg = _psycopg()
+            try:
+                conn = psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, int(self.connect_timeout_s)))
+            except psycopg.Error as e:
+                raise CollageError(f"cost database {redact(self.url)}: cannot connect ({str(e).strip()}); is the "
+                                   "server running and the URL's user, host, port and database right?") from e
+            self._local.conn, self._local.pid = conn, os.getpid()
+        return conn
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[Any]:
+        conn = self._conn()
+        with conn.transaction(), conn.cursor() as cur:
+            yield cur
+
+    def _one(self, sql: str, params: Iterable[Any] = ()) -> tuple | None:
+        with self._conn().cursor() as cur:
+            cur.execute(sql, tuple(params))
+            return cur.fetchone()
+
+    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
+        with self._conn().cursor() as cur:
+            cur.execute(sql, tuple(params))
+            return cur.fetchall()
+
+    def _exec(self, sql: str, params: Iterable[Any] = ()) -> None:
+        with self._conn().cursor() as cur:
+            cur.execute(sql, tuple(params))
+
+    def _init_schema(self) -> None:
+        key = ", ".join(f"{c} TEXT NOT NULL" for c in KEY_COLUMNS)
+        pk = ", ".join(KEY_COLUMNS)
+        psycopg = _psycopg()
+        try:
+            with self._tx() as cur:
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                cur.execute(f"""CREATE TABLE IF NOT EXISTS {self.costs_table} ({key}, median_ms DOUBLE PRECISION,
+                    p10_ms DOUBLE PRECISION, p90_ms DOUBLE PRECISION, samples INTEGER NOT NULL,
+                    compile_s DOUBLE PRECISION, error TEXT, created DOUBLE PRECISION NOT NULL, PRIMARY KEY ({pk}))""")
+                cur.execute(f"""CREATE TABLE IF NOT EXISTS {self.transitions_table} (src TEXT NOT NULL,
+                    dst TEXT NOT NULL, settings TEXT NOT NULL, machine TEXT NOT NULL, fixed_ms DOUBLE PRECISION NOT NULL,
+                    per_byte_ms DOUBLE PRECISION NOT NULL, created DOUBLE PRECISION NOT NULL,
+                    PRIMARY KEY (src, dst, settings, machine))""")
+                cur.execute(f"""CREATE TABLE IF NOT EXISTS {self.claims_table} ({key}, owner TEXT NOT NULL,
+                    expires DOUBLE PRECISION NOT NULL, PRIMARY KEY ({pk}))""")
+                cur.execute(f"""CREATE TABLE IF NOT EXISTS {self.errors_table} ({key}, data TEXT NOT NULL,
+                    rel DOUBLE PRECISION, cos DOUBLE PRECISION, finite BOOLEAN NOT NULL, detail TEXT,
+                    created DOUBLE PRECISION, PRIMARY KEY ({pk}, data))""")
+                cur.execute("CREATE TABLE IF NOT EXISTS collage_meta (name TEXT PRIMARY KEY, value TEXT)")
+                cur.execute("INSERT INTO collage_meta VALUES ('created_by', 'collage') ON CONFLICT DO NOTHING")
+                cur.execute("INSERT INTO collage_meta VALUES ('schema_version', %s) "
+                            "ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value", (str(SCHEMA_VERSION),))
+        except psycopg.Error as e:
+            raise CollageError(f"cost database {redact(self.url)}: cannot create collage's tables ({str(e).strip()}); "
+                               "the user needs CREATE on the database's public schema") from e
+
+    # costs -----------------------------------------------------------------
+    def get(self, key: CostKey) -> Cost | None:
+        where = " AND ".join(f"{c}=%s" for c in KEY_COLUMNS)
+        row = self._one(f"SELECT {', '.join(COST_COLUMNS)} FROM {self.costs_table} WHERE {where}", key)
+        return Cost(*row) if row else None
+
+    def get_many(self, keys: Iterable[CostKey]) -> dict[CostKey, Cost]:
+        groups: dict[tuple, list[str]] = {}
+        for k in {CostKey(*k) for k in keys}:
+            groups.setdefault(tuple(k[1:]), []).append(k.fingerprint)
+        out: dict[CostKey, Cost] = {}
+        for rest, fps in groups.items():
+            rows = self._rows(f"SELECT {', '.join(COST_COLUMNS)} FROM {self.costs_table} WHERE backend=%s AND "
+                              "version=%s AND device=%s AND options=%s AND machine=%s AND fingerprint = ANY(%s)",
+                              (*rest, fps))
+            for row in rows:
+                c = Cost(*row)
+                out[c.key] = c
+        return out
+
+    def put(self, cost: Cost) -> None:
+        marks = ",".join(["%s"] * len(COST_COLUMNS))
+        updates = ", ".join(f"{c}=EXCLUDED.{c}" for c in COST_COLUMNS if c not in KEY_COLUMNS)
+        self._exec(f"INSERT INTO {self.costs_table} ({', '.join(COST_COLUMNS)}) VALUES ({marks}) "
+                   f"ON CONFLICT ({', '.join(KEY_COLUMNS)}) DO UPDATE SET {updates}",
+                   [getattr(cost, c) for c in COST_COLUMNS])
+
+    def all(self) -> list[Cost]:
+        return [Cost(*r) for r in self._rows(f"SELECT {', '.join(COST_COLUMNS)} FROM {self.costs_table}")]
+
+    def schema_version(self) -> int:
+        row = self._one("SELECT value FROM collage_meta WHERE name='schema_version'")
+        return int(row[0])
+
+    # transitions -------------------------------------------------------------
+    def put_transition(self, src: str, dst: str, fixed_ms: float, per_byte_ms: float,
+                       settings: str, machine: str) -> None:
+        self._exec(f"INSERT INTO {self.transitions_table} VALUES (%s,%s,%s,%s,%s,%s,%s) "
+                   "ON CONFLICT (src, dst, settings, machine) DO UPDATE SET fixed_ms=EXCLUDED.fixed_ms, "
+                   "per_byte_ms=EXCLUDED.per_byte_ms, created=EXCLUDED.created",
+                   (src, dst, settings, machine, float(fixed_ms), float(per_byte_ms), time.time()))
+
+    def get_transition(self, src: str, dst: str, settings: str, machine: str) -> Transition | None:
+        row = self._one(f"SELECT src, dst, fixed_ms, per_byte_ms, settings, machine, created FROM "
+                        f"{self.transitions_table} WHERE src=%s AND dst=%s AND settings=%s AND machine=%s",
+                        (src, dst, settings, machine))
+        return Transition(*row) if row else None
+
+    def all_transitions(self) -> list[Transition]:
+        rows = self._rows(f"SELECT src, dst, fixed_ms, per_byte_ms, settings, machine, created FROM "
+                          f"{self.transitions_table}")
+        return [Transition(*r) for r in rows]
+
+    # claims ----------------------------------------------------------------
+    def claim(self, key: CostKey, owner: str, ttl_s: float = 600.0) -> bool:
+        where = " AND ".join(f"{c}=%s" for c in KEY_COLUMNS)
+        for _ in range(5):  # a claim released between our INSERT and SELECT: try again
+            with self._tx() as cur:
+                cur.execute(f"INSERT INTO {self.claims_table} VALUES ({','.join(['%s'] * 7)}, {_NOW} + %s) "
+                            "ON CONFLICT DO NOTHING RETURNING owner", (*key, owner, float(ttl_s)))
+                if cur.fetchone() is not None:
+                    return True
+                cur.execute(f"SELECT owner, expires, {_NOW} FROM {self.claims_table} WHERE {where} FOR UPDATE", key)
+                row = cur.fetchone()
+                if row is None:
+                    continue
+                held_by, expires, now = row
+                if held_by != owner and expires > now and not owner_dead(held_by):
+                    return False
+                cur.execute(f"UPDATE {self.claims_table} SET owner=%s, expires={_NOW} + %s WHERE {where}",
+                            (owner, float(ttl_s), *key))
+                return True
+        return False
+
+    def release(self, key: CostKey, owner: str) -> None:
+        where = " AND ".join(f"{c}=%s" for c in KEY_COLUMNS)
+        self._exec(f"DELETE FROM {self.claims_table} WHERE {where} AND owner=%s", (*key, owner))
+
+    def claims(self) -> list[Claim]:
+        rows = self._rows(f"SELECT {', '.join(KEY_COLUMNS)}, owner, expires FROM {self.claims_table}")
+        return [Claim(CostKey(*r[:6]), r[6], r[7]) for r in rows]
+
+    # errors of lower-precision candidates ----------------------------------
+    def get_error(self, key: CostKey, data: str) -> dict[str, Any] | None:
+        where = " AND ".join(f"{c}=%s" for c in KEY_COLUMNS)
+        row = self._one(f"SELECT detail FROM {self.errors_table} WHERE {where} AND data=%s", (*key, data))
+        return json.loads(row[0]) if row else None
+
+    def put_error(self, key: CostKey, data: str, record: Mapping[str, Any]) -> None:
+        rel, cos, finite = error_columns(record)
+        cols = ", ".join(KEY_COLUMNS)
+        self._exec(f"INSERT INTO {self.errors_table} VALUES ({','.join(['%s'] * 12)}) ON CONFLICT ({cols}, data) "
+                   "DO UPDATE SET rel=EXCLUDED.rel, cos=EXCLUDED.cos, finite=EXCLUDED.finite, "
+                   "detail=EXCLUDED.detail, created=EXCLUDED.created",
+                   (*key, data, rel, cos, finite, json.dumps(dict(record)), time.time()))
+
+    def error_count(self) -> int:
+        return int(self._one(f"SELECT COUNT(*) FROM {self.errors_table}")[0])
+
+    def study_storage(self) -> str | None:
+        return "postgresql+psycopg://" + self.url.partition("://")[2]
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and getattr(self._local, "pid", None) == os.getpid():
+            conn.close()
+        self._local.conn = None
+
+    def __repr__(self) -> str:
+        return f"PostgresCostDB({redact(self.url)!r})"

@@ -1,0 +1,286 @@
+"""Measuring on a Ray cluster into a shared PostgreSQL cost DB (collage.cost_models.executor).
+
+Real parts: a local Ray cluster (``ray.cluster_utils.Cluster``: a head node and two measurement nodes
+with ``collage_measure: 1``, all on this machine) and a PostgreSQL server started from the installed
+binaries (tests/servers.py). The simulated ``SleepBackend`` stands in for a runtime where what is tested
+is the scheduling (faults, counts), so that the tests measure sleeps, not this machine's two cores;
+the tune tests use ONNX Runtime and OpenVINO. ``zoo:tiny-resnet`` stands in for squeezenet: the same
+layers, a few seconds of measuring instead of many minutes on a shared 2-core machine.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from collage import zoo
+from collage.cost_models.db import get_db
+from collage.cost_models.executor import LocalExecutor, RayExecutor, Window, get_executor, ray_address
+from collage.errors import CollageError
+
+SLEEP = "collage.backends.simulated:SleepBackend"
+
+
+# ---------------------------------------------------------------------- no cluster needed
+def test_get_executor_variants(monkeypatch):
+    assert isinstance(get_executor(None), LocalExecutor) and isinstance(get_executor("local"), LocalExecutor)
+    ex = LocalExecutor()
+    assert get_executor(ex) is ex and ex.capacity == 1
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert ray_address("auto") == "10.0.0.1:6379" and ray_address("ray://h:10001") == "ray://h:10001"
+    monkeypatch.delenv("RAY_ADDRESS")
+    assert ray_address("auto") == "auto"
+
+
+# ---------------------------------------------------------------------- a real cluster
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from tests.servers import ray_cluster
+
+    log = tmp_path_factory.mktemp("sleep") / "compiles.log"
+    old = os.environ.get("COLLAGE_SLEEP_LOG")
+    os.environ["COLLAGE_SLEEP_LOG"] = str(log)  # inherited by the nodes' processes
+    try:
+        with ray_cluster(2) as c:
+            c.sleep_log = log
+            yield c
+    finally:
+        if old is None:
+            os.environ.pop("COLLAGE_SLEEP_LOG", None)
+        else:
+            os.environ["COLLAGE_SLEEP_LOG"] = old
+
+
+def _compiles(cluster) -> collections.Counter:
+    if not cluster.sleep_log.exists():
+        return collections.Counter()
+    return collections.Counter(line.split()[2] for line in cluster.sleep_log.read_text().splitlines())
+
+
+def _sleep_items(graph):
+    return [((i,), SLEEP) for i in range(len(graph))] + [((i, i + 1), SLEEP) for i in range(len(graph) - 1)]
+
+
+@pytest.mark.slow
+def test_cluster_measures_into_postgres_once(cluster, postgres):
+    from collage.cost_models.measure import measure_candidates
+
+    g = zoo.load_graph("zoo:tiny-resnet")
+    url = postgres.fresh_url()
+    db = get_db(url)
+    items = _sleep_items(g)
+    before = sum(_compiles(cluster).values())
+    with RayExecutor(cluster.address, lock=False) as ex:
+        res = measure_candidates(g, items, db=url, cap_s=0.05, progress=False, executor=ex)
+        assert res.measured == res.distinct and res.failed == 0 and not res.lost, res.failures
+        assert len(res.where) == 2, f"both nodes measure: {res.where}"
+        assert len(db.all()) == res.distinct and db.claims() == []
+        again = measure_candidates(g, items, db=url, cap_s=0.05, progress=False, executor=ex)
+    assert again.measured == 0 and again.reused == res.distinct
+    assert sum(_compiles(cluster).values()) - before == res.distinct, "each key measured exactly once"
+
+
+@pytest.mark.slow
+def test_node_that_is_not_the_target_is_refused(cluster, postgres, monkeypatch):
+    import collage.util
+    from collage.cost_models.db import CostKey
+    from collage.cost_models.measure import measure_candidates
+
+    g = zoo.load_graph("zoo:tiny-resnet")
+    # the driver (the target) is another machine than the nodes: the job is refused before measuring
+    monkeypatch.setattr(collage.util, "machine_id", lambda: "aarch64|Other CPU|64c")
+    with RayExecutor(cluster.address) as ex, pytest.raises(CollageError, match="not the target machine") as e:
+        measure_candidates(g, [((0,), SLEEP)], db=postgres.fresh_url(), progress=False, executor=ex)
+    assert "2 of 2 measurement nodes" in str(e.value) and "aarch64|Other CPU|64c" in str(e.value)
+    monkeypatch.undo()
+    # a window keyed for another machine (a node joined later and differs): the node refuses, measures nothing
+    with RayExecutor(cluster.address, check_nodes=False) as ex:
+        from collage.backends.simulated import SleepBackend
+        from collage.cost_models.db import key_for
+
+        key = key_for(SleepBackend(), g.fingerprint([0]))
+        other = CostKey(*key[:-1], "aarch64|Other CPU|64c")
+        blob = g.extract([0]).SerializeToString()
+        ex.submit(Window(other, blob, SLEEP, {}, {}, timeout_s=60, cap_s=0.05, warmup_s=0.05, commit=True))
+        (done,) = _collect_all(ex)
+    assert done.measurement is None and "is not the target machine" in done.lost and "aarch64" in done.lost
+
+
+def _collect_all(ex, timeout_s: float = 120.0):
+    out, end = [], time.monotonic() + timeout_s
+    while ex.in_flight() and time.monotonic() < end:
+        out += ex.collect(1.0)
+    return out
+
+
+@pytest.mark.slow
+def test_node_killed_mid_job_loses_nothing(cluster, postgres):
+    """A measurement node dies with windows in flight: Ray retries them on the other node, the job completes,
+    every key is in the DB once, and no finished measurement is taken again."""
+    from collage.cost_models.measure import measure_candidates
+    from tests.servers import add_measure_node
+
+    g = zoo.load_graph("zoo:tiny-resnet")
+    url = postgres.fresh_url()
+    db = get_db(url)
+    items = [(nodes, f"{SLEEP}") for nodes, _ in _sleep_items(g)]
+    opts = {SLEEP: {"compile_s": 0.5}}  # every window lasts > 0.5 s: the kill finds some in flight
+    before = _compiles(cluster)
+    victim = sorted(cluster.worker_nodes, key=lambda n: n.unique_id)[0]
+    killed = threading.Event()
+
+    def kill_when_half_done() -> None:
+        while not killed.is_set():
+            if len(db.all()) >= 6:
+                cluster.remove_node(victim, allow_graceful=False)
+                killed.set()
+                return
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_when_half_done, daemon=True)
+    killer.start()
+    try:
+        with RayExecutor(cluster.address, lock=False) as ex:
+            res = measure_candidates(g, items, db=url, cap_s=0.05, progress=False, executor=ex,
+                                     backend_options=opts)
+    finally:
+        killed.set()
+        killer.join(30)
+        if victim not in cluster.worker_nodes and len(cluster.worker_nodes) < 2:
+            add_measure_node(cluster)  # the next test gets two nodes again
+    assert res.unmeasured == 0 and res.measured == res.distinct and res.failed == 0, (res.summary(), res.lost)
+    rows = db.all()
+    assert len(rows) == res.distinct == len({c.key for c in rows}) and db.claims() == []
+    compiles = _compiles(cluster) - before
+    again = sum(n - 1 for n in compiles.values() if n > 1)
+    assert len(compiles) == res.distinct
+    assert again <= 2 * 2, f"only windows in flight on the dead node are measured again ({again})"
+
+
+@pytest.mark.slow
+def test_driver_killed_then_rerun_resumes(cluster, postgres, tmp_path):
+    from collage.cost_models.measure import measure_candidates
+
+    url = postgres.fresh_url()
+    db = get_db(url)
+    g = zoo.load_graph("zoo:tiny-resnet")
+    items = _sleep_items(g)
+    code = ("import sys; from collage import zoo; from collage.cost_models.measure import measure_candidates\n"
+            "g = zoo.load_graph('zoo:tiny-resnet')\n"
+            f"items = [((i,), {SLEEP!r}) for i in range(len(g))] + [((i, i + 1), {SLEEP!r}) for i in range(len(g) - 1)]\n"
+            f"measure_candidates(g, items, db={url!r}, cap_s=0.05, progress=False, executor={cluster.address!r},"
+            f" backend_options={{{SLEEP!r}: {{'compile_s': 0.3}}}})\n")
+    driver = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 180
+        while len(db.all()) < 5 and time.monotonic() < deadline and driver.poll() is None:
+            time.sleep(0.1)
+        assert driver.poll() is None, driver.stderr.read().decode()[-2000:]
+        driver.kill()
+        driver.wait(30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    kept = {c.key for c in db.all()}
+    assert kept, "the nodes stored what they finished before the driver died"
+    res = measure_candidates(g, items, db=url, cap_s=0.05, progress=False, executor=cluster.address,
+                             backend_options={SLEEP: {"compile_s": 0.3}})
+    assert res.unmeasured == 0 and res.reused >= len(kept) and res.reused + res.measured == res.distinct
+    assert len(db.all()) == res.distinct and db.claims() == []
+
+
+def _deterministic_timing(monkeypatch):
+    """End-to-end timings are taken anew by each tune on the driver (not DB contents): make them fixed, so the
+    plan is a function of the cost DB alone (the stitched plans beat the single backends)."""
+    import collage.tuner.job as job
+    import collage.tuner.search_step as step
+
+    def fixed(runners, rounds=5, **_):
+        for run in runners.values():
+            run()  # the artifacts still run
+        return {k: 1.0 if k in ("plan", "p", "chain") else 1000.0 for k in runners}
+
+    monkeypatch.setattr(job, "measure_interleaved", fixed)
+    monkeypatch.setattr(step, "measure_interleaved", fixed)
+
+
+@pytest.mark.slow
+def test_tune_on_cluster_equals_local_tune_on_the_same_db(cluster, postgres, tmp_path, monkeypatch):
+    import collage.cost_models.measure as measure
+    from collage.search.candidates import Limits
+    from collage.tuner.job import tune
+
+    _deterministic_timing(monkeypatch)
+    monkeypatch.setattr(measure, "measure_candidates", functools.partial(measure.measure_candidates, cap_s=0.1))
+    url = postgres.fresh_url()
+    kw = dict(backends=["onnxruntime", "openvino"], db=url, limits=Limits(max_nodes=2), progress=False)
+    far = tune("zoo:tiny-resnet", tmp_path / "cluster", cluster=cluster.address, **kw)
+    near = tune("zoo:tiny-resnet", tmp_path / "local", **kw)
+    m_far, m_near = far.report["measurements"], near.report["measurements"]
+    assert m_far["measured_now"] == m_far["distinct_keys"] > 0 and m_far["unmeasured"] == 0
+    assert m_near["measured_now"] == 0 and m_near["reused"] == m_near["distinct_keys"], "nothing measured twice"
+    plan = [(p.backend, tuple(p.nodes)) for p in far.plan.partitions]
+    assert plan == [(p.backend, tuple(p.nodes)) for p in near.plan.partitions]
+    assert len(plan) >= 1 and far.plan.predicted_ms == pytest.approx(near.plan.predicted_ms)
+
+
+@pytest.mark.slow
+def test_cli_tune_on_cluster_through_ray_client(cluster, postgres, tmp_path):
+    url = postgres.fresh_url()
+    out = tmp_path / "art"
+    proc = subprocess.run([sys.executable, "-m", "collage.cli", "tune", "zoo:tiny-resnet", "-o", str(out),
+                           "--cluster", cluster.client_address, "--db", url, "--max-nodes", "1", "--budget", "90s"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "measured end to end" in proc.stdout
+    report = json.loads((out / "report.json").read_text())
+    assert report["measurements"]["measured_now"] > 0 and report["numerics"]["ok"] is True
+    assert len(get_db(url).all()) >= report["measurements"]["measured_now"]
+
+
+@pytest.mark.slow
+def test_tune_survives_a_node_killed_mid_tune(cluster, postgres, tmp_path, monkeypatch):
+    import collage.cost_models.measure as measure
+    from collage.search.candidates import Limits
+    from collage.tuner.job import tune
+    from tests.servers import add_measure_node
+
+    monkeypatch.setattr(measure, "measure_candidates", functools.partial(measure.measure_candidates, cap_s=0.3))
+    url = postgres.fresh_url()
+    db = get_db(url)
+    victim = sorted(cluster.worker_nodes, key=lambda n: n.unique_id)[-1]
+    killed = threading.Event()
+
+    def kill_mid_tune() -> None:
+        while not killed.is_set():
+            if len(db.all()) >= 8:
+                cluster.remove_node(victim, allow_graceful=False)
+                killed.set()
+                return
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_mid_tune, daemon=True)
+    killer.start()
+    try:
+        res = tune("zoo:tiny-resnet", tmp_path / "art", backends=["onnxruntime", "openvino"], db=url,
+                   limits=Limits(max_nodes=2), progress=False, cluster=cluster.address)
+    finally:
+        was_killed = killed.is_set()
+        killed.set()
+        killer.join(30)
+        if len(cluster.worker_nodes) < 2:
+            add_measure_node(cluster)
+    assert was_killed, "the node was killed during the tune"
+    m = res.report["measurements"]
+    assert m["unmeasured"] == 0 and m["measured_now"] == m["distinct_keys"]
+    rows = db.all()
+    assert len(rows) == len({c.key for c in rows}) == m["distinct_keys"] and db.claims() == []
+    assert (Path(res.out_dir) / "manifest.json").is_file()
