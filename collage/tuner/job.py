@@ -117,7 +117,7 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
     from collage.runtime.artifact import load as load_artifact
     from collage.search.candidates import Candidate, Limits, candidate_counts, enumerate_candidates
     from collage.search.ranges import range_candidates
-    from collage.search.dp import search
+    from collage.search.exact import search_exact as search  # the DP, or the ILP past its valve
     from collage.tuner.search_step import _fill_boundaries, calibrate_partition_overhead, search_checked, whole_if_one_backend
 
     t_start = time.monotonic()
