@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: DP states expanded before the ILP takes over (~20,000 states/s here: a few seconds). BERT-base with
-#: three backends needs ~2e4, every zoo model fewer than 2e4 (results/search-time.md).
-DP_STATES = 60_000
+#: three backends needs 18,610, every other zoo model fewer (results/search-time.md).
+DP_STATES = 25_000
 #: Seconds HiGHS may take before the best plan found so far is used (with a "not proven optimal" note).
 ILP_TIME_LIMIT = 60.0
 
