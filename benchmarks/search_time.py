@@ -1,7 +1,15 @@
-"""How long the search takes on real architectures (candidate enumeration + the DP).
+"""How long the search takes on real architectures (candidate enumeration + the exact search).
 
-    python -m benchmarks.search_time            # bert-base + resnet50 (~10 s; +1 min the first time, building bert-base)
+    python -m benchmarks.search_time            # every zoo model + a wide stress graph (~5 min; + building the zoo)
     python -m benchmarks.search_time --quick    # tiny-bert + tiny-resnet (seconds)
+    python -m benchmarks.search_time --models bert-base resnet50 --no-stress
+
+The search timed is the tuner's, ``collage.search.exact.search_exact``: the DP, and the ILP (HiGHS) where
+the DP's frontier passes its valve. Unless ``--no-ilp``, the ILP (``collage.search.ilp.ilp_search``) also
+solves every model on its own, and the table says whether the two exact answers agree (same cost in
+integer ns, same number of partitions). The stress graph (``--stress``, on by default without
+``--models``) is a ladder of parallel MatMul+Relu chains mixed pairwise by Adds every second step: its
+frontier is as wide as the ladder, so the DP passes its valve and the ILP has to answer.
 
 Writes results/search-time.md (results/search-time-quick.md with --quick).
 
@@ -27,7 +35,11 @@ import numpy as np
 
 from collage import zoo
 from collage.graph.ir import Graph
-from collage.search import Limits, SearchStats, candidate_counts, enumerate_candidates, search
+from collage.search import Limits, candidate_counts, enumerate_candidates
+from collage.search.cover import cover_cost, usable_costs
+from collage.search.dp_tables import quantize
+from collage.search.exact import DP_STATES, ExactStats, search_exact
+from collage.search.ilp import IlpStats, ilp_search
 from collage.search.ranges import range_candidates
 from collage.search.candidates import Candidate
 from collage.util import machine_id
@@ -80,10 +92,42 @@ def transition(src: str, dst: str, nbytes: int) -> float:
     return 0.02 + nbytes / 4e9 * 1e3
 
 
-def bench(name: str, repeats: int) -> dict:
-    graph = zoo.load_graph(f"zoo:{name}")
+def ladder(width: int = 4, steps: int = 24, dim: int = 256, rows: int = 256) -> Graph:
+    """The stress graph: ``width`` chains of MatMul ([rows, dim] x [dim, dim]) + Relu, chain c += chain c+1 every
+    second step (the MatMuls are big enough that the synthetic costs make a mix pay)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, inits = [], []
+    cur = ["x"] * width
+    for s in range(steps):
+        nxt = []
+        for c in range(width):
+            w = f"w{s}_{c}"
+            inits.append(numpy_helper.from_array(np.zeros((dim, dim), np.float32), w))
+            nodes.append(helper.make_node("MatMul", [cur[c], w], [f"m{s}_{c}"], name=f"m{s}_{c}"))
+            nodes.append(helper.make_node("Relu", [f"m{s}_{c}"], [f"r{s}_{c}"], name=f"r{s}_{c}"))
+            nxt.append(f"r{s}_{c}")
+        if s % 2:
+            for c in range(width):
+                nodes.append(helper.make_node("Add", [nxt[c], nxt[(c + 1) % width]], [f"a{s}_{c}"], name=f"a{s}_{c}"))
+            nxt = [f"a{s}_{c}" for c in range(width)]
+        cur = nxt
+    nodes.append(helper.make_node("Sum", cur, ["y"], name="sum"))
+    graph = helper.make_graph(nodes, f"ladder-{width}x{steps}", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows, dim])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, rows, dim])], initializer=inits)
+    return Graph.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def _price(graph: Graph, plan, costs) -> int:
+    compute, moved = cover_cost(graph, [(p.nodes, p.backend) for p in plan.partitions], usable_costs(graph, costs),
+                                transition)
+    return quantize(compute + moved)
+
+
+def bench(name: str, repeats: int, ilp: bool = True, graph: Graph | None = None) -> dict:
+    graph = graph if graph is not None else zoo.load_graph(f"zoo:{name}")
     supports = {b: {i: True for i in range(len(graph))} for b in BACKENDS}
-    enum_s, dp_s = [], []
+    enum_s, exact_s = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
         cands = enumerate_candidates(graph, supports, Limits())
@@ -91,54 +135,83 @@ def bench(name: str, repeats: int) -> dict:
         cands += [c for c in range_candidates(graph, supports) if c not in known]  # as collage.tuner.job adds them
         enum_s.append(time.perf_counter() - t0)
     costs = synthetic_costs(graph, cands)
-    stats = SearchStats()
     for _ in range(repeats):
+        stats = ExactStats()
         t0 = time.perf_counter()
-        plan = search(graph, costs, transition, stats=stats)
-        dp_s.append(time.perf_counter() - t0)
-    return {"model": name, "nodes": len(graph), "counts": candidate_counts(cands),
-            "enum_s": statistics.median(enum_s), "dp_s": statistics.median(dp_s), "expanded": stats.expanded,
-            "pushed": stats.pushed, "partitions": len(plan.partitions), "backends": plan.backends,
-            "predicted_ms": plan.predicted_ms}
+        plan = search_exact(graph, costs, transition, stats=stats)
+        exact_s.append(time.perf_counter() - t0)
+    row = {"model": name, "nodes": len(graph), "counts": candidate_counts(cands),
+           "enum_s": statistics.median(enum_s), "exact_s": statistics.median(exact_s), "method": stats.method,
+           "dp_s": stats.dp_s, "expanded": stats.dp.expanded, "pushed": stats.dp.pushed,
+           "partitions": len(plan.partitions), "backends": plan.backends, "predicted_ms": plan.predicted_ms,
+           "proven": stats.ilp is None or stats.ilp.optimal, "greedy": any("greedy plan" in n for n in plan.notes)}
+    if ilp:
+        ist = IlpStats()
+        t0 = time.perf_counter()
+        alone = ilp_search(graph, costs, transition, stats=ist)
+        row.update(ilp_s=time.perf_counter() - t0, ilp_status=ist.status, ilp_cuts=ist.cuts, ilp_bb=ist.nodes,
+                   agree=(_price(graph, alone, costs) == _price(graph, plan, costs)
+                          and len(alone.partitions) == len(plan.partitions)))
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny-bert and tiny-resnet only")
     ap.add_argument("--models", nargs="*", help="zoo names (default: bert-base resnet50)")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--no-ilp", dest="ilp", action="store_false", help="do not solve each model with the ILP as well")
+    ap.add_argument("--stress", action=argparse.BooleanOptionalAction, default=None,
+                    help="add the wide ladder graph (default: on unless --models or --quick)")
     ap.add_argument("-o", "--output", type=Path)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    models = args.models or (["tiny-bert", "tiny-resnet"] if args.quick else ["bert-base", "resnet50"])
+    models = args.models or (["tiny-bert", "tiny-resnet"] if args.quick else zoo.names())
+    stress = args.stress if args.stress is not None else not (args.models or args.quick)
     out = args.output or Path("results") / ("search-time-quick.md" if args.quick else "search-time.md")
     rows = []
     for name in models:
         log.info("%s ...", name)
-        rows.append(bench(name, args.repeats))
+        rows.append(bench(name, args.repeats, args.ilp))
         log.info("%s", rows[-1])
+    if stress:
+        g = ladder()
+        log.info("%s (stress) ...", g.name)
+        rows.append(bench(f"{g.name} (stress, not a zoo model)", args.repeats, args.ilp, graph=g))
+        log.info("%s", rows[-1])
+    command = "python -m benchmarks.search_time" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
     lines = [
         "# Search time",
         "",
-        f"`python -m benchmarks.search_time{' --quick' if args.quick else ''}` on {machine_id()}, "
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; median of {args.repeats} runs.",
+        f"`{command}` on {machine_id()}, "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; median of {args.repeats} run(s). "
+        "The machine's 2 cores are shared with other jobs: times carry their noise (up to ~2x).",
         "",
         "Costs are **synthetic** (this times the search, not the backends): all nodes supported on "
         f"{', '.join(BACKENDS)}; a candidate's cost comes from its nodes' estimated FLOPs with per-backend "
         "speed factors per op class, a per-call overhead, a fusion discount and a deterministic +-25% "
         "per-(node, backend) jitter; transitions cost 0.02 ms + bytes at 4 GB/s. Default `Limits()` "
         "(max 12 nodes, at most 1 heavy op per candidate) plus the coarse range candidates the tuner adds "
-        "(`collage.search.ranges`). DP s is the whole `search()` call; states expanded: "
-        "kept after dominance and expanded; states reached: state records created or improved.",
+        "(`collage.search.ranges`).",
         "",
-        "| model | nodes | candidates per backend | enumeration s | DP s | states expanded | states reached "
-        "| plan partitions | plan backends |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"**exact s** is the tuner's search, `search_exact`: the DP, and where the DP passes {DP_STATES} expanded "
+        "states, the ILP (HiGHS) started from the DP's greedy plan; **method** says which answered. "
+        "**proven**: the answer is a proven optimum (no valve, no greedy fallback). **DP s / states**: the DP's "
+        "part (states expanded: kept after dominance and expanded; reached: records created or improved). "
+        "**ILP alone s**: `ilp_search` on the same costs by itself; **agree**: its plan and the exact search's "
+        "have the same cost (integer ns) and the same number of partitions.",
+        "",
+        "| model | nodes | candidates per backend | enumeration s | exact s | method | proven | DP s | DP states "
+        "expanded | DP states reached | ILP alone s | ILP status | agree | plan partitions | plan backends |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         counts = ", ".join(f"{b} {n}" for b, n in r["counts"].items())
-        lines.append(f"| {r['model']} | {r['nodes']} | {counts} | {r['enum_s']:.3f} | {r['dp_s']:.3f} | "
-                     f"{r['expanded']} | {r['pushed']} | {r['partitions']} | {', '.join(r['backends'])} |")
+        ilp_cells = (f"{r['ilp_s']:.2f} | {r['ilp_status']} | {'yes' if r['agree'] else '**no**'}" if "ilp_s" in r
+                     else "- | - | -")
+        lines.append(f"| {r['model']} | {r['nodes']} | {counts} | {r['enum_s']:.2f} | {r['exact_s']:.2f} | {r['method']} | "
+                     f"{'yes' if r['proven'] and not r['greedy'] else '**no**'} | {r['dp_s']:.2f} | {r['expanded']} | "
+                     f"{r['pushed']} | {ilp_cells} | {r['partitions']} | {', '.join(r['backends'])} |")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}")

@@ -63,24 +63,34 @@ def piece_model(n: int, seed: int = 0):
 
 def time_chains(chains: Mapping[str, Sequence[tuple[Any, Mapping[str, str], Sequence[str]]]],
                 feeds: Mapping[str, np.ndarray], *, cap_s: float, min_rounds: int = 15,
-                max_rounds: int = 5000, rel_ci: float = 0.02) -> dict[str, dict[str, float]]:
+                max_rounds: int = 5000, rel_ci: float = 0.02, steps: bool = False) -> dict[str, dict[str, Any]]:
     """Time named chains interleaved; each chain is ``[(compiled, {piece input: env name}, outputs)]``.
 
     Every piece reads its inputs from an environment that starts as ``feeds`` and holds every output
-    so far (outputs keep their names). Returns per chain ``median_ms``, ``p10_ms``, ``p90_ms``, ``rounds``.
+    so far (outputs keep their names). Returns per chain ``median_ms``, ``p10_ms``, ``p90_ms``, ``rounds``;
+    with ``steps`` also ``step_ms``: each piece's median ms inside the chain (its call, timed alone).
     """
     from collage.cost_models.worker import median_ci_halfwidth
 
+    per_step: dict[int, list[list[float]]] = {}
+
     def run_chain(chain) -> None:
         env = dict(feeds)
-        for compiled, inputs, outputs in chain:
-            out = compiled.run({k: env[v] for k, v in inputs.items()})
+        times = per_step.setdefault(id(chain), [[] for _ in chain]) if steps else None
+        clock = time.perf_counter_ns
+        for k, (compiled, inputs, outputs) in enumerate(chain):
+            args = {key: env[v] for key, v in inputs.items()}
+            t0 = clock()
+            out = compiled.run(args)
+            if times is not None:
+                times[k].append((clock() - t0) / 1e6)
             for name in outputs:
                 env[name] = out[name]
 
     for chain in chains.values():  # warm-up
         for _ in range(3):
             run_chain(chain)
+    per_step.clear()
     samples: dict[str, list[float]] = {name: [] for name in chains}
     names = list(chains)
     start = time.perf_counter()
@@ -103,6 +113,8 @@ def time_chains(chains: Mapping[str, Sequence[tuple[Any, Mapping[str, str], Sequ
         n = len(s)
         out[name] = {"median_ms": s[n // 2], "p10_ms": s[int(0.1 * (n - 1))], "p90_ms": s[int(0.9 * (n - 1))],
                      "rounds": n}
+        if steps:
+            out[name]["step_ms"] = [float(np.median(t)) for t in per_step[id(chains[name])]]
     return out
 
 
@@ -147,7 +159,7 @@ class _Renamed:
 
 def chain_timings(pieces: Sequence[bytes], chains: Mapping[str, Sequence[tuple[int, str]]],
                   feeds: Mapping[str, np.ndarray], backend_options: Mapping[str, Mapping[str, Any]] | None = None,
-                  cap_s: float = 5.0) -> dict[str, dict[str, float]]:
+                  cap_s: float = 5.0, steps: bool = False) -> dict[str, dict[str, Any]]:
     """(Runs in the worker.) Time stitched chains of real partitions, interleaved.
 
     ``pieces``: serialized partition models whose tensor names are the original graph's.
@@ -172,7 +184,7 @@ def chain_timings(pieces: Sequence[bytes], chains: Mapping[str, Sequence[tuple[i
             c = compiled[(idx, bname)]
             seq.append((c, {t: t for t in c.input_names}, list(c.output_names)))
         built[name] = seq
-    return time_chains(built, feeds, cap_s=cap_s)
+    return time_chains(built, feeds, cap_s=cap_s, steps=steps)
 
 
 def fit_linear(rows: Sequence[Mapping[str, float]]) -> tuple[float, float]:
@@ -267,11 +279,11 @@ class ModelTransitions:
     """Hand-over costs measured on a model's own pieces (``measure_model_transitions``).
 
     ``overhead_ms[b]``: what one more partition on ``b`` costs in a chain beyond its measured cost
-    alone (cold weights, the runtime's threads waking); ``switch_ms``: what a hand-over between the two
-    backends costs on top of that (the runtimes' thread pools handing the cores over), mean of both
-    directions, per hand-over as the search counts them (``handovers``: each distinct tensor a partition
-    reads from another backend). ``chains``: the measured chains behind the fit (name -> measured ms,
-    parts ms, pieces, hand-overs as ``switches``).
+    alone (cold weights, the runtime's threads waking); ``switch_by_direction[(src, dst)]``: what a
+    hand-over from ``src`` to ``dst`` costs on top of that (the runtimes' thread pools handing the cores
+    over), per hand-over as the search counts them (``handovers``: each distinct tensor a partition
+    reads from another backend); ``switch_ms`` their mean. ``chains``: the measured chains behind the
+    fit (name -> measured ms, parts ms, pieces, hand-overs as ``switches``).
     """
 
     a: str
@@ -280,6 +292,7 @@ class ModelTransitions:
     switch_ms: float
     settings: str
     chains: dict[str, dict[str, float]] = field(default_factory=dict)
+    switch_by_direction: dict[tuple[str, str], float] = field(default_factory=dict)
 
 
 def model_settings(pair: str, graph_fingerprint: str) -> str:
@@ -294,39 +307,50 @@ def contiguous_pieces(graph: Any, n: int = MODEL_PIECES) -> list[tuple[int, ...]
     return [tuple(range(cuts[k], cuts[k + 1])) for k in range(n)]
 
 
-def handovers(graph: Any, pieces: Sequence[Sequence[int]], assign: Sequence[str]) -> int:
-    """Hand-overs the search charges for pieces run in order on ``assign``: per piece, each distinct
-    tensor it reads from a node on another backend (``collage.search.dp``'s transition rule)."""
+def _reads_across(graph: Any, pieces: Sequence[Sequence[int]], assign: Sequence[str]) -> list[int]:
+    """Per piece: the distinct tensors it reads from a node of a piece on another backend."""
     owner = {i: k for k, p in enumerate(pieces) for i in p}
-    count = 0
+    out = []
     for k, p in enumerate(pieces):
+        count = 0
         for t in graph.boundary(p)[0]:
             src = graph.producer(t)
             if src is not None and src in owner and assign[owner[src]] != assign[k]:
                 count += 1
-    return count
+        out.append(count)
+    return out
+
+
+def handovers(graph: Any, pieces: Sequence[Sequence[int]], assign: Sequence[str]) -> int:
+    """Hand-overs the search charges for pieces run in order on ``assign``: per piece, each distinct
+    tensor it reads from a node on another backend (``collage.search.dp``'s transition rule)."""
+    return sum(_reads_across(graph, pieces, assign))
 
 
 def measure_model_transitions(graph: Any, a: str, b: str, db: None | str | CostDB = None, *,
                               pieces: Sequence[Sequence[int]] | None = None,
                               backend_options: Mapping[str, Mapping[str, Any]] | None = None,
                               cap_s: float = 3.0, timeout_s: float = 1800.0, reuse: bool = True) -> ModelTransitions:
-    """Measure per-partition overhead and backend switch cost on ``graph``'s own pieces; store them.
+    """Measure per-partition overhead and backend switch cost, per direction, on ``graph``'s own pieces; store them.
 
     ``pieces`` (default ``contiguous_pieces(graph)``) must run in the given order, each reading only
     graph inputs and earlier pieces' outputs, and run on both backends. Each piece is measured alone
     (``measure_candidates``, reusing the DB); then the chains all-a, all-b, alternating a-first and
-    b-first are timed end to end, interleaved, in a worker. With parts(chain) the sum of the pieces'
-    own costs and k pieces:
+    b-first are timed end to end, interleaved, in a worker, with each piece's call timed inside the
+    chain. With parts(chain) the sum of the pieces' own costs and k pieces:
 
     * ``overhead[x] = (chain all-x - parts(all-x)) / k``
-    * ``switch = mean over both alternating chains of (chain - parts - sum of overheads) / hand-overs``
-      (``handovers``: what the search charges ``transition(src, dst, nbytes)`` for)
+    * switch ``src -> dst``: over the alternating chains' pieces on ``dst`` that follow a piece on ``src``,
+      (that piece's time in the alternating chain - its time in the all-``dst`` chain), summed, over the
+      hand-overs the search charges those pieces (``handovers``). The real work on both sides is the
+      model's: the switch's cost lands in the call after it (the previous runtime's threads still
+      spinning or waiting, the next one's waking), and the all-``dst`` chain already holds the
+      per-partition overhead.
 
     Stored in the DB's transition table: ``(x, x)`` rows hold ``overhead[x]``, ``(a, b)`` and ``(b, a)``
-    rows hold ``switch`` (per byte 0), all under ``model_settings(pair settings, graph fingerprint)``.
-    With ``reuse``, a fit already stored for this model, pair and machine is returned without measuring
-    (``chains`` then empty).
+    rows their direction's switch (per byte 0), all under ``model_settings(pair settings, graph
+    fingerprint)``. With ``reuse``, a fit already stored for this model, pair and machine is returned
+    without measuring (``chains`` then empty).
     """
     from collage.graph.inputs import random_inputs
     from collage.cost_models.measure import measure_candidates
@@ -338,10 +362,11 @@ def measure_model_transitions(graph: Any, a: str, b: str, db: None | str | CostD
     pair = pair_settings(resolve_backend(a, opts.get(a, {})), resolve_backend(b, opts.get(b, {})))
     settings = model_settings(pair, graph.fingerprint(range(len(graph))))
     if reuse:
-        rows = {(s, d): store.get_transition(s, d, settings, machine_id()) for s, d in ((a, a), (b, b), (a, b))}
+        rows = {(s, d): store.get_transition(s, d, settings, machine_id()) for s, d in ((a, a), (b, b), (a, b), (b, a))}
         if all(rows.values()):
+            by_dir = {(a, b): rows[(a, b)].fixed_ms, (b, a): rows[(b, a)].fixed_ms}
             return ModelTransitions(a, b, {a: rows[(a, a)].fixed_ms, b: rows[(b, b)].fixed_ms},
-                                    rows[(a, b)].fixed_ms, settings)
+                                    float(np.mean(list(by_dir.values()))), settings, switch_by_direction=by_dir)
     pieces = [tuple(p) for p in (pieces or contiguous_pieces(graph))]
     k = len(pieces)
     if k < 2:
@@ -361,7 +386,7 @@ def measure_model_transitions(graph: Any, a: str, b: str, db: None | str | CostD
     with Measurer() as m:
         measured = m.call("collage.cost_models.transitions:chain_timings",
                           {"pieces": blobs, "chains": {n: list(enumerate(s)) for n, s in assigns.items()},
-                           "feeds": random_inputs(graph), "backend_options": opts, "cap_s": cap_s},
+                           "feeds": random_inputs(graph), "backend_options": opts, "cap_s": cap_s, "steps": True},
                           timeout_s=timeout_s)
     chains = {}
     for name, assign in assigns.items():
@@ -369,16 +394,23 @@ def measure_model_transitions(graph: Any, a: str, b: str, db: None | str | CostD
         chains[name] = {"measured_ms": measured[name]["median_ms"], "parts_ms": parts, "pieces": k,
                         "switches": handovers(graph, pieces, assign)}
     overhead = {x: max(0.0, (chains[f"all {x}"]["measured_ms"] - chains[f"all {x}"]["parts_ms"]) / k) for x in (a, b)}
-    per_switch = []
-    for x in (a, b):
-        c = chains[f"alternating, {x} first"]
-        ovh = sum(overhead[y] for y in assigns[f"alternating, {x} first"])
-        per_switch.append((c["measured_ms"] - c["parts_ms"] - ovh) / c["switches"])
-    switch = max(0.0, float(np.mean(per_switch)))
+    extra: dict[tuple[str, str], list[float]] = {(a, b): [0.0, 0], (b, a): [0.0, 0]}
+    for first in (a, b):
+        name = f"alternating, {first} first"
+        assign = assigns[name]
+        reads = _reads_across(graph, pieces, assign)
+        for j in range(1, k):
+            src, dst = assign[j - 1], assign[j]
+            if src == dst or not reads[j]:
+                continue
+            extra[(src, dst)][0] += measured[name]["step_ms"][j] - measured[f"all {dst}"]["step_ms"][j]
+            extra[(src, dst)][1] += reads[j]
+    by_dir = {d: max(0.0, e / n) if n else 0.0 for d, (e, n) in extra.items()}
+    switch = float(np.mean(list(by_dir.values())))
     for x in (a, b):
         store.put_transition(x, x, overhead[x], 0.0, settings, machine_id())
-    for src, dst in ((a, b), (b, a)):
-        store.put_transition(src, dst, switch, 0.0, settings, machine_id())
-    log.info("%s: per partition %s, per switch %s <-> %s %.3f ms", graph.name,
-             ", ".join(f"{x} {v:.3f} ms" for x, v in overhead.items()), a, b, switch)
-    return ModelTransitions(a, b, overhead, switch, settings, chains)
+    for (src, dst), ms in by_dir.items():
+        store.put_transition(src, dst, ms, 0.0, settings, machine_id())
+    log.info("%s: per partition %s; per switch %s", graph.name, ", ".join(f"{x} {v:.3f} ms" for x, v in overhead.items()),
+             ", ".join(f"{s} -> {d} {v:.3f} ms" for (s, d), v in by_dir.items()))
+    return ModelTransitions(a, b, overhead, switch, settings, chains, by_dir)

@@ -43,7 +43,7 @@ def calibrate_partition_overhead(graph: Graph, costs: Mapping[Any, float], trans
     """
     from collage.tuner.export import export
     from collage.runtime.artifact import load as load_artifact
-    from collage.search.dp import search
+    from collage.search.exact import search_exact as search
 
     overhead: dict[str, float] = {}
     for name in backends:

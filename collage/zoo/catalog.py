@@ -89,6 +89,14 @@ ENTRIES = [
              "BERT's ops: 2 layers, hidden 64, 4 heads, seq 16"),
     ZooEntry("tiny-bert-masked", "bert", "built", 2, _built("tiny_bert_masked"),
              "tiny-bert with a query x key padding mask at float32's lowest value (HF style): NaN in all-bf16"),
+    ZooEntry("vit-b16", "vit", "built", 330, _built("vit"),
+             "ViT-B/16 encoder + classifier, 12 pre-LN layers, hidden 768, 1x3x224x224 (197 tokens)"),
+    ZooEntry("gpt2-small", "gpt2", "built", 480, _built("gpt2"),
+             "GPT-2-small decoder stack (causal mask), 12 layers, hidden 768, seq 128, no LM head"),
+    ZooEntry("convnext-t", "convnext", "built", 110, _built("convnext"),
+             "ConvNeXt-T (depths 3,3,9,3; dims 96..768; 7x7 depthwise + LayerNorm + MLP), 1x3x224x224"),
+    ZooEntry("whisper-tiny-encoder", "whisper", "built", 32, _built("whisper_encoder"),
+             "Whisper-tiny encoder: 80 mel x 3000 frames -> 2 Conv1d -> 4 pre-LN layers of 384 (1500 tokens)"),
 ]
 ZOO: dict[str, ZooEntry] = {e.name: e for e in ENTRIES}
 

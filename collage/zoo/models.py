@@ -3,7 +3,8 @@
 MobileNetV2 (torchvision layout, BatchNorm folded into Conv as ``torch.onnx.export`` does in eval mode,
 ReLU6 as Clip, depthwise group convs, residual Adds), BERT-base (HuggingFace export layout: Gather
 word embeddings + position + token type, LayerNormalization, Erf GELU, additive mask ``(1 - mask) * -10000``
-before Softmax, pooler), and the tiny variants with the same op kinds and repeated identical blocks.
+before Softmax, pooler), the tiny variants with the same op kinds and repeated identical blocks, and the
+transformer family at their public configs: ViT-B/16, GPT-2 small (causal mask), ConvNeXt-T, Whisper-tiny's encoder.
 Weights are seeded (``tensor_rng``: one generator per tensor name). The light models are in ``zoo_light``.
 """
 from __future__ import annotations
@@ -261,3 +262,172 @@ def tiny_bert_masked(seed: int) -> onnx.ModelProto:
     """tiny-bert with a query x key padding mask at float32's lowest value (HF style): all-bf16 gives NaN."""
     return bert(seed, layers=2, hidden=64, heads=4, ffn=256, seq=16, vocab=1000, name="tiny-bert-masked",
                 pair_mask=True)
+
+
+# ---- transformer-family models (public configs; seeded weights; every node reads an activation)
+def _dense(b: Builder, x: str, name: str, cin: int, cout: int, std: float = 0.02, bias: bool = True) -> str:
+    """x @ W (+ bias): a torch Linear as exporters write it for 3-D activations (MatMul, Add)."""
+    y = b.op("MatMul", [x, b.weight(f"{name}.weight", [cin, cout], std)], f"{name}.matmul")
+    return b.op("Add", [y, b.weight(f"{name}.bias", [cout], std)], f"{name}.add") if bias else y
+
+
+def _gelu_erf(b: Builder, h: str, name: str) -> str:
+    g = b.op("Erf", [b.op("Div", [h, b.const(np.float32(np.sqrt(2.0)))], f"{name}.div")], f"{name}.erf")
+    g = b.op("Mul", [h, b.op("Add", [g, b.const(np.float32(1.0))], f"{name}.add")], f"{name}.mul")
+    return b.op("Mul", [g, b.const(np.float32(0.5))], name)
+
+
+def _gelu_tanh(b: Builder, h: str, name: str) -> str:
+    """GPT-2's ``gelu_new``: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    cube = b.op("Pow", [h, b.const(np.float32(3.0))], f"{name}.pow")
+    inner = b.op("Add", [h, b.op("Mul", [cube, b.const(np.float32(0.044715))], f"{name}.mul_c")], f"{name}.add_x")
+    t = b.op("Tanh", [b.op("Mul", [inner, b.const(np.float32(np.sqrt(2.0 / np.pi)))], f"{name}.mul_s")], f"{name}.tanh")
+    g = b.op("Mul", [h, b.op("Add", [t, b.const(np.float32(1.0))], f"{name}.add_1")], f"{name}.mul")
+    return b.op("Mul", [g, b.const(np.float32(0.5))], name)
+
+
+def _ln(b: Builder, x: str, name: str, hidden: int, eps: float) -> str:
+    return b.op("LayerNormalization", [x, b.uniform(f"{name}.weight", [hidden], 0.8, 1.2),
+                                       b.weight(f"{name}.bias", [hidden], 0.05)], name, axis=-1, epsilon=eps)
+
+
+def _self_attention(b: Builder, y: str, p: str, seq: int, hidden: int, heads: int, std: float,
+                    mask: str | None = None, k_bias: bool = True) -> str:
+    """Multi-head self-attention as HF exports it: q, k, v projections, [1, heads, seq, head] split,
+    scores / sqrt(head) (+ additive mask), Softmax, context, merge, output projection."""
+    head = hidden // heads
+    split = b.const(np.array([1, seq, heads, head], np.int64))
+    merge = b.const(np.array([1, seq, hidden], np.int64))
+    q = b.op("Transpose", [b.op("Reshape", [_dense(b, y, f"{p}.q_proj", hidden, hidden, std), split], f"{p}.q.reshape")],
+             f"{p}.q.transpose", perm=[0, 2, 1, 3])
+    k = b.op("Transpose", [b.op("Reshape", [_dense(b, y, f"{p}.k_proj", hidden, hidden, std, bias=k_bias), split],
+                                f"{p}.k.reshape")], f"{p}.k.transpose", perm=[0, 2, 3, 1])
+    v = b.op("Transpose", [b.op("Reshape", [_dense(b, y, f"{p}.v_proj", hidden, hidden, std), split], f"{p}.v.reshape")],
+             f"{p}.v.transpose", perm=[0, 2, 1, 3])
+    s = b.op("Div", [b.op("MatMul", [q, k], f"{p}.scores"), b.const(np.float32(np.sqrt(head)))], f"{p}.scores.scale")
+    if mask is not None:
+        s = b.op("Add", [s, mask], f"{p}.scores.mask")
+    s = b.op("Softmax", [s], f"{p}.probs", axis=-1)
+    c = b.op("MatMul", [s, v], f"{p}.context")
+    c = b.op("Reshape", [b.op("Transpose", [c], f"{p}.context.transpose", perm=[0, 2, 1, 3]), merge], f"{p}.context.reshape")
+    return _dense(b, c, f"{p}.out_proj", hidden, hidden, std)
+
+
+def _pre_ln_layer(b: Builder, y: str, p: str, seq: int, hidden: int, heads: int, ffn: int, eps: float, std: float,
+                  gelu=_gelu_erf, mask: str | None = None, k_bias: bool = True) -> str:
+    """A pre-LayerNorm transformer layer (ViT, GPT-2, Whisper): y + attn(LN(y)), then + MLP(LN(.))."""
+    a = _self_attention(b, _ln(b, y, f"{p}.ln_1", hidden, eps), f"{p}.attn", seq, hidden, heads, std, mask, k_bias)
+    y = b.op("Add", [y, a], f"{p}.attn.residual")
+    h = _dense(b, _ln(b, y, f"{p}.ln_2", hidden, eps), f"{p}.mlp.fc1", hidden, ffn, std)
+    h = _dense(b, gelu(b, h, f"{p}.mlp.gelu"), f"{p}.mlp.fc2", ffn, hidden, std)
+    return b.op("Add", [y, h], f"{p}.mlp.residual")
+
+
+def vit(seed: int, layers: int = 12, hidden: int = 768, heads: int = 12, ffn: int = 3072, size: int = 224,
+        patch: int = 16, classes: int = 1000, name: str = "vit-b16") -> onnx.ModelProto:
+    """ViT-B/16 (google/vit-base-patch16-224 config): 16x16 patch Conv, class token, learned position
+    embeddings, 12 pre-LN layers (LayerNorm eps 1e-12, Erf GELU), final LN, classifier on the class token."""
+    b = Builder(seed)
+    x = "pixel_values"
+    grid = size // patch
+    seq = grid * grid + 1
+    y = b.op("Conv", [x, b.weight("patch_embed.weight", [hidden, 3, patch, patch], np.sqrt(1.0 / (3 * patch * patch))),
+                      b.weight("patch_embed.bias", [hidden], 0.02)], "patch_embed", kernel_shape=[patch, patch],
+             strides=[patch, patch])
+    y = b.op("Reshape", [y, b.const(np.array([1, hidden, grid * grid], np.int64))], "patch_embed.flatten")
+    y = b.op("Transpose", [y], "patch_embed.transpose", perm=[0, 2, 1])
+    y = b.op("Concat", [b.weight("cls_token", [1, 1, hidden], 0.02), y], "embeddings.cat_cls", axis=1)
+    y = b.op("Add", [y, b.weight("position_embeddings", [1, seq, hidden], 0.02)], "embeddings.add_pos")
+    for li in range(layers):
+        y = _pre_ln_layer(b, y, f"encoder.layer.{li}", seq, hidden, heads, ffn, 1e-12, 0.02)
+    y = _ln(b, y, "layernorm", hidden, 1e-12)
+    cls = b.op("Gather", [y, b.const(np.int64(0))], "pooler.cls", axis=1)
+    logits = b.op("Gemm", [cls, b.weight("classifier.weight", [classes, hidden], 0.02),
+                           b.weight("classifier.bias", [classes], 0.01)], "logits", transB=1)
+    return b.model(name, [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 3, size, size])],
+                   [helper.make_tensor_value_info(logits, TensorProto.FLOAT, [1, classes])])
+
+
+def gpt2(seed: int, layers: int = 12, hidden: int = 768, heads: int = 12, seq: int = 128, vocab: int = 50257,
+         name: str = "gpt2-small") -> onnx.ModelProto:
+    """GPT-2 small decoder stack (HF gpt2 config): token Gather + learned positions, 12 pre-LN layers with a
+    causal mask (an additive [1, 1, seq, seq] constant, -10000 above the diagonal), ``gelu_new`` MLP of
+    4 x hidden, final ``ln_f``; output the last hidden state (the tied LM head is left out)."""
+    b = Builder(seed)
+    ids = "input_ids"
+    y = b.op("Gather", [b.weight("wte.weight", [vocab, hidden], 0.02), ids], "wte", axis=0)
+    y = b.op("Add", [y, b.weight("wpe.slice", [1, seq, hidden], 0.01)], "wpe.add")
+    causal = np.triu(np.full((seq, seq), -10000.0, np.float32), k=1).reshape(1, 1, seq, seq)
+    mask = b.const(causal)
+    for li in range(layers):
+        y = _pre_ln_layer(b, y, f"h.{li}", seq, hidden, heads, 4 * hidden, 1e-5, 0.02, gelu=_gelu_tanh, mask=mask)
+    y = _ln(b, y, "ln_f", hidden, 1e-5)
+    return b.model(name, [helper.make_tensor_value_info(ids, TensorProto.INT64, [1, seq])],
+                   [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, seq, hidden])])
+
+
+def convnext(seed: int, depths: Sequence[int] = (3, 3, 9, 3), dims: Sequence[int] = (96, 192, 384, 768),
+             size: int = 224, classes: int = 1000, name: str = "convnext-t") -> onnx.ModelProto:
+    """ConvNeXt-T (facebook/convnext-tiny-224 config): 4x4 stride-4 stem + channels-first LayerNorm,
+    blocks of 7x7 depthwise Conv -> NHWC LayerNorm (eps 1e-6) -> Linear 4x -> GELU -> Linear -> layer
+    scale -> residual, LN + 2x2 stride-2 Conv between stages, global pool, LN, classifier. A
+    channels-first LayerNorm is written as Transpose -> LayerNormalization -> Transpose."""
+    b = Builder(seed)
+    x = "pixel_values"
+
+    def ln_cf(t: str, name: str, dim: int) -> str:
+        t = b.op("Transpose", [t], f"{name}.to_nhwc", perm=[0, 2, 3, 1])
+        t = _ln(b, t, name, dim, 1e-6)
+        return b.op("Transpose", [t], f"{name}.to_nchw", perm=[0, 3, 1, 2])
+
+    def conv(t: str, name: str, cin: int, cout: int, k: int, stride: int, pad: int, groups: int = 1) -> str:
+        w = b.weight(f"{name}.weight", [cout, cin // groups, k, k], np.sqrt(1.0 / ((cin // groups) * k * k)))
+        return b.op("Conv", [t, w, b.weight(f"{name}.bias", [cout], 0.02)], name, kernel_shape=[k, k],
+                    strides=[stride, stride], pads=[pad] * 4, group=groups)
+
+    y = ln_cf(conv(x, "stem.conv", 3, dims[0], 4, 4, 0), "stem.ln", dims[0])
+    for si, (depth, dim) in enumerate(zip(depths, dims)):
+        if si > 0:
+            y = conv(ln_cf(y, f"stages.{si}.downsample.ln", dims[si - 1]), f"stages.{si}.downsample.conv",
+                     dims[si - 1], dim, 2, 2, 0)
+        for bi in range(depth):
+            p = f"stages.{si}.blocks.{bi}"
+            h = conv(y, f"{p}.dwconv", dim, dim, 7, 1, 3, groups=dim)
+            h = b.op("Transpose", [h], f"{p}.to_nhwc", perm=[0, 2, 3, 1])
+            h = _ln(b, h, f"{p}.norm", dim, 1e-6)
+            h = _dense(b, h, f"{p}.pwconv1", dim, 4 * dim, np.sqrt(1.0 / dim))
+            h = _gelu_erf(b, h, f"{p}.gelu")
+            h = _dense(b, h, f"{p}.pwconv2", 4 * dim, dim, np.sqrt(1.0 / (4 * dim)))
+            h = b.op("Mul", [h, b.uniform(f"{p}.gamma", [dim], 0.1, 0.3)], f"{p}.layer_scale")
+            h = b.op("Transpose", [h], f"{p}.to_nchw", perm=[0, 3, 1, 2])
+            y = b.op("Add", [y, h], f"{p}.residual")
+    y = b.op("GlobalAveragePool", [y], "pool")
+    y = b.op("Flatten", [y], "flatten", axis=1)
+    y = _ln(b, y, "head.norm", dims[-1], 1e-6)
+    y = b.op("Gemm", [y, b.weight("head.fc.weight", [classes, dims[-1]], 0.02), b.weight("head.fc.bias", [classes], 0.01)],
+             "logits", transB=1)
+    return b.model(name, [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 3, size, size])],
+                   [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, classes])])
+
+
+def whisper_encoder(seed: int, mels: int = 80, frames: int = 3000, layers: int = 4, hidden: int = 384, heads: int = 6,
+                    name: str = "whisper-tiny-encoder") -> onnx.ModelProto:
+    """Whisper-tiny's encoder (openai/whisper-tiny config): log-mel [1, 80, 3000] -> Conv1d k3 + GELU ->
+    Conv1d k3 stride 2 + GELU -> [1, 1500, 384] + positions, 4 pre-LN layers (6 heads, k projection
+    without bias, FFN 1536, Erf GELU), final LayerNorm."""
+    b = Builder(seed)
+    x = "input_features"
+    seq = frames // 2
+    y = b.op("Conv", [x, b.weight("conv1.weight", [hidden, mels, 3], np.sqrt(1.0 / (mels * 3))),
+                      b.weight("conv1.bias", [hidden], 0.02)], "conv1", kernel_shape=[3], pads=[1, 1])
+    y = _gelu_erf(b, y, "conv1.gelu")
+    y = b.op("Conv", [y, b.weight("conv2.weight", [hidden, hidden, 3], np.sqrt(1.0 / (hidden * 3))),
+                      b.weight("conv2.bias", [hidden], 0.02)], "conv2", kernel_shape=[3], pads=[1, 1], strides=[2])
+    y = _gelu_erf(b, y, "conv2.gelu")
+    y = b.op("Transpose", [y], "conv2.transpose", perm=[0, 2, 1])
+    y = b.op("Add", [y, b.weight("embed_positions.weight", [1, seq, hidden], 0.1)], "embed_positions.add")
+    for li in range(layers):
+        y = _pre_ln_layer(b, y, f"layers.{li}", seq, hidden, heads, 4 * hidden, 1e-5, 0.02, k_bias=False)
+    y = _ln(b, y, "layer_norm", hidden, 1e-5)
+    return b.model(name, [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, mels, frames])],
+                   [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, seq, hidden])])

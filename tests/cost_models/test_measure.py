@@ -459,10 +459,16 @@ def test_model_transitions_on_own_pieces(tmp_path):
                               g.fingerprint(range(len(g))))
     rows = {(t.src, t.dst): t for t in db.all_transitions() if t.settings == settings}
     assert set(rows) == {(FAKE, FAKE), (FAKE2, FAKE2), (FAKE, FAKE2), (FAKE2, FAKE)}
-    assert rows[(FAKE, FAKE2)].fixed_ms == pytest.approx(fit.switch_ms)
+    # one price per direction, from the pieces after each switch
+    assert set(fit.switch_by_direction) == {(FAKE, FAKE2), (FAKE2, FAKE)}
+    for d, ms in fit.switch_by_direction.items():
+        assert rows[d].fixed_ms == pytest.approx(ms) and ms >= 0.0
+    assert fit.switch_ms == pytest.approx(sum(fit.switch_by_direction.values()) / 2)
     # the tuner's transition model prefers the model-scale switch cost when told the model
     model = transition_model([FAKE, FAKE2], db, measure_missing=False, graph_fingerprint=g.fingerprint(range(len(g))))
-    assert model(FAKE, FAKE2, 10**6) == pytest.approx(fit.switch_ms) and model(FAKE, FAKE, 1) == 0.0
+    assert model(FAKE, FAKE2, 10**6) == pytest.approx(fit.switch_by_direction[(FAKE, FAKE2)])
+    assert model(FAKE2, FAKE, 1) == pytest.approx(fit.switch_by_direction[(FAKE2, FAKE)]) and model(FAKE, FAKE, 1) == 0.0
     again = measure_model_transitions(g, FAKE, FAKE2, db)  # stored: read back, nothing measured
     assert again.chains == {} and again.switch_ms == pytest.approx(fit.switch_ms)
+    assert again.switch_by_direction == pytest.approx(fit.switch_by_direction)
     assert again.overhead_ms == pytest.approx(fit.overhead_ms)

@@ -67,7 +67,8 @@ class BudgetedSearch:
                *, max_rounds: int = MAX_ROUNDS) -> Plan:
         """The fastest plan whose measured end-to-end error is within budget (module docstring)."""
         from collage.search.candidates import Candidate
-        from collage.search import plan_from_parts, search
+        from collage.search import plan_from_parts
+        from collage.search.exact import search_exact as search
 
         graph = self.graph
         # tune may search more than once (re-charged overheads): each call starts afresh, errors stay cached

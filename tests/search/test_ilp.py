@@ -1,0 +1,128 @@
+"""The ILP search (collage.search.ilp) against the DP and the brute-force reference, and the DP -> ILP
+fallback (collage.search.exact)."""
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from collage.errors import CollageError
+from collage.search import Candidate, Limits, enumerate_candidates, exhaustive_search, search
+from collage.search.exact import ExactStats, search_exact
+from collage.search.ilp import IlpStats, ilp_search
+from tests.search.test_search import (BACKENDS, all_supported, assert_valid, dags, make_dag, objective, random_costs,
+                                      random_transition)
+
+pytest.importorskip("highspy")
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dags(min_nodes=1, max_nodes=12), st.integers(0, 2**16), st.integers(2, 3), st.sampled_from(["lazy", "full"]))
+def test_ilp_equals_dp_and_exhaustive(g, seed, nb, order):
+    rng = random.Random(seed)
+    backends = BACKENDS[:nb]
+    costs = random_costs(g, rng, backends)
+    transition = random_transition(rng, backends)
+    stats = IlpStats()
+    ilp = ilp_search(g, costs, transition, stats=stats, order=order)
+    dp = search(g, costs, transition)
+    ref = exhaustive_search(g, costs, transition)
+    assert_valid(g, ilp)
+    assert stats.optimal
+    assert objective(g, ilp, costs, transition) == objective(g, dp, costs, transition) == objective(g, ref, costs, transition)
+    assert len(ilp.partitions) == len(dp.partitions) == len(ref.partitions)  # same tie-break: fewest partitions
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dags(min_nodes=1, max_nodes=8), st.integers(0, 2**16), st.sampled_from([1, 4, 5]))
+def test_ilp_one_or_many_backends(g, seed, nb):
+    rng = random.Random(seed)
+    backends = ["ort", "ov", "tvm", "trt", "xla"][:nb]
+    costs = random_costs(g, rng, backends)
+    transition = random_transition(rng, backends)
+    ilp = ilp_search(g, costs, transition)
+    ref = exhaustive_search(g, costs, transition)
+    assert_valid(g, ilp)
+    assert objective(g, ilp, costs, transition) == objective(g, ref, costs, transition)
+    assert len(ilp.partitions) == len(ref.partitions)
+
+
+def two_convex_pieces_in_a_cycle():
+    # 0 Relu(x), 1 Relu(y), 2 Add(0, 1), 3 Add(1, 0): {0,2} and {1,3} are both convex, and need each other
+    return make_dag([("Relu", (-1,)), ("Relu", (-2,)), ("Add", (0, 1)), ("Add", (1, 0))])
+
+
+@pytest.mark.parametrize("order", ["lazy", "full"])
+def test_cycle_between_convex_candidates_is_excluded(order):
+    g = two_convex_pieces_in_a_cycle()
+    costs = {Candidate((0, 2), "a"): 1.0, Candidate((1, 3), "a"): 1.0}
+    costs.update({Candidate((i,), "a"): 5.0 for i in range(4)})
+    stats = IlpStats()
+    plan = ilp_search(g, costs, stats=stats, order=order)
+    assert_valid(g, plan)
+    assert plan.predicted_ms == pytest.approx(11.0)  # one pair + two singles, never both pairs (2.0)
+    assert plan.predicted_ms == pytest.approx(search(g, costs).predicted_ms)
+    if order == "lazy":
+        assert stats.cuts >= 1
+
+
+@pytest.mark.parametrize("order", ["lazy", "full"])
+def test_no_executable_cover_is_a_clear_error(order):
+    g = make_dag([("Relu", (-1,)), ("Relu", (-2,)), ("Add", (0, 1)), ("Add", (1, 2))])
+    costs = {Candidate((0, 2), "a"): 1.0, Candidate((1, 3), "a"): 1.0}
+    with pytest.raises(CollageError, match="no executable exact cover"):
+        ilp_search(g, costs, order=order)
+
+
+def test_missing_cover_names_the_node():
+    g = make_dag([("Relu", (-1,)), ("Relu", (0,)), ("Relu", (1,))])
+    with pytest.raises(CollageError, match=r"#1 Relu"):
+        ilp_search(g, {Candidate((0,), "a"): 1.0, Candidate((2,), "a"): 1.0})
+
+
+def test_start_plan_and_tie_break_to_one_partition():
+    g = make_dag([("Relu", (-1,)), ("Relu", (0,)), ("Relu", (1,)), ("Relu", (0,)), ("Add", (2, 3)), ("Relu", (4,))])
+    cands = enumerate_candidates(g, all_supported(g), Limits(max_nodes=6))
+    factor = {"ort": 1.0, "ov": 0.5, "tvm": 2.0}
+    costs = {c: factor[c.backend] * len(c.nodes) for c in cands}
+    start = [((i,), "tvm") for i in range(6)]
+    plan = ilp_search(g, costs, lambda a, b, n: 0.0, start=start)
+    assert [(p.nodes, p.backend) for p in plan.partitions] == [(tuple(range(6)), "ov")]
+
+
+def test_fallback_to_ilp_when_the_dp_valve_trips():
+    g = make_dag([("Relu", (-1,)), ("Relu", (0,)), ("Relu", (1,)), ("Relu", (0,)), ("Add", (2, 3)), ("Relu", (4,)),
+                  ("Relu", (-2,)), ("Add", (6, 5))])
+    cands = enumerate_candidates(g, all_supported(g), Limits(max_nodes=3))
+    rng = random.Random(5)
+    costs = {c: rng.uniform(0.5, 2.0) * len(c.nodes) for c in cands}
+    tr = lambda a, b, n: 0.1  # noqa: E731
+    exact = search(g, costs, tr)
+    stats = ExactStats()
+    plan = search_exact(g, costs, tr, stats=stats, max_states=1)
+    assert stats.method == "ilp" and stats.ilp.optimal
+    assert_valid(g, plan)
+    assert objective(g, plan, costs, tr) == objective(g, exact, costs, tr)
+    assert "solved as an ILP" in plan.notes[-1] and not any("not proven optimal" in n for n in plan.notes)
+    stats = ExactStats()
+    plan = search_exact(g, costs, tr, stats=stats)  # enough states: the DP's own answer
+    assert stats.method == "dp" and objective(g, plan, costs, tr) == objective(g, exact, costs, tr)
+
+
+@pytest.mark.parametrize("name", ["tiny-bert", "tiny-resnet", "tiny-mobilenetv2"])
+def test_ilp_equals_dp_on_zoo_models(name):
+    from benchmarks.search_time import BACKENDS as B3, synthetic_costs, transition
+    from collage import zoo
+    from collage.search.ranges import range_candidates
+
+    g = zoo.load_graph(f"zoo:{name}")
+    sup = {b: {i: True for i in range(len(g))} for b in B3}
+    cands = enumerate_candidates(g, sup, Limits())
+    known = set(cands)
+    cands += [c for c in range_candidates(g, sup) if c not in known]
+    costs = synthetic_costs(g, cands)
+    dp, ilp = search(g, costs, transition), ilp_search(g, costs, transition)
+    assert objective(g, ilp, costs, transition) == objective(g, dp, costs, transition)
+    assert len(ilp.partitions) == len(dp.partitions)
