@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ERRORS_TABLE = "errors_v1"
+#: int8 activation ranges, one row per (model, calibration set, method): see ErrorStore.get_ranges
+RANGES_TABLE = "int8_ranges_v1"
 #: at most this many calibration samples are used (each costs a reference run and a run per candidate)
 MAX_SAMPLES = 8
 
@@ -307,6 +309,9 @@ class ErrorStore:
                     "version TEXT NOT NULL, device TEXT NOT NULL, options TEXT NOT NULL, machine TEXT NOT NULL, "
                     "data TEXT NOT NULL, rel REAL, cos REAL, finite INTEGER NOT NULL, detail TEXT, created REAL, "
                     "PRIMARY KEY (fingerprint, backend, version, device, options, machine, data))")
+                self._conn().execute(
+                    f"CREATE TABLE IF NOT EXISTS {RANGES_TABLE} (model TEXT NOT NULL, data TEXT NOT NULL, "
+                    "ranges TEXT NOT NULL, created REAL, PRIMARY KEY (model, data))")
             except sqlite3.Error as e:
                 log.warning("cannot keep measured errors in %s (%s); they stay in memory", self.path, e)
                 self.path = None
@@ -340,9 +345,28 @@ class ErrorStore:
         self._conn().execute(f"INSERT OR REPLACE INTO {ERRORS_TABLE} VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                              (*key, data, rel, cos, int(err.finite), json.dumps(d), time.time()))
 
+    # int8 ranges (collage.backends.qdq): calibrated once per model and calibration set, next to the errors
+    def get_ranges(self, model: str, data: str) -> dict[str, Any] | None:
+        """The stored ranges document of ``model`` (structure + weights hash) on calibration ``data`` (digest and
+        method), or None."""
+        k = ("ranges", model, data)
+        if k in self._mem:
+            return self._mem[k]
+        if self.path is None:
+            return None
+        row = self._conn().execute(f"SELECT ranges FROM {RANGES_TABLE} WHERE model=? AND data=?", (model, data)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put_ranges(self, model: str, data: str, doc: Mapping[str, Any]) -> None:
+        self._mem[("ranges", model, data)] = dict(doc)
+        if self.path is None:
+            return
+        self._conn().execute(f"INSERT OR REPLACE INTO {RANGES_TABLE} VALUES (?,?,?,?)",
+                             (model, data, json.dumps(doc), time.time()))
+
     def count(self) -> int:
         if self.path is None:
-            return len(self._mem)
+            return len([k for k in self._mem if k[0] != "ranges"])
         return int(self._conn().execute(f"SELECT COUNT(*) FROM {ERRORS_TABLE}").fetchone()[0])
 
 
