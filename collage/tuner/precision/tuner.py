@@ -1,7 +1,10 @@
 """Precision as a searched dimension: lower-precision partitions under a user's accuracy budget.
 
 A lower-precision *backend variant* (``openvino-bf16``: OpenVINO's CPU plugin with
-``INFERENCE_PRECISION_HINT`` bf16; ``openvino-fp16``) is a backend like any other: its own registry
+``INFERENCE_PRECISION_HINT`` bf16; ``openvino-fp16``; the int8 QDQ variants ``onnxruntime-int8``,
+``openvino-int8``, ``openvino-int8-bf16`` of :mod:`collage.backends.qdq`, whose activation ranges
+:meth:`PrecisionTuner.prepare_int8` calibrates once per model and calibration set, or reuses from the
+cost DB) is a backend like any other: its own registry
 name, version and cost keys, its candidates measured on the normal measuring path. What it adds is an
 error, so it is only used under an accuracy budget (``--accuracy cos=0.999,rel=0.01``, see
 ``collage.cost_models.accuracy``); without one, naming such a backend is refused: plans stay
