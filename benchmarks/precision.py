@@ -40,24 +40,26 @@ BUDGETS = {"resnet50": "3m", "mobilenetv2": "3m", "bert-base": "3m", "bert-base-
 DEFAULT_BUDGET = "90s"
 QUICK_BUDGET = "45s"
 BACKENDS = ["onnxruntime", "openvino", "openvino-bf16"]
+#: with --int8: the int8 QDQ variants too (collage.backends.qdq), writing results/precision-int8.md
+INT8 = ["onnxruntime-int8", "openvino-int8", "openvino-int8-bf16"]
 
 
 def bench_model(name: str, accuracy: str, *, max_nodes: int, budget_s: float | None, db: str | None,
-                rounds: int) -> dict:
+                rounds: int, int8: bool = False) -> dict:
     # tune's work files (stitched rounds, chains: GBs for the big models) land in a scratch folder,
     # removed after each model
     scratch = Path(tempfile.mkdtemp(prefix=f"collage-precision-{name}-"))
     before, tempfile.tempdir = tempfile.tempdir, str(scratch)
     try:
         return _bench_model(name, accuracy, scratch / "artifact", max_nodes=max_nodes, budget_s=budget_s, db=db,
-                            rounds=rounds)
+                            rounds=rounds, int8=int8)
     finally:
         tempfile.tempdir = before
         shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _bench_model(name: str, accuracy: str, out: Path, *, max_nodes: int, budget_s: float | None, db: str | None,
-                 rounds: int) -> dict:
+                 rounds: int, int8: bool = False) -> dict:
     from collage import zoo
     from collage.backends import get_backend
     from collage.cost_models.accuracy import load_calibration, parse_accuracy, reference_runs, run_error
@@ -69,13 +71,15 @@ def _bench_model(name: str, accuracy: str, out: Path, *, max_nodes: int, budget_
     t0 = time.monotonic()
     graph = zoo.load_graph(f"zoo:{name}")
     budget = parse_accuracy(accuracy)
-    res = tune(f"zoo:{name}", out, backends=BACKENDS, accuracy=accuracy, limits=Limits(max_nodes=max_nodes),
+    backends = BACKENDS + (INT8 if int8 else [])
+    res = tune(f"zoo:{name}", out, backends=backends, accuracy=accuracy, limits=Limits(max_nodes=max_nodes),
                budget_s=budget_s, db=db, progress=True)
     tune_s = time.monotonic() - t0
     art = load(res.out_dir)
     runners = {"plan": art}
-    for b in BACKENDS:
-        runners[b] = get_backend(b).compile(graph.model)
+    ranges = ((res.report.get("precision") or {}).get("int8") or {}).get("file")
+    for b in backends:  # the int8 whole models quantized with the ranges the tune calibrated (or reused)
+        runners[b] = get_backend(b, **({"ranges": ranges} if b in INT8 else {})).compile(graph.model)
     calib = load_calibration(graph, None)  # the same seeded samples tune judged the budget on
     refs = reference_runs(graph, calib)
     errors = {k: run_error(r.run, calib, refs, graph.outputs) for k, r in runners.items()}
@@ -87,7 +91,13 @@ def _bench_model(name: str, accuracy: str, out: Path, *, max_nodes: int, budget_
         # stands for both (as in tune; two samples of it would only show the noise as a speedup or a loss)
         ms["plan"] = ms[parts[0].backend]
     best32 = min(("onnxruntime", "openvino"), key=ms.__getitem__)
+    mix: dict[str, int] = {}
+    for p in parts:
+        mix[p.backend] = mix.get(p.backend, 0) + 1
+    prec = res.report.get("precision") or {}
     return {"model": name, "nodes": len(graph), "budget": budget, "ms": ms, "errors": errors, "best32": best32,
+            "mix": mix, "predicted_ms": res.report.get("predicted_ms"), "int8": prec.get("int8"),
+            "parts": [(p["backend"], p["precision"], p["rel"], p["cos"]) for p in prec.get("partitions") or []],
             "partitions": len(parts), "low_partitions": sum(p.backend == "openvino-bf16" for p in parts),
             "low_nodes": sum(len(p.nodes) for p in parts if p.backend == "openvino-bf16"),
             "fallback": bool((res.report.get("precision") or {}).get("fallback_fp32")),
@@ -144,11 +154,79 @@ def write(path: Path, rows: list[dict], args: argparse.Namespace, elapsed: float
     tmp.replace(path)  # a kill mid-write leaves the previous table
 
 
+def _mix(r: dict) -> str:
+    return ", ".join(f"{b} x{k}" for b, k in sorted(r["mix"].items(), key=lambda kv: -kv[1]))
+
+
+def write_int8(path: Path, rows: list[dict], args: argparse.Namespace, elapsed: float, todo: int) -> None:
+    """results/precision-int8.md: one table per accuracy budget (rows carry theirs), int8 columns."""
+    done = len(rows)
+    status = "" if done == todo else f" **Partial: {done} of {todo} (model, budget) runs done.**"
+    lines = ["# INT8 in the search: fp32 / bf16 / int8 across ONNX Runtime and OpenVINO under an accuracy budget", "",
+             f"Command: `{args.command}`. Total {elapsed / 60:.1f} min.{status}", "",
+             f"Backends searched: {', '.join(BACKENDS + INT8)} (candidates up to {args.max_nodes} nodes). Latency: "
+             f"median ms of a full call, the plan and every whole-model runner measured interleaved in {args.rounds} "
+             "rounds in one process (2 threads, a 2-core machine shared with other jobs: expect 5-10% noise). "
+             "Error vs the ONNX Runtime fp32 reference on 2 seeded random input samples (the same samples calibrate "
+             "the int8 ranges: min/max, per tensor, once per model), as max |err| / output range and min cosine. "
+             "int8: QDQ with weights int8 per channel, activations uint8, Conv/MatMul/Gemm quantized "
+             "(collage.backends.qdq); `int8+bf16`: OpenVINO's non-quantized ops in bf16. *pred/meas*: the "
+             "search's predicted plan ms over the measured one.", ""]
+    for text in dict.fromkeys(r["accuracy"] for r in rows):
+        mine = [r for r in rows if r["accuracy"] == text]
+        lines += [f"## Budget `{text}`", "",
+                  "| model | best fp32 single (ms) | all-bf16 OV (ms, rel / cos) | all-int8 ORT (ms, rel / cos) | "
+                  "all-int8 OV (ms, rel / cos) | all-int8+bf16 OV (ms, rel / cos) | plan (ms) | plan error | within "
+                  "budget | plan mix (backend x partitions) | plan vs fp32 | predicted ms | pred/meas | tune s |",
+                  "|---|---|---|---|---|---|---:|---|---|---|---:|---:|---:|---:|"]
+        ratios, mixed = [], 0
+        for r in mine:
+            if "failed" in r:
+                lines.append(f"| {r['model']} | failed: {r['failed']} |" + " |" * 12)
+                continue
+            ms, e, b = r["ms"], r["errors"], r["budget"]
+
+            def cell(k: str) -> str:
+                return f"{ms[k]:.2f} ({_err(e[k], b)})" if k in ms else "-"
+            pred = r.get("predicted_ms")
+            ratio = ms[r["best32"]] / ms["plan"]
+            pm = "-" if not pred else f"{pred / ms['plan']:.2f}"
+            ratios.append(ratio)
+            mixed += len({x.split("-")[0] for x in r["mix"]}) > 1
+            lines.append(
+                f"| {r['model']} | {r['best32']} {ms[r['best32']]:.2f} | {cell('openvino-bf16')} | "
+                f"{cell('onnxruntime-int8')} | {cell('openvino-int8')} | {cell('openvino-int8-bf16')} | "
+                f"{ms['plan']:.2f} | {_err(e['plan'], b)} | {_verdict(e['plan'], b)} | {_mix(r)} | {ratio:.2f}x | "
+                f"{'-' if pred is None else f'{pred:.2f}'} | {pm} | "
+                f"{r['tune_s']:.0f} |")
+        if ratios:
+            geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+            lines += ["", f"Geomean plan vs fp32 best single over {len(ratios)} model(s): **{geo:.2f}x**; plans that mix "
+                      f"runtimes (ONNX Runtime and OpenVINO): {mixed} of {len(ratios)}.", ""]
+    lines += ["## Partitions and notes per run", ""]
+    for r in rows:
+        if "failed" in r:
+            continue
+        parts = "; ".join(f"{b} ({p}, rel {rel:.2g})" if rel is not None else f"{b} ({p})" for b, p, rel, _ in r["parts"])
+        i8 = r.get("int8") or {}
+        lines += [f"- **{r['model']}** `{r['accuracy']}`: partitions: {parts or '-'}. int8 ranges: "
+                  f"{i8.get('tensors', '-')} tensors, {i8.get('method', '-')}, calibration runs {i8.get('calibration_runs', '-')}"
+                  f" ({(i8.get('calibration') or {}).get('samples', '-')} samples, "
+                  f"{'random' if (i8.get('calibration') or {}).get('random') else 'given'}). Notes: "
+                  + ("; ".join(r.get("notes") or []) or "-")]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.precision", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="tiny zoo models, small candidates, short budgets")
     p.add_argument("--models", default=None, help=f"comma-separated zoo names (default: {', '.join(FULL)})")
-    p.add_argument("--accuracy", default="cos=0.999,rel=0.01")
+    p.add_argument("--accuracy", default="cos=0.999,rel=0.01",
+                   help="budget; with --int8 several separated by ';' (each model runs under each)")
+    p.add_argument("--int8", action="store_true", help="search the int8 variants too; write results/precision-int8.md")
     p.add_argument("--max-nodes", type=int, default=None, help="largest candidate (default 4; 3 with --quick)")
     p.add_argument("--budget", default=None,
                    help=f"measuring budget for every model, e.g. 3m (default: {DEFAULT_BUDGET}, "
@@ -169,17 +247,20 @@ def main(argv: list[str] | None = None) -> int:
     models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else (QUICK if args.quick else FULL)
     args.max_nodes = args.max_nodes or (3 if args.quick else 4)
     args.rounds = args.rounds or (3 if args.quick else 7)
-    out = Path(args.out or ("results/precision-quick.md" if args.quick else "results/precision.md"))
+    out = Path(args.out or ("results/precision-int8.md" if args.int8 else
+                            "results/precision-quick.md" if args.quick else "results/precision.md"))
+    accuracies = [a.strip() for a in args.accuracy.split(";") if a.strip()] if args.int8 else [args.accuracy]
+    runs = [(a, m) for m in models for a in accuracies]  # model-major: a run cut short has both budgets of its models
     t0 = time.monotonic()
     rows: list[dict] = []
     failed = 0
-    for k, name in enumerate(models):
+    for k, (accuracy, name) in enumerate(runs):
         budget = args.budget or (QUICK_BUDGET if args.quick else BUDGETS.get(name, DEFAULT_BUDGET))
-        print(f"benchmarks.precision: {name} ({k + 1}/{len(models)}, budget {budget}, "
+        print(f"benchmarks.precision: {name} at {accuracy} ({k + 1}/{len(runs)}, budget {budget}, "
               f"{(time.monotonic() - t0) / 60:.1f} min so far)", file=sys.stderr, flush=True)
         try:
-            row = bench_model(name, args.accuracy, max_nodes=args.max_nodes, budget_s=parse_duration(budget) if budget else None,
-                              db=args.db, rounds=args.rounds)
+            row = bench_model(name, accuracy, max_nodes=args.max_nodes, budget_s=parse_duration(budget) if budget else None,
+                              db=args.db, rounds=args.rounds, int8=args.int8)
         except KeyboardInterrupt:
             raise
         except Exception as e:  # noqa: BLE001 - one model's failure is a row; the others still run
@@ -187,10 +268,14 @@ def main(argv: list[str] | None = None) -> int:
             row = {"model": name, "failed": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
             failed += 1
         row["budget_text"] = budget
+        row["accuracy"] = accuracy
         rows.append(row)
-        write(out, rows, args, time.monotonic() - t0, len(models))  # partial results survive a kill
+        if args.int8:
+            write_int8(out, rows, args, time.monotonic() - t0, len(runs))
+        else:
+            write(out, rows, args, time.monotonic() - t0, len(models))  # partial results survive a kill
     print(f"wrote {out} in {(time.monotonic() - t0) / 60:.1f} min")
-    bad = [r["model"] for r in rows if "failed" not in r and not _ok(r)]
+    bad = [f"{r['model']} ({r['accuracy']})" for r in rows if "failed" not in r and not _ok(r)]
     if bad:
         print(f"benchmarks.precision: plan NaN or over budget on {', '.join(bad)}", file=sys.stderr)
     return 1 if failed or bad else 0

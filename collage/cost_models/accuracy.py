@@ -311,8 +311,22 @@ class ErrorStore:
         if self.db is not None:
             self.db.put_error(key, data, d)
 
+    # int8 ranges (collage.backends.qdq): calibrated once per model and calibration set, next to the errors
+    def get_ranges(self, model: str, data: str) -> dict[str, Any] | None:
+        """The stored ranges document of ``model`` (structure + weights hash) on calibration ``data`` (digest and
+        method), or None."""
+        k = ("ranges", model, data)
+        if k in self._mem:
+            return self._mem[k]
+        return None if self.db is None else self.db.get_ranges(model, data)
+
+    def put_ranges(self, model: str, data: str, doc: Mapping[str, Any]) -> None:
+        self._mem[("ranges", model, data)] = dict(doc)
+        if self.db is not None:
+            self.db.put_ranges(model, data, doc)
+
     def count(self) -> int:
-        return len(self._mem) if self.db is None else self.db.error_count()
+        return len([k for k in self._mem if k[0] != "ranges"]) if self.db is None else self.db.error_count()
 
 
 class WeightHashes:

@@ -20,6 +20,8 @@ Contract (``CostDB``), in the style of Optuna's storages:
 * An **error** row (``put_error``/``get_error``) is the measured numerical error of a lower-precision
   candidate (``collage.cost_models.accuracy.ErrorStore``): a JSON record keyed by ``CostKey`` plus
   ``data`` (a hash of the calibration inputs and the candidate's weights).
+* A **ranges** document (``put_ranges``/``get_ranges``) holds the int8 activation ranges of a model
+  calibrated once on a calibration set (keyed by model structure + weights, and calibration data + method).
 * ``study_storage()`` is the URL of an Optuna storage inside the same database (the refinement study
   lives beside the costs, so an interrupted refinement resumes), or None for a store that has none.
 * Methods raise ``CollageError`` subclasses only for unusable locations (``get_db``); reading a
@@ -232,6 +234,14 @@ class CostDB(abc.ABC):
         """How many error records are stored."""
 
     @abc.abstractmethod
+    def get_ranges(self, model: str, data: str) -> dict[str, Any] | None:
+        """The int8 activation ranges document of ``model`` calibrated on ``data`` (collage.backends.qdq), or None."""
+
+    @abc.abstractmethod
+    def put_ranges(self, model: str, data: str, doc: Mapping[str, Any]) -> None:
+        """Store a ranges document (JSON-able), replacing any earlier one; committed on return."""
+
+    @abc.abstractmethod
     def study_storage(self) -> str | None:
         """URL of an Optuna storage in this database (SQLAlchemy form), or None."""
 
@@ -267,6 +277,7 @@ class SQLiteCostDB(CostDB):
     transitions_table = f"transitions_v{SCHEMA_VERSION}"
     claims_table = f"claims_v{SCHEMA_VERSION}"
     errors_table = f"errors_v{SCHEMA_VERSION}"
+    ranges_table = f"int8_ranges_v{SCHEMA_VERSION}"
 
     def __init__(self, path: str | os.PathLike, *, busy_timeout_s: float = 60.0) -> None:
         self.path = Path(path).expanduser()
@@ -320,6 +331,8 @@ class SQLiteCostDB(CostDB):
                 expires REAL NOT NULL, PRIMARY KEY ({pk}))""")
             conn.execute(f"""CREATE TABLE IF NOT EXISTS {self.errors_table} ({key}, data TEXT NOT NULL, rel REAL,
                 cos REAL, finite INTEGER NOT NULL, detail TEXT, created REAL, PRIMARY KEY ({pk}, data))""")
+            conn.execute(f"""CREATE TABLE IF NOT EXISTS {self.ranges_table} (model TEXT NOT NULL, data TEXT NOT NULL,
+                ranges TEXT NOT NULL, created REAL, PRIMARY KEY (model, data))""")
             conn.execute("CREATE TABLE IF NOT EXISTS collage_meta (name TEXT PRIMARY KEY, value TEXT)")
             conn.execute("INSERT OR IGNORE INTO collage_meta VALUES ('created_by', 'collage')")
             conn.execute("INSERT OR REPLACE INTO collage_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
@@ -430,6 +443,15 @@ class SQLiteCostDB(CostDB):
 
     def error_count(self) -> int:
         return int(self._conn().execute(f"SELECT COUNT(*) FROM {self.errors_table}").fetchone()[0])
+
+    def get_ranges(self, model: str, data: str) -> dict[str, Any] | None:
+        row = self._conn().execute(f"SELECT ranges FROM {self.ranges_table} WHERE model=? AND data=?",
+                                   (model, data)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put_ranges(self, model: str, data: str, doc: Mapping[str, Any]) -> None:
+        self._write(f"INSERT OR REPLACE INTO {self.ranges_table} VALUES (?,?,?,?)",
+                    (model, data, json.dumps(dict(doc)), time.time()))
 
     def study_storage(self) -> str | None:
         return f"sqlite:///{self.path.resolve()}"

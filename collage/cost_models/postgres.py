@@ -63,6 +63,7 @@ class PostgresCostDB(CostDB):
     transitions_table = f"transitions_v{SCHEMA_VERSION}"
     claims_table = f"claims_v{SCHEMA_VERSION}"
     errors_table = f"errors_v{SCHEMA_VERSION}"
+    ranges_table = f"int8_ranges_v{SCHEMA_VERSION}"
 
     def __init__(self, url: str, *, connect_timeout_s: float = 10.0) -> None:
         scheme, sep, rest = url.partition("://")
@@ -125,6 +126,8 @@ class PostgresCostDB(CostDB):
                 cur.execute(f"""CREATE TABLE IF NOT EXISTS {self.errors_table} ({key}, data TEXT NOT NULL,
                     rel DOUBLE PRECISION, cos DOUBLE PRECISION, finite BOOLEAN NOT NULL, detail TEXT,
                     created DOUBLE PRECISION, PRIMARY KEY ({pk}, data))""")
+                cur.execute(f"""CREATE TABLE IF NOT EXISTS {self.ranges_table} (model TEXT NOT NULL, data TEXT NOT NULL,
+                    ranges TEXT NOT NULL, created DOUBLE PRECISION, PRIMARY KEY (model, data))""")
                 cur.execute("CREATE TABLE IF NOT EXISTS collage_meta (name TEXT PRIMARY KEY, value TEXT)")
                 cur.execute("INSERT INTO collage_meta VALUES ('created_by', 'collage') ON CONFLICT DO NOTHING")
                 cur.execute("INSERT INTO collage_meta VALUES ('schema_version', %s) "
@@ -231,6 +234,15 @@ class PostgresCostDB(CostDB):
 
     def error_count(self) -> int:
         return int(self._one(f"SELECT COUNT(*) FROM {self.errors_table}")[0])
+
+    def get_ranges(self, model: str, data: str) -> dict[str, Any] | None:
+        row = self._one(f"SELECT ranges FROM {self.ranges_table} WHERE model=%s AND data=%s", (model, data))
+        return json.loads(row[0]) if row else None
+
+    def put_ranges(self, model: str, data: str, doc: Mapping[str, Any]) -> None:
+        self._exec(f"INSERT INTO {self.ranges_table} VALUES (%s,%s,%s,%s) ON CONFLICT (model, data) "
+                   "DO UPDATE SET ranges=EXCLUDED.ranges, created=EXCLUDED.created",
+                   (model, data, json.dumps(dict(doc)), time.time()))
 
     def study_storage(self) -> str | None:
         return "postgresql+psycopg://" + self.url.partition("://")[2]

@@ -67,3 +67,68 @@ def cpu_bf16_reason() -> str | None:
 
 def precision_of(backend: Any) -> str:
     return str(getattr(backend, "precision", "fp32") or "fp32")
+
+
+class OpenVINOInt8Backend(OpenVINOBackend):
+    """OpenVINO CPU on a candidate quantized to QDQ with the model's calibrated ranges
+    (:mod:`collage.backends.qdq`): its low-precision transformations run the quantized ops in int8
+    (AMX-INT8 / VNNI), the rest in ``rest`` precision (f32 here; ``openvino-int8-bf16``: bf16, OpenVINO's
+    default on AMX). A lower-precision variant, used only under --accuracy."""
+
+    name = "openvino-int8"
+    rest = "fp32"
+
+    def __init__(self, threads: int | None = None, precision: str | None = None, pinning: bool = False,
+                 hint: str = "LATENCY", ops: str = "core", ranges: str | None = None) -> None:
+        from collage.backends import qdq
+
+        super().__init__(threads=threads, precision=self.rest, pinning=pinning, hint=hint)
+        qdq.quantizable_ops(ops)  # validates
+        self.precision = "int8" if self.rest == "fp32" else f"int8+{self.rest}"
+        self.ops = ops
+        self.ranges = ranges  # a file; not part of the cost key (module doc of collage.backends.qdq)
+
+    def available(self) -> str | None:
+        from collage.backends import qdq
+
+        why = super().available() or qdq.cpu_int8_reason()
+        return why or (native_support(self.rest.upper()) if self.rest != "fp32" else None)
+
+    def version(self) -> str:
+        from collage.backends import qdq
+
+        return f"{super().version()}-{qdq.RECIPE}-{self.ops}"
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return {"threads": self.threads, "hint": self.hint, "pinning": self.pinning, "ops": self.ops,
+                "precision": self.precision}
+
+    def config(self) -> dict[str, str]:
+        saved, self.precision = self.precision, self.rest
+        try:
+            return super().config()
+        finally:
+            self.precision = saved
+
+    def quantized(self, model: Any) -> Any:
+        from collage.backends import qdq
+
+        return qdq.quantize_with(model, self.ranges, self.ops, self.name)
+
+    def compile(self, model: Any) -> Any:
+        return super().compile(self.quantized(model))
+
+    def compile_linked(self, models: Any, plain: Any = ()) -> list[Any]:
+        return [self.compile(m) for m in models]  # int8 partitions hand over plain float tensors
+
+
+class OpenVINOInt8BF16Backend(OpenVINOInt8Backend):
+    """``openvino-int8`` with bf16 (AMX) for the ops left in float."""
+
+    name = "openvino-int8-bf16"
+    rest = "bf16"
+
+
+#: the int8 variants' precisions (report)
+INT8_VARIANTS = {"openvino-int8": "int8", "openvino-int8-bf16": "int8+bf16", "onnxruntime-int8": "int8"}

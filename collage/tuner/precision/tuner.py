@@ -1,7 +1,10 @@
 """Precision as a searched dimension: lower-precision partitions under a user's accuracy budget.
 
 A lower-precision *backend variant* (``openvino-bf16``: OpenVINO's CPU plugin with
-``INFERENCE_PRECISION_HINT`` bf16; ``openvino-fp16``) is a backend like any other: its own registry
+``INFERENCE_PRECISION_HINT`` bf16; ``openvino-fp16``; the int8 QDQ variants ``onnxruntime-int8``,
+``openvino-int8``, ``openvino-int8-bf16`` of :mod:`collage.backends.qdq`, whose activation ranges
+:meth:`PrecisionTuner.prepare_int8` calibrates once per model and calibration set, or reuses from the
+cost DB) is a backend like any other: its own registry
 name, version and cost keys, its candidates measured on the normal measuring path. What it adds is an
 error, so it is only used under an accuracy budget (``--accuracy cos=0.999,rel=0.01``, see
 ``collage.cost_models.accuracy``); without one, naming such a backend is refused: plans stay
@@ -21,7 +24,9 @@ verification, the final check and report.json's "precision" section.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -33,8 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from collage.cost_models.accuracy import (Budget, Calibration, ErrorMeasure, load_calibration, measure_errors,
-                                          parse_accuracy, reference_runs, run_error)
+from collage.backends import qdq
+from collage.cost_models.accuracy import (Budget, Calibration, ErrorMeasure, ErrorStore, _WeightHashes,
+                                          load_calibration, measure_errors, parse_accuracy, reference_runs, run_error)
+from collage.util import cache_dir
 from collage.errors import CollageError
 from collage.plan import Plan
 from collage.backends.openvino.lowp import (VARIANTS, OpenVINOBF16Backend, OpenVINOFP16Backend,
@@ -83,6 +90,8 @@ class PrecisionTuner(BudgetedSearch):
     notes: list[str] = field(default_factory=list)
     fallback: bool = False
     final_error: ErrorMeasure | None = None
+    #: int8 ranges of this model and calibration set (report "int8"): method, tensors, calibration runs, reused
+    int8: dict[str, Any] | None = None
     _refs: list[dict[str, np.ndarray]] | None = None
     _outputs: OutputErrors | None = None
 
@@ -107,10 +116,53 @@ class PrecisionTuner(BudgetedSearch):
         calib = load_calibration(graph, calibration, seed=seed)
         tuner = cls(graph, budget, calib, {b.name: b for b in backends}, set(low), db, target, work, progress,
                     None if budget_s is None else max(30.0, 0.5 * budget_s))
+        tuner.prepare_int8()
         if calib.random:
             tuner.notes.append(f"accuracy judged on {len(calib.samples)} seeded random input sample(s), not on "
                                "representative data: pass --calibration inputs.npz")
         return tuner
+
+    # ------------------------------------------------------------------ int8 ranges, once per model
+    def int8_backends(self) -> list[Any]:
+        return [b for name, b in self.backends.items() if name in self.low and hasattr(b, "quantized")]
+
+    def prepare_int8(self, method: str = qdq.DEFAULT_METHOD) -> None:
+        """The int8 variants' activation ranges of this model on the calibration set: from the cost DB's
+        SQLite file (``ErrorStore.get_ranges``) when known, else calibrated now (one fp32 run over the
+        samples) and stored; written to a file that the int8 backends (and, through
+        ``$COLLAGE_INT8_RANGES``, the measurement workers and exports) quantize every candidate with."""
+        int8 = self.int8_backends()
+        if not int8:
+            return
+        ops = sorted({b.ops for b in int8})
+        if len(ops) > 1:
+            raise CollageError(f"the int8 variants {[b.name for b in int8]} quantize different op sets {ops}; "
+                               "give them the same 'ops' option")
+        n = len(self.graph)
+        model = hashlib.sha256(f"{self.graph.fingerprint(range(n))}-{_WeightHashes(self.graph)(range(n))}"
+                               .encode()).hexdigest()[:20]
+        data = f"{self.calib.digest}-{method}-{qdq.RECIPE}-{ops[0]}"
+        store = ErrorStore(self.db)
+        t0 = time.monotonic()
+        doc = store.get_ranges(model, data)
+        runs = 0
+        if doc is None:
+            ranges = qdq.calibrate(self.graph.model, self.calib.samples, method, ops[0])
+            runs = 1
+            doc = {"ranges": {k: [lo, hi] for k, (lo, hi) in ranges.items()}, "method": method, "ops": ops[0],
+                   "samples": len(self.calib.samples), "random": self.calib.random}
+            store.put_ranges(model, data, doc)
+        path = qdq.save_ranges({k: (v[0], v[1]) for k, v in doc["ranges"].items()},
+                               cache_dir() / "int8-ranges" / f"{model}-{data}.json", {k: v for k, v in doc.items() if k != "ranges"})
+        os.environ[qdq.RANGES_ENV] = str(path)  # workers and exports build the int8 backends by name
+        for b in int8:
+            b.ranges = str(path)
+        self.int8 = {"method": method, "ops": ops[0], "tensors": len(doc["ranges"]), "calibration_runs": runs,
+                     "reused": runs == 0, "seconds": round(time.monotonic() - t0, 3), "file": str(path),
+                     "calibration": self.calib.to_dict()}
+        self._say("precision: int8 ranges of %d tensors %s (%s, %d %s calibration sample(s))", len(doc["ranges"]),
+                  "reused from the cost DB" if runs == 0 else "calibrated", method, len(self.calib.samples),
+                  "random" if self.calib.random else "given")
 
     def _say(self, msg: str, *args: object) -> None:
         log.info(msg, *args)
@@ -152,6 +204,13 @@ class PrecisionTuner(BudgetedSearch):
         and their fp32 complements moved right after the whole models; otherwise the order is kept."""
         t0 = time.monotonic()
         n = len(self.graph)
+        int8 = {b.name for b in self.int8_backends()}
+        if int8:  # an int8 candidate without a Conv/MatMul/Gemm only adds QDQ pairs: not timed
+            kept = [c for c in cands if c.backend not in int8
+                    or qdq.has_quantizable_op(self.graph.op(i).op_type for i in c.nodes)]
+            if len(kept) < len(cands):
+                self._say("precision: %d int8 candidates without a Conv/MatMul/Gemm not timed", len(cands) - len(kept))
+            cands = kept
         screen = screen_ranges(self.output_errors(), self.budget, cands, self.low, budget_s=self.error_budget_s,
                                progress=self.progress)
         self.errors.update(screen.errors)
@@ -238,6 +297,7 @@ class PrecisionTuner(BudgetedSearch):
         e2e = self.final_error
         return {"budget": self.budget.to_dict(), "budget_text": self.budget.describe(),
                 "calibration": self.calib.to_dict(), "low_precision_backends": sorted(self.low),
+                "int8": self.int8,
                 "partitions": parts,
                 "end_to_end": None if e2e is None else {"rel": e2e.rel, "cos": e2e.cos, "finite": e2e.finite,
                                                         "within_budget": self.budget.allows(e2e)},

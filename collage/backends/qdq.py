@@ -1,0 +1,200 @@
+"""INT8 by QDQ with ranges calibrated once per model: shared by ``onnxruntime-int8`` and ``openvino-int8``.
+
+**Calibration** (:func:`calibrate`, called by the precision tuner once per model and calibration set):
+the fp32 model runs on ONNX Runtime over the calibration samples with every float intermediate tensor
+exposed (``onnxruntime.quantization``'s calibrator); each tensor gets its range (min/max: chosen by
+measured error against percentile and entropy, results/precision-int8.md). ORT's per-node range
+adjustments (a Relu/Clip's input takes its output's range, Softmax outputs ``[0, 1]``) are then applied
+ONCE, on the whole model (:func:`adjust`), so that they do not depend on where a candidate was cut.
+
+**Quantizing a candidate** (:func:`quantize`): ``onnxruntime.quantization``'s ``QDQQuantizer`` (what
+``quantize_static(quant_format=QDQ)`` runs after its calibration) is given the recorded ranges of the
+tensors in the cut-out model, with its own range adjustment switched off; weights are int8
+per-channel (symmetric), activations uint8 (asymmetric, U8S8: ONNX Runtime's x86 choice). A boundary
+tensor therefore gets the same scale and zero point in the partition that produces it and in the one
+that reads it, and Q(DQ(Q(x))) = Q(x): two adjacent int8 partitions compute what one does. Quantized
+ops (``ops``): ``"core"`` = Conv, ConvTranspose, MatMul, Gemm (the int8 kernels; default: residual Adds
+and attention's Softmax stay float, measured on resnet50: cos 0.9993 core vs 0.9934 all), or ``"all"``
+(every op ORT's QDQ quantizer knows).
+
+**Where the ranges come from at compile time**: the backend's ``ranges`` option (a JSON file written by
+:func:`save_ranges`), else the file named by the environment variable ``COLLAGE_INT8_RANGES`` (set by
+the precision tuner for the model being tuned, so measurement worker processes and artifact export,
+which build backends by name, find them). The ranges are not part of the cost key: an int8 kernel's
+latency does not depend on scale values. A tensor without a recorded range is left in float.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from collage.errors import CompileError
+
+log = logging.getLogger(__name__)
+
+#: environment variable naming the ranges file of the model being tuned
+RANGES_ENV = "COLLAGE_INT8_RANGES"
+#: op sets a variant may quantize
+CORE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+#: version of the QDQ recipe (part of the variants' version strings: cost, support and error keys)
+RECIPE = "qdq2"
+#: calibration methods (onnxruntime.quantization.CalibrationMethod names)
+METHODS = ("minmax", "percentile", "entropy")
+DEFAULT_METHOD = "minmax"
+
+Ranges = dict[str, tuple[float, float]]
+
+
+def cpu_int8_reason() -> str | None:
+    """None when this CPU has int8 dot-product instructions (AMX-INT8, AVX512-VNNI or AVX-VNNI), else why not."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError as e:
+        return f"cannot read /proc/cpuinfo to look for VNNI/AMX-INT8 ({e}); int8 would not be faster than fp32"
+    flags = set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[1].split())
+            break
+    if flags & {"amx_int8", "avx512_vnni", "avx_vnni"}:
+        return None
+    return ("this CPU has no int8 dot-product instructions (no amx_int8, avx512_vnni or avx_vnni in /proc/cpuinfo): "
+            "int8 kernels would emulate them and lose to fp32")
+
+
+def quantizable_ops(ops: str) -> list[str]:
+    if ops == "core":
+        return list(CORE_OPS)
+    if ops == "all":
+        from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+        return sorted(set(QLinearOpsRegistry) | set(QDQRegistry))
+    raise CompileError(f"int8: ops must be 'core' or 'all', not {ops!r}")
+
+
+def has_quantizable_op(ops: Iterable[str], which: str = "core") -> bool:
+    """Whether any of the op types ``ops`` is one the int8 variants quantize (else int8 only adds QDQ)."""
+    return bool(set(ops) & set(quantizable_ops(which) if which == "all" else CORE_OPS))
+
+
+# ---------------------------------------------------------------------- calibration
+def calibrate(model: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]], method: str = DEFAULT_METHOD,
+              ops: str = "core") -> Ranges:
+    """Every float tensor's range over ``samples`` (fp32 ONNX Runtime), adjusted once on the whole model."""
+    from onnxruntime.quantization.calibrate import CalibrationDataReader, CalibrationMethod, create_calibrator
+
+    names = {"minmax": "MinMax", "percentile": "Percentile", "entropy": "Entropy"}
+    if method not in names:
+        raise CompileError(f"int8 calibration method must be one of {list(names)}, not {method!r}")
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.it = iter([dict(s) for s in samples])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.it, None)
+
+    with tempfile.TemporaryDirectory(prefix="collage-calib-") as tmp:
+        path = Path(tmp) / "model.onnx"
+        onnx.save(model, str(path), save_as_external_data=model.ByteSize() > 1_800_000_000)
+        calibrator = create_calibrator(path, None, augmented_model_path=str(Path(tmp) / "augmented.onnx"),
+                                       calibrate_method=getattr(CalibrationMethod, names[method]))
+        calibrator.collect_data(Reader())
+        data = calibrator.compute_data()
+        del calibrator
+    ranges = {name: (float(np.asarray(td.range_value[0]).min()), float(np.asarray(td.range_value[1]).max()))
+              for name, td in data.data.items()}
+    return adjust(model, ranges, ops)
+
+
+def _tensors_data(ranges: Mapping[str, tuple[float, float]]) -> Any:
+    from onnxruntime.quantization.calibrate import CalibrationMethod, TensorData, TensorsData
+
+    return TensorsData(CalibrationMethod.MinMax,
+                       {k: TensorData(lowest=np.float32(lo), highest=np.float32(hi)) for k, (lo, hi) in ranges.items()})
+
+
+def adjust(model: onnx.ModelProto, ranges: Ranges, ops: str = "core") -> Ranges:
+    """ORT's per-node range adjustments (Relu/Clip inputs, Softmax outputs), applied once on the whole model."""
+    from onnxruntime.quantization import QuantType
+    from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
+
+    q = QDQQuantizer(onnx.ModelProto.FromString(model.SerializeToString()), True, False, QuantType.QInt8,
+                     QuantType.QUInt8, _tensors_data(ranges), None, None, quantizable_ops(ops), {})
+    q.adjust_tensor_ranges()
+    return {k: (float(td.range_value[0]), float(td.range_value[1])) for k, td in q.tensors_range.data.items()}
+
+
+def save_ranges(ranges: Mapping[str, tuple[float, float]], path: str | Path, info: Mapping[str, Any] | None = None) -> Path:
+    """Write ``ranges`` (and ``info``: method, calibration) as JSON, atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"info": dict(info or {}), "ranges": {k: [lo, hi] for k, (lo, hi) in ranges.items()}}, f)
+    os.replace(tmp, path)
+    return path
+
+
+_loaded: dict[tuple[str, float], Ranges] = {}
+
+
+def load_ranges(path: str | Path) -> Ranges:
+    path = Path(path)
+    try:
+        key = (str(path), path.stat().st_mtime)
+    except OSError as e:
+        raise CompileError(f"int8: ranges file {path} cannot be read ({e})") from None
+    if key not in _loaded:
+        data = json.loads(path.read_text())
+        _loaded[key] = {k: (float(v[0]), float(v[1])) for k, v in data["ranges"].items()}
+    return _loaded[key]
+
+
+def ranges_path(explicit: str | None) -> str | None:
+    return explicit or os.environ.get(RANGES_ENV) or None
+
+
+# ---------------------------------------------------------------------- quantizing a candidate
+def quantize(model: onnx.ModelProto, ranges: Mapping[str, tuple[float, float]], ops: str = "core") -> onnx.ModelProto:
+    """``model`` (a cut-out candidate, original tensor names) in QDQ form with the recorded ranges (module doc)."""
+    from onnxruntime.quantization import QuantType
+    from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
+
+    class _Fixed(QDQQuantizer):
+        def adjust_tensor_ranges(self) -> None:  # done once on the whole model at calibration
+            pass
+
+    names = {t for node in model.graph.node for t in (*node.input, *node.output)}
+    names.update(i.name for i in model.graph.input)
+    present = {k: v for k, v in ranges.items() if k in names}
+    missing = {t for node in model.graph.node if node.op_type in quantizable_ops(ops) for t in node.input[:1]
+               if t and t not in ranges and t not in {i.name for i in model.graph.initializer}}
+    if missing:
+        log.debug("int8: %d activation(s) without a recorded range stay float: %s", len(missing), sorted(missing)[:5])
+    copy = onnx.ModelProto.FromString(model.SerializeToString())
+    try:
+        q = _Fixed(copy, True, False, QuantType.QInt8, QuantType.QUInt8, _tensors_data(present), None, None,
+                   quantizable_ops(ops), {"ActivationSymmetric": False, "WeightSymmetric": True})
+        q.quantize_model()
+        out = q.model.model
+    except Exception as e:  # noqa: BLE001 - the quantizer's message is the answer
+        raise CompileError(f"int8: cannot quantize model {model.graph.name!r}: {type(e).__name__}: {e}") from e
+    return out
+
+
+def quantize_with(model: onnx.ModelProto, explicit: str | None, ops: str, who: str) -> onnx.ModelProto:
+    """``quantize`` with the ranges of ``explicit`` or ``$COLLAGE_INT8_RANGES``; CompileError naming both when none."""
+    path = ranges_path(explicit)
+    if path is None:
+        raise CompileError(f"{who}: no calibrated int8 ranges: pass ranges=FILE (collage.backends.qdq.save_ranges) or "
+                           f"set {RANGES_ENV}; collage tune does this under --accuracy")
+    return quantize(model, load_ranges(path), ops)

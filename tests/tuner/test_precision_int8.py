@@ -1,0 +1,169 @@
+"""INT8 variants (onnxruntime-int8, openvino-int8, openvino-int8-bf16): QDQ of any cut with ranges calibrated
+once per model (collage.backends.qdq), in the budgeted search (collage.tuner.precision)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from collage.backends import backend_names, get_backend, qdq
+from collage.cost_models.accuracy import Budget, ErrorStore, load_calibration, reference_runs, run_error
+from collage.graph.ir import Graph
+from collage.search.candidates import Limits, enumerate_candidates
+
+INT8 = ["onnxruntime-int8", "openvino-int8", "openvino-int8-bf16"]
+
+
+def _int8_reason() -> str | None:
+    return qdq.cpu_int8_reason() or get_backend("openvino").available()
+
+
+needs_int8 = pytest.mark.skipif(_int8_reason() is not None, reason=f"no int8 here: {_int8_reason()}")
+
+#: each int8 variant on a whole tiny zoo model vs ONNX Runtime fp32, 2 seeded random samples (measured
+#: rel 0.012-0.020, cos >= 0.9993; bf16 for the rest adds < 0.004 rel)
+TOLERANCE = Budget(min_cos=0.998, max_rel=0.05)
+
+
+def _ranges(graph: Graph, tmp_path) -> tuple[str, object]:
+    calib = load_calibration(graph, None)
+    return str(qdq.save_ranges(qdq.calibrate(graph.model, calib.samples), tmp_path / "ranges.json")), calib
+
+
+def test_int8_variants_are_named_apart_and_not_listed():
+    names = backend_names("cpu")
+    for name in INT8:
+        assert name not in names  # a variant: only when named, under --accuracy
+        b = get_backend(name)
+        assert b.precision.startswith("int8") and b.name == name
+    versions = {get_backend(n).version() for n in [*INT8, "onnxruntime", "openvino"]}
+    assert len(versions) == 5  # own cost, support and error keys
+    assert get_backend("openvino-int8-bf16").precision == "int8+bf16"
+
+
+def test_int8_availability_follows_cpu_flags(monkeypatch, tmp_path):
+    fake = tmp_path / "cpuinfo"
+    fake.write_text("processor : 0\nflags : fpu sse avx2 avx512f\n")
+    real_read = qdq.Path.read_text
+    monkeypatch.setattr(qdq.Path, "read_text", lambda self, *a, **k: real_read(fake) if str(self) == "/proc/cpuinfo"
+                        else real_read(self, *a, **k))
+    why = qdq.cpu_int8_reason()
+    assert why is not None and "vnni" in why
+    fake.write_text("processor : 0\nflags : fpu avx512f avx512_vnni amx_int8\n")
+    assert qdq.cpu_int8_reason() is None
+
+
+def test_int8_compile_without_ranges_says_what_to_do(monkeypatch):
+    from collage import zoo
+    from collage.errors import CompileError
+
+    monkeypatch.delenv(qdq.RANGES_ENV, raising=False)
+    g = zoo.load_graph("zoo:tiny-resnet")
+    with pytest.raises(CompileError, match="no calibrated int8 ranges"):
+        get_backend("onnxruntime-int8").compile(g.model)
+
+
+@needs_int8
+@pytest.mark.parametrize("model", ["tiny-resnet", "tiny-bert"])
+def test_each_int8_variant_vs_fp32_within_tolerance(model, tmp_path):
+    from collage import zoo
+
+    g = zoo.load_graph(f"zoo:{model}")
+    path, calib = _ranges(g, tmp_path)
+    refs = reference_runs(g, calib)
+    q = qdq.quantize(g.model, qdq.load_ranges(path))
+    assert sum(n.op_type == "QuantizeLinear" for n in q.graph.node) > 3  # really quantized
+    for name in INT8:
+        err = run_error(get_backend(name, ranges=path).compile(g.model).run, calib, refs, g.outputs)
+        assert err.finite and TOLERANCE.allows(err), f"{name} on {model}: {err.describe()}"
+        assert err.rel > 1e-4, f"{name} on {model} matches fp32 exactly: not int8?"
+
+
+@needs_int8
+@pytest.mark.parametrize("name", INT8)
+def test_two_adjacent_int8_partitions_give_the_same_outputs_as_one(name, tmp_path):
+    from collage import zoo
+    from collage.search.ranges import narrow_cuts
+
+    g = zoo.load_graph("zoo:tiny-resnet")
+    path, calib = _ranges(g, tmp_path)
+    n = len(g)
+    # a cut whose boundary tensor a Conv reads: quantized on both sides of the cut
+    cut = next(c for c in sorted(narrow_cuts(g)) if c > n // 3
+               and any(g.op_type(i) == "Conv" for i in range(c, n) for t in g.boundary(range(c, n))[0]
+                       if t in g.reads(i)))
+    b = get_backend(name, ranges=path)
+    whole, first, second = b.compile(g.model), b.compile(g.extract(range(cut))), b.compile(g.extract(range(cut, n)))
+    for feeds in calib.samples:
+        one = {k: np.array(v, copy=True) for k, v in whole.run(feeds).items()}
+        env = dict(feeds)
+        env.update({k: np.array(v, copy=True) for k, v in first.run({t: feeds[t] for t in first.input_names}).items()})
+        two = second.run({t: env[t] for t in second.input_names})
+        for o in g.outputs:
+            np.testing.assert_allclose(two[o], one[o], rtol=0, atol=1e-6 * float(np.abs(one[o]).max()))
+
+
+@needs_int8
+def test_int8_candidate_over_budget_is_never_chosen(tmp_path):
+    """int8 priced 10x faster than anything, its measured errors over the budget (bf16's within it): no int8
+    partition in the plan; every lower-precision partition chosen is within budget on its own, end to end too."""
+    from collage import zoo
+    from collage.cost_models.db import get_db
+    from collage.tuner.precision.tuner import PrecisionTuner
+
+    g = zoo.load_graph("zoo:tiny-resnet")
+    names = ["onnxruntime", "openvino-bf16", *INT8]
+    bks = [get_backend(n) for n in names]
+    db = get_db(tmp_path / "costs.sqlite")
+    tuner = PrecisionTuner.setup(g, bks, "rel=0.008", db=db, work=tmp_path, progress=False)
+    assert tuner.int8["calibration_runs"] == 1
+    supports = {b.name: {i: True for i in range(len(g))} for b in bks}
+    cands = [c for c in enumerate_candidates(g, supports, Limits(max_nodes=1))
+             if c.backend not in INT8 or qdq.has_quantizable_op([g.op_type(i) for i in c.nodes])]
+    whole = tuple(range(len(g)))
+    from collage.search.candidates import Candidate
+
+    cands += [Candidate(whole, n) for n in names]
+    speed = {"onnxruntime": 1.0, "openvino-bf16": 0.5, **{n: 0.1 for n in INT8}}
+    costs = {c: len(c.nodes) * speed[c.backend] + 0.01 for c in cands}
+    plan = tuner.search(costs, None)
+    budget = Budget(None, 0.008)
+    int8_errs = [e for c, e in tuner.errors.items() if c.backend in INT8]
+    assert int8_errs and any(not budget.allows(e) for e in int8_errs)
+    for p in plan.partitions:
+        c = Candidate(tuple(p.nodes), p.backend)
+        if p.backend in INT8:
+            assert budget.allows(tuner.errors[c]), f"int8 partition over budget chosen: {c}"
+    assert all(p.backend not in INT8 or len(p.nodes) < len(g) for p in plan.partitions)  # whole int8 is over
+    assert tuner.final_error is None or (tuner.final_error.finite and budget.allows(tuner.final_error))
+    assert not math.isnan(plan.predicted_ms or 0.0)
+
+
+@needs_int8
+def test_second_tune_reuses_ranges_and_errors(tmp_path, monkeypatch):
+    from collage.tuner.job import tune
+    from tests.tuner.test_precision import _chain
+
+    opts = dict(backends=["onnxruntime", "openvino-int8"], accuracy="cos=0.99,rel=0.05", limits=Limits(max_nodes=2),
+                db=tmp_path / "costs.sqlite", progress=False)
+    first = tune(_chain(4), tmp_path / "a", **opts)
+    rep = json.loads((first.out_dir / "report.json").read_text())
+    i8 = rep["precision"]["int8"]
+    assert i8["calibration_runs"] == 1 and i8["tensors"] == 5  # x and the four MatMul outputs
+    assert rep["precision"]["calibration"] == {**rep["precision"]["calibration"], "samples": 2, "random": True}
+    assert all("precision" in p and "rel" in p for p in rep["precision"]["partitions"])
+    from collage.cost_models.db import get_db
+
+    errors_before = ErrorStore(get_db(tmp_path / "costs.sqlite")).count()
+    assert errors_before > 0
+
+    def no_calibration(*a, **k):
+        raise AssertionError("calibrated again")
+
+    monkeypatch.setattr(qdq, "calibrate", no_calibration)
+    second = tune(_chain(4), tmp_path / "b", **opts)
+    rep2 = json.loads((second.out_dir / "report.json").read_text())
+    assert rep2["precision"]["int8"]["calibration_runs"] == 0 and rep2["precision"]["int8"]["reused"] is True
+    assert ErrorStore(get_db(tmp_path / "costs.sqlite")).count() == errors_before  # no error measured again
