@@ -71,7 +71,7 @@ def _items(graph, names: list[str], what: str, max_nodes: int | None) -> list[tu
 
 def run(args: argparse.Namespace) -> int:
     from collage import zoo
-    from collage.cost_models.db import get_db
+    from collage.cost_models.connect import get_db
     from collage.cost_models.measure import measure_candidates
     from collage.graph.ir import parse_shapes
 

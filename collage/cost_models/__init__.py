@@ -1,6 +1,7 @@
 """Measured costs: isolated, crash-safe, noise-controlled measurement and a persistent cost database.
 
-    db.py           Cost, CostKey, key_for, CostDB (contract), SQLiteCostDB, get_db
+    db.py           Cost, CostKey, key_for, CostDB (contract), SQLiteCostDB
+    connect.py      get_db: which store a name (path, sqlite:///, postgresql://) means
     measurer.py     Measurer (one worker process), Measurement, combine_rounds, machine_lock
     measure.py      measure_candidates (rounds, dedup, DB reuse, budget, progress), CostTable
     worker.py       what runs inside the worker: inputs, compile, timing until the median is stable
@@ -16,7 +17,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Cost": "db", "CostKey": "db", "CostDB": "db", "SQLiteCostDB": "db", "get_db": "db", "key_for": "db",
+    "Cost": "db", "CostKey": "db", "CostDB": "db", "SQLiteCostDB": "db", "get_db": "connect", "key_for": "db",
     "Measurer": "measurer", "Measurement": "measurer", "measure_candidates": "measure", "CostTable": "measure",
     "transition_model": "transitions", "measure_transition": "transitions",
 }

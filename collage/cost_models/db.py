@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from collage.errors import CollageError
-from collage.util import cache_dir, machine_id
+from collage.util import machine_id
 
 if TYPE_CHECKING:
     from collage.backends.base import Backend
@@ -468,35 +468,3 @@ class SQLiteCostDB(CostDB):
 
     def __repr__(self) -> str:
         return f"SQLiteCostDB({str(self.path)!r})"
-
-
-#: URL schemes ``get_db`` hands to ``PostgresCostDB``.
-POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
-
-
-def default_db_path() -> Path:
-    return cache_dir() / "costs.sqlite"
-
-
-def get_db(db: None | str | os.PathLike | CostDB = None) -> CostDB:
-    """The cost database named by ``db``: None (default file), ``sqlite:///path``, a path, or an instance."""
-    if isinstance(db, CostDB):
-        return db
-    if db is None:
-        return SQLiteCostDB(default_db_path())
-    text = os.fspath(db)
-    if "://" in text:
-        scheme, _, rest = text.partition("://")
-        if scheme in POSTGRES_SCHEMES:
-            from collage.cost_models.postgres import PostgresCostDB
-
-            return PostgresCostDB(text)
-        if scheme != "sqlite":
-            raise CollageError(f"cost database {text!r}: unknown scheme {scheme!r}; use sqlite:///path/to/costs.sqlite, "
-                               "a plain file path or postgresql://user@host:port/dbname")
-        # SQLAlchemy/Optuna convention: sqlite:///rel.sqlite is relative, sqlite:////abs/costs.sqlite absolute
-        path = rest[1:] if rest.startswith("/") else rest
-        if not path:
-            raise CollageError(f"cost database {text!r}: no file path after sqlite:///")
-        return SQLiteCostDB(path)
-    return SQLiteCostDB(text)

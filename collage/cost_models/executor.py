@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from collage.cost_models.db import Cost, CostDB, CostKey, get_db, key_for
+from collage.cost_models.db import Cost, CostDB, CostKey, key_for
+from collage.cost_models.connect import get_db
 from collage.cost_models.measurer import Measurement, Measurer
 from collage.errors import CollageError
 

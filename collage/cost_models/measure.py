@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from collage.cost_models.db import Cost, CostDB, CostKey, default_owner, get_db, key_for
+from collage.cost_models.db import Cost, CostDB, CostKey, default_owner, key_for
+from collage.cost_models.connect import get_db
 from collage.cost_models.executor import Done, Executor, Window, get_executor, wait_for
 from collage.cost_models.measurer import (DEFAULT_CAP_S, DEFAULT_TIMEOUT_S, LOAD_TIMEOUT_S, MAX_EXTENSION_S, Measurement,
                                           combine_rounds, window_warmup_s)

@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from collage.cost_models.db import CostDB, canonical_json, get_db
+from collage.cost_models.db import CostDB, canonical_json
+from collage.cost_models.connect import get_db
 from collage.errors import MeasurementError
 from collage.util import machine_id
 

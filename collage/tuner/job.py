@@ -199,7 +199,7 @@ class TuneJob:
         self.say("%s: %d nodes", self.graph.name, len(self.graph))
         self.backends = resolve_backends(list(options.backends), options.target)
         self.names = [b.name for b in self.backends]
-        from collage.cost_models.db import get_db
+        from collage.cost_models.connect import get_db
         from collage.tuner.precision.strategy import precision_strategy
 
         self.db = get_db(options.db)

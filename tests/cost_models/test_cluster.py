@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from collage import zoo
-from collage.cost_models.db import get_db
+from collage.cost_models.connect import get_db
 from collage.cost_models.executor import LocalExecutor, RayExecutor, Window, get_executor, ray_address
 from collage.errors import CollageError
 

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from collage.cost_models.db import (SCHEMA_VERSION, Cost, CostDB, CostKey, SQLiteCostDB, canonical_json,
-                                    default_owner, get_db, key_for)
+                                    default_owner, key_for)
+from collage.cost_models.connect import get_db
 from collage.errors import CollageError
 
 
@@ -128,7 +129,7 @@ def test_claims_listed(db):
 
 def _claim_race(url: str, key: CostKey, n: int) -> int:
     """Processes claim one key at once through their own connections; how many got it."""
-    code = ("import sys; from collage.cost_models.db import get_db, CostKey; "
+    code = ("import sys; from collage.cost_models.connect import get_db; from collage.cost_models.db import CostKey; "
             f"db = get_db({url!r}); k = CostKey(*{tuple(key)!r}); "
             "sys.stdin.readline(); print(int(db.claim(k, f'racer-{sys.argv[1]}', ttl_s=60)))")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(i)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,

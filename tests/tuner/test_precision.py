@@ -154,7 +154,7 @@ def test_nan_candidates_are_excluded(monkeypatch):
 # ---------------------------------------------------------------------- real bf16 errors
 @needs_bf16
 def test_errors_measured_and_cached(tmp_path):
-    from collage.cost_models.db import get_db
+    from collage.cost_models.connect import get_db
 
     g = Graph.load(chain_model(3))
     bks = {"openvino-bf16": get_backend("openvino-bf16"), "openvino": get_backend("openvino")}

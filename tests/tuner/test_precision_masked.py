@@ -116,7 +116,7 @@ def test_tune_masked_model_plan_is_finite_and_within_budget(tmp_path, capsys):
 def test_error_budget_measures_the_first_candidates_only(tmp_path):
     """measure_errors(budget_s=0): nothing new is measured (the store's known errors still count)."""
     from collage.cost_models.accuracy import load_calibration, measure_errors
-    from collage.cost_models.db import get_db
+    from collage.cost_models.connect import get_db
     from collage.graph.ir import Graph
 
     g = Graph.load(chain_model(3))

@@ -105,7 +105,7 @@ def test_prescreen_drops_over_budget_ranges_before_timing(monkeypatch):
 
 @needs_bf16
 def test_output_error_of_a_prefix_runs_the_rest_in_fp32(tmp_path):
-    from collage.cost_models.db import get_db
+    from collage.cost_models.connect import get_db
 
     g = Graph.load(chain_model(8))
     n = len(g)
