@@ -2,10 +2,16 @@
 
 Public API (imported lazily so that loading an artifact does not import the tuner):
 
-    collage.tune(model, ...)      -> a tuned artifact directory (collage.tuner.job; the 'tune' extra)
+    collage.tune(model, out_dir, *, target, backends, budget, ...)  -> TuneResult (collage.tuner.job; the 'tune' extra)
     collage.load(path)            -> a runnable artifact (collage.runtime; `pip install collage` is enough
                                      for ONNX Runtime partitions, extras for the others)
     collage.Graph, collage.Plan
+    collage.__version__           (collage.version: a leaf the deploy path reads)
+
+The package's layout (a folder per idea, layers that point one way, checked by import-linter: see
+pyproject.toml and the README's "Layout"): graph <- backends <- cost_models; graph <- search; the tuner
+composes them; runtime imports backends, util, errors, inputs and plan only; commands import everything
+and nothing imports commands.
 """
 from __future__ import annotations
 

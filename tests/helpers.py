@@ -6,6 +6,7 @@ import functools
 import numpy as np
 import onnx
 import pytest
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 
@@ -153,3 +154,66 @@ def export_mixed_plan(out, spec: str = "zoo:tiny-resnet", backends=("onnxruntime
                            (backends[(k + 1) % len(backends)], 0.012 * (cuts[k + 1] - cuts[k]) * (1 + k)))
                  for k in range(parts)], predicted_ms=0.5)
     return export(graph, plan, out, report={"source": graph.source, **(report or {})})
+
+
+# ---------------------------------------------------------------------- search (synthetic DAGs)
+#: backend names of the synthetic search tests
+BACKENDS = ["ort", "ov", "tvm"]
+
+
+def make_dag(spec: list[tuple[str, tuple[int, ...]]]):
+    """A model whose node k runs ``op`` on the given sources: -1/-2 are the graph inputs
+    (shapes [1, 4] and [3, 4]), j >= 0 the output of node j. Unread outputs become graph outputs."""
+    nodes = []
+    names = {-1: "x", -2: "y"}
+    read: set[int] = set()
+    for k, (op, srcs) in enumerate(spec):
+        nodes.append(helper.make_node(op, [names[s] for s in srcs], [f"t{k}"], name=f"n{k}"))
+        names[k] = f"t{k}"
+        read.update(srcs)
+    outputs = [helper.make_tensor_value_info(f"t{k}", TensorProto.FLOAT, None)
+               for k in range(len(spec)) if k not in read]
+    graph = helper.make_graph(nodes, "dag", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+                                              helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
+                              outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    from collage.graph.ir import Graph
+
+    g = Graph.load(model)
+    assert len(g) == len(spec)
+    return g
+
+
+@st.composite
+def dags(draw, min_nodes: int = 1, max_nodes: int = 9):
+    """Random small DAGs of Relu/Identity/Add (a hypothesis strategy)."""
+    n = draw(st.integers(min_nodes, max_nodes))
+    spec = []
+    for k in range(n):
+        sources = list(range(-2, k))
+        if draw(st.booleans()) and k > 0:
+            a = draw(st.sampled_from(sources))
+            b = draw(st.sampled_from(sources))
+            spec.append(("Add", (a, b)))
+        else:
+            # prefer recent nodes so that graphs are connected and deep, not a fan of inputs
+            src = draw(st.sampled_from(sources[-3:]))
+            spec.append((draw(st.sampled_from(["Relu", "Identity"])), (src,)))
+    return make_dag(spec)
+
+
+def all_supported(g, backends=BACKENDS) -> dict[str, dict[int, bool]]:
+    return {b: {i: True for i in range(len(g))} for b in backends}
+
+
+def assert_valid(g, plan) -> None:
+    plan.check_cover(len(g))
+    from collage.search import check_plan
+
+    check_plan(g, plan)  # convex, executable order
+    produced = set(g.inputs)
+    for p in plan.partitions:
+        assert g.is_convex(p.nodes)
+        assert set(p.inputs) <= produced, (p, produced)
+        for i in p.nodes:
+            produced.update(g.op(i).output)

@@ -1,4 +1,4 @@
-"""The backend registry, and the ``collage backends`` command.
+"""The backend registry (the ``collage backends`` command is :mod:`collage.commands.backends`).
 
 Backends are named (``"onnxruntime"``, ``"openvino"``, ``"tvm"``, later ``"tensorrt"`` and
 ``"onnxruntime-cuda"``, ``"torch"``) and imported lazily from ``"module:Class"`` entries, so importing this package

@@ -6,7 +6,10 @@
     measure.py      measure_candidates (rounds, dedup, DB reuse, budget, progress), CostTable
     worker.py       what runs inside the worker: inputs, compile, timing until the median is stable
     transitions.py  transition costs measured as real alternation between backends; transition_model
-    cli.py          ``collage measure MODEL``
+    accuracy.py     errors of lower-precision candidates against the fp32 reference; accuracy budgets
+
+Stands on collage.graph and collage.backends only (no search, tuner, zoo or runtime: import-linter);
+the ``collage measure`` command is :mod:`collage.commands.measure`.
 
 Names are imported lazily (``from collage.cost_models import get_db`` works without importing the
 measurement machinery until it is used).

@@ -1,2 +1,2 @@
-"""The report of a tuned artifact: tables and their Markdown / HTML rendering (:mod:`.render`) and the
-partition picture (:mod:`.svg`)."""
+"""The report of a tuned artifact: one source (report.json + manifest) rendered to tables, Markdown and HTML
+(:mod:`.render`), with the partition picture (:mod:`.svg`)."""

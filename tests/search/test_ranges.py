@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from collage import zoo
 from collage.search import Candidate, search
 from collage.search.ranges import crossings, narrow_cuts, range_candidates
-from test_search import all_supported, assert_valid, dags, make_dag
+from tests.helpers import all_supported, assert_valid, dags, make_dag
 
 
 def residual_chain(blocks: int) -> tuple:

@@ -6,59 +6,22 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from onnx import TensorProto, helper
 
 from collage.errors import CollageError
 from collage.graph.ir import Graph
-from collage.search import (Candidate, Limits, SearchStats, check_plan, cover_cost, enumerate_candidates,
-                            exhaustive_search, search)
+from collage.search import (
+    Candidate,
+    Limits,
+    SearchStats,
+    cover_cost,
+    enumerate_candidates,
+    exhaustive_search,
+    search,
+)
 from collage.search.candidates import candidate_counts
 from collage.search.cover import usable_costs
 from collage.search.dp_tables import quantize
-
-BACKENDS = ["ort", "ov", "tvm"]
-
-
-def make_dag(spec: list[tuple[str, tuple[int, ...]]]) -> Graph:
-    """A model whose node k runs ``op`` on the given sources: -1/-2 are the graph inputs
-    (shapes [1, 4] and [3, 4]), j >= 0 the output of node j. Unread outputs become graph outputs."""
-    nodes = []
-    names = {-1: "x", -2: "y"}
-    read: set[int] = set()
-    for k, (op, srcs) in enumerate(spec):
-        nodes.append(helper.make_node(op, [names[s] for s in srcs], [f"t{k}"], name=f"n{k}"))
-        names[k] = f"t{k}"
-        read.update(srcs)
-    outputs = [helper.make_tensor_value_info(f"t{k}", TensorProto.FLOAT, None)
-               for k in range(len(spec)) if k not in read]
-    graph = helper.make_graph(nodes, "dag", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
-                                              helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
-                              outputs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    g = Graph.load(model)
-    assert len(g) == len(spec)
-    return g
-
-
-@st.composite
-def dags(draw, min_nodes: int = 1, max_nodes: int = 9) -> Graph:
-    n = draw(st.integers(min_nodes, max_nodes))
-    spec = []
-    for k in range(n):
-        sources = list(range(-2, k))
-        if draw(st.booleans()) and k > 0:
-            a = draw(st.sampled_from(sources))
-            b = draw(st.sampled_from(sources))
-            spec.append(("Add", (a, b)))
-        else:
-            # prefer recent nodes so that graphs are connected and deep, not a fan of inputs
-            src = draw(st.sampled_from(sources[-3:]))
-            spec.append((draw(st.sampled_from(["Relu", "Identity"])), (src,)))
-    return make_dag(spec)
-
-
-def all_supported(g: Graph, backends=BACKENDS) -> dict[str, dict[int, bool]]:
-    return {b: {i: True for i in range(len(g))} for b in backends}
+from tests.helpers import BACKENDS, all_supported, assert_valid, dags, make_dag
 
 
 def random_costs(g: Graph, rng: random.Random, backends, missing: float = 0.2) -> dict[Candidate, float | None]:
@@ -84,17 +47,6 @@ def random_transition(rng: random.Random, backends):
         assert src != dst, "transition asked for a same-backend hand-over"
         return fixed[src, dst] + per_byte[src, dst] * nbytes
     return transition
-
-
-def assert_valid(g: Graph, plan) -> None:
-    plan.check_cover(len(g))
-    check_plan(g, plan)  # convex, executable order
-    produced = set(g.inputs)
-    for p in plan.partitions:
-        assert g.is_convex(p.nodes)
-        assert set(p.inputs) <= produced, (p, produced)
-        for i in p.nodes:
-            produced.update(g.op(i).output)
 
 
 def objective(g, plan, costs, transition) -> int:
