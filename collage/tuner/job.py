@@ -22,7 +22,7 @@ from typing import Any
 from collage.errors import BackendUnavailable, CollageError, UnsupportedError
 from collage.graph.ir import Graph
 from collage.plan import Plan
-from collage.tuner.coverage import measured_line, measurement_coverage, refinement, refinement_line
+from collage.report.coverage import measured_line, measurement_coverage, refinement, refinement_line
 from collage.tuner.verify import check_numerics, measure_interleaved, stale_costs
 
 log = logging.getLogger(__name__)
