@@ -1,2 +1,3 @@
-"""The report of a tuned artifact: tables and their Markdown / HTML rendering (:mod:`.render`) and the
-partition picture (:mod:`.svg`)."""
+"""The report of a tuned artifact: one document model rendered to Markdown, HTML and JSON (:mod:`.render`),
+its pictures (:mod:`.svg`), what a tune measured (:mod:`.coverage`), and the model annotated with what runs
+where (:mod:`.annotate`)."""
