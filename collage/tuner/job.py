@@ -189,6 +189,9 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
                                   budget_s=None if budget_s is None else max(1.0, budget_s - spent), progress=progress)
     coverage = measurement_coverage(measured, [(c.nodes, c.backend) for c in cands], budget_s)
     _say(progress, "%s", measured_line(coverage))
+    if budget_s is not None and coverage["distinct"] and not coverage["with_cost"]:
+        raise CollageError(f"the {budget_s:.0f} s budget ran out before any candidate was measured (loading and "
+                           f"setting up took {spent:.0f} s of it); give a longer --budget")
     costs: dict[Candidate, float] = {}
     failures = 0
     for c in cands:
