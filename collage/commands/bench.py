@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     rows = bench([m.strip() for m in args.models.split(",") if m.strip()],
                  backends=[b.strip() for b in args.backends.split(",") if b.strip()], target=args.target,
                  db=args.db, budget_s=args.budget, max_nodes=args.max_nodes, out_dir=args.out,
-                 artifacts_dir=args.artifacts, cluster=args.cluster, command="collage bench " + " ".join(shlex.quote(a) for a in sys.argv[2:]))
+                 artifacts_dir=args.artifacts, cluster=args.cluster, progress=not args.quiet, command="collage bench " + " ".join(shlex.quote(a) for a in sys.argv[2:]))
     failed = [r for r in rows if "error" in r]
     for r in failed:
         print(f"{r['model']}: {r['error']}", file=sys.stderr)

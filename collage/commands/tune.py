@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from collage.graph.ir import parse_shapes
+from collage.report.coverage import measured_line
 from collage.tuner.job import DEFAULT_BACKENDS, DEFAULT_TOLERANCE, tune
 from collage.util import duration_arg
 
@@ -52,8 +53,12 @@ def run(args: argparse.Namespace) -> int:
         print(res.to_json(indent=2))
         return 0
     best, best_ms = res.best_single if res.baselines else ("-", float("nan"))
-    print(f"{res.plan.describe()}")
+    parts = res.plan.partitions
+    print(f"plan: {len(parts)} partition(s): " + ", ".join(f"{p.backend} ({len(p.nodes)} nodes)" for p in parts))
     print(f"measured end to end: plan {res.plan_ms:.3f} ms; best single backend {best} {best_ms:.3f} ms "
           f"({best_ms / res.plan_ms:.2f}x)")
+    coverage = res.report.get("coverage")
+    if coverage:
+        print(measured_line(coverage))
     print(f"artifact: {res.out_dir}   (collage report {res.out_dir})")
     return 0

@@ -1,2 +1,3 @@
-"""The report of a tuned artifact: one source (report.json + manifest) rendered to tables, Markdown and HTML
-(:mod:`.render`), with the partition picture (:mod:`.svg`)."""
+"""The report of a tuned artifact: one document model rendered to Markdown, HTML and JSON (:mod:`.render`),
+its pictures (:mod:`.svg`), what a tune measured (:mod:`.coverage`), and the model annotated with what runs
+where (:mod:`.annotate`)."""

@@ -22,7 +22,7 @@ optional; the report shows what is there)::
       "candidates": {"total": 812, "onnxruntime": 406, ...}, # counts by kind, free-form
       "measurements": {"candidates": 812, "with_cost": 800, "failed": 12, ...},
       "coverage": {"distinct": 242, "with_cost": 159, "unmeasured": 83, "budget_cut": true, ...,
-                   "refinement": {"requested": 4, "ran": 0, "why_none": "..."}},   # collage.tuner.coverage
+                   "refinement": {"requested": 4, "ran": 0, "why_none": "..."}},   # collage.report.coverage
       "search_s": 0.4, "tune_s": 512.0,
       "precision": {                    # only under --accuracy (collage.tuner.precision.tuner.PrecisionTuner.report)
         "budget": {"min_cos": 0.999, "max_rel": 0.01}, "budget_text": "cos>=0.999, rel<=0.01",
@@ -56,6 +56,7 @@ import pandas as pd
 from collage.runtime.artifact import artifact_dir, is_archive
 from collage.runtime.manifest import REPORT_FILE, read_manifest
 from collage.errors import ArtifactError
+from collage.report.coverage import measured_line, refinement_line
 from collage.report.svg import num as _num, op_summary as _op_summary, render_bars, render_svg
 
 # ---------------------------------------------------------------------- inputs
@@ -243,7 +244,7 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _coverage(report: dict) -> dict | None:
-    """report['coverage'] (collage.tuner.coverage), or what older reports' 'measurements' tell."""
+    """report['coverage'] (collage.report.coverage), or what older reports' 'measurements' tell."""
     if report.get("coverage"):
         return report["coverage"]
     m = report.get("measurements") or {}
@@ -256,8 +257,6 @@ def _coverage(report: dict) -> dict | None:
 
 
 def _coverage_section(report: dict) -> Section | None:
-    from collage.tuner.coverage import measured_line, refinement_line  # plain functions, no tuner imports
-
     cov = _coverage(report)
     if cov is None:
         return None

@@ -176,7 +176,7 @@ def render_svg(manifest: dict, max_width: int = 1100) -> str:
     pos: dict[int, tuple[float, float]] = {}
     band_of: dict[int, int] = {}
     band_bottom: list[float] = []
-    y = margin + 46
+    y = margin + 70  # room for arcs over the first band, under the subtitle
     for j, band in enumerate(bands):
         band_h = max(len(cols[lv]) for lv in band) * (bh + gap_in) - gap_in
         x = float(gutter + margin)
@@ -241,6 +241,11 @@ def render_svg(manifest: dict, max_width: int = 1100) -> str:
                 d = (f"M {x1:.1f} {ya + bh:.1f} L {x1:.1f} {lane[ja] + jitter:.1f} L {g:.1f} {lane[ja] + jitter:.1f} "
                      f"L {g:.1f} {lane[jb - 1] + jitter:.1f} L {x2:.1f} {lane[jb - 1] + jitter:.1f} L {x2:.1f} {yb - 2:.1f}")
             lx, ly, anchor = x1 + 4, lane[ja] + jitter - 16, "start"
+        # keep the label inside the picture (about 5.6 px a character at 9 px)
+        half = 5.6 * max(len(name), len(size)) / (2 if anchor == "middle" else 1)
+        lo, hi = (margin / 2 + half, total_w - margin / 2 - half) if anchor == "middle" else \
+            (margin / 2, total_w - margin / 2 - half)
+        lx = max(lo, min(lx, hi))
         full = ", ".join(" ".join(tensor_label(t, tensors.get(t), 200)) for t in names_ab)
         out.append(f'<path d="{d}" fill="none" stroke="#444" stroke-width="1.2" marker-end="url(#arrow)">'
                    f'<title>{_esc(full)}</title></path>')

@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 
 def bench(models: Sequence[str], *, backends: Sequence[str], target: str = "cpu", db: Any = None,
           budget_s: float | None = None, max_nodes: int | None = None, out_dir: str | Path = "results",
-          artifacts_dir: str | Path | None = None, command: str = "", cluster: Any = None) -> list[dict[str, Any]]:
+          artifacts_dir: str | Path | None = None, command: str = "", cluster: Any = None,
+          progress: bool = True) -> list[dict[str, Any]]:
     from collage.tuner.job import tune
 
     limits = None
@@ -34,7 +35,7 @@ def bench(models: Sequence[str], *, backends: Sequence[str], target: str = "cpu"
         name = spec.split(":", 1)[-1]
         try:
             res = tune(spec, art_root / name, target=target, backends=backends, db=db, budget_s=budget_s,
-                       limits=limits, cluster=cluster)
+                       limits=limits, cluster=cluster, progress=progress)
         except Exception as e:  # a model that fails is a row, not the end of the benchmark
             log.error("%s: %s", spec, e)
             rows.append({"model": name, "error": f"{type(e).__name__}: {e}"})

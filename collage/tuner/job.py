@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from collage.errors import BackendUnavailable, CollageError, UnsupportedError
 from collage.graph.ir import Graph
 from collage.plan import Plan
-from collage.tuner.coverage import measured_line, measurement_coverage, refinement, refinement_line
+from collage.report.coverage import measured_line, measurement_coverage, refinement, refinement_line
 from collage.tuner.options import DEFAULT_BACKENDS, DEFAULT_TOLERANCE, TuneOptions
 from collage.tuner.verify import check_numerics, measure_interleaved, stale_costs
 from collage.util import parse_duration, say
@@ -276,6 +276,9 @@ class TuneJob:
                                  progress=self.options.progress, executor=self.options.cluster)
         self.coverage = measurement_coverage(raw, [(c.nodes, c.backend) for c in cands], budget_s)
         self.say("%s", measured_line(self.coverage))
+        if budget_s is not None and self.coverage["distinct"] and not self.coverage["with_cost"]:
+            raise CollageError(f"the {budget_s:.0f} s budget ran out before any candidate was measured (loading and "
+                               f"setting up took {spent:.0f} s of it); give a longer --budget")
         costs: dict[Any, float] = {}
         failures = 0
         for c in cands:

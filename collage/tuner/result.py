@@ -8,7 +8,7 @@
      "best_single": {"backend": "openvino", "ms": 0.115},     # null when no baseline ran
      "speedup": 1.0,                         # best single backend ms / plan ms
      "partitions": [{"index": 0, "backend": "openvino", "nodes": 40, "ms": 0.144}],
-     "coverage": {...},                      # collage.tuner.coverage (measured of distinct, budget cut, refinement)
+     "coverage": {...},                      # collage.report.coverage (measured of distinct, budget cut, refinement)
      "numerics": {...},                      # max_abs_err, tolerance, ok (null under lower precision)
      "notes": ["never worse: ..."]}
 """

@@ -68,7 +68,7 @@ def tuned(tmp_path_factory):
     d = tmp_path_factory.mktemp("tune")
     with open(d / "log", "w") as log:
         proc = subprocess.run([sys.executable, "-m", "collage.cli", "tune", "zoo:tiny-resnet", "-o", str(d / "out"),
-                               "--budget", "3s", "--db", str(d / "costs.sqlite"), "--refine-trials", "2", "--archive",
+                               "--budget", "8s", "--db", str(d / "costs.sqlite"), "--refine-trials", "2", "--archive",
                                "--json"], stdout=subprocess.PIPE, stderr=log, text=True, timeout=900)
     assert proc.returncode == 0, (d / "log").read_text()[-3000:]
     return d, json.loads(proc.stdout), (d / "log").read_text()
@@ -86,7 +86,7 @@ def test_a_budget_cut_is_said_on_the_terminal_and_in_the_report(tuned):
     cov = res["coverage"]
     assert cov["budget_cut"] is True and cov["unmeasured"] > 0 and cov["with_cost"] < cov["distinct"]
     said = f"measured {cov['with_cost']} of {cov['distinct']} distinct candidates"
-    assert said in log and "the 3 s budget cut the other" in log
+    assert said in log and "the 8 s budget cut the other" in log
     assert "refinement: " in log and (cov["refinement"]["ran"] > 0 or cov["refinement"]["why_none"])
     md = _cli("report", str(d / "out"))
     assert md.returncode == 0, md.stderr
@@ -108,7 +108,7 @@ def test_tune_json_keys(tuned):
 def test_quiet_tune_says_nothing_on_stderr(tmp_path):
     need_backends("onnxruntime")
     proc = _cli("tune", "zoo:tiny-resnet", "-o", str(tmp_path / "out"), "--backends", "onnxruntime", "--budget",
-                "2s", "--db", str(tmp_path / "c.sqlite"), "--max-nodes", "1", "--quiet")
+                "8s", "--db", str(tmp_path / "c.sqlite"), "--max-nodes", "1", "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert "collage:" not in proc.stderr, proc.stderr
 

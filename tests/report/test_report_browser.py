@@ -67,7 +67,7 @@ def test_backend_colours_read_and_group_by_family():
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (Debian: apt-get install -y chromium); "
                                              "the HTML report is not checked in a browser")
-@pytest.mark.parametrize("parts", [3, 1])
+@pytest.mark.parametrize("parts", [3, 1, 12])
 def test_report_in_headless_chromium(tmp_path, parts):
     art = export_mixed_plan(tmp_path / "art", parts=parts, report=REPORT)
     page = render_html(art)

@@ -29,7 +29,7 @@ def test_tune_twice_in_one_process(tmp_path):
     results = []
     for k in range(2):  # the README example run twice in a notebook
         assert callable(collage.tune)
-        results.append(collage.tune(_mlp(), tmp_path / f"out{k}", backends=["onnxruntime"], budget_s=20,
+        results.append(collage.tune(_mlp(), tmp_path / f"out{k}", backends=["onnxruntime"],
                                     db=tmp_path / "costs.sqlite", progress=False))
     for res in results:
         df = res.partitions
