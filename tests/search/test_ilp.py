@@ -12,8 +12,8 @@ from collage.errors import CollageError
 from collage.search import Candidate, Limits, enumerate_candidates, exhaustive_search, search
 from collage.search.exact import ExactStats, search_exact
 from collage.search.ilp import IlpStats, ilp_search
-from tests.search.test_search import (BACKENDS, all_supported, assert_valid, dags, make_dag, objective, random_costs,
-                                      random_transition)
+from tests.helpers import BACKENDS, all_supported, assert_valid, dags, make_dag
+from tests.search.test_search import objective, random_costs, random_transition
 
 pytest.importorskip("highspy")
 
