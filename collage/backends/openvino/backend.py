@@ -31,9 +31,10 @@ from typing import Any
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
-from collage.backends.base import Backend, Compiled
-from collage.errors import ArtifactError, BackendUnavailable, CollageError
+from collage.backends.base import Backend, Compiled, _op_name
+from collage.errors import ArtifactError, BackendUnavailable, CollageError, UnsupportedError
 from collage.util import physical_cores, sha256_bytes
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,95 @@ def core() -> Any:
         if _core is None:
             _core = _ov().Core()
         return _core
+
+
+# ---------------------------------------------------------------------- element types computed inexactly
+# Measured (openvino 2026.4, CPU plugin; one-node Add/Mul/Max/Identity/Cast models against numpy, and ONNX's
+# pytorch-operator double cases): the plugin converts these element types and returns wrong values without
+# an error. A node that would compute with them is refused (``_inexact_reason``), never run:
+#: float64 is computed in f32 (1e300 + 1e300 = 3.4e38; ONNX's double Add off by 1e199+), uint64 and uint32
+#: as signed types (Add/Max wrong past 2**31).
+_INEXACT = {onnx.TensorProto.DOUBLE: "float64 (computed as float32)",
+            onnx.TensorProto.UINT64: "uint64 (computed as a signed 32-bit type)",
+            onnx.TensorProto.UINT32: "uint32 (compared and computed as signed)"}
+#: int64 is carried as i32 (Identity of 2**31 returns -2**31). It is everywhere (token ids, masks, shapes,
+#: indices), so it is not refused outright: values that ENTER a partition are checked at run time
+#: (``OVCompiled.run`` refuses a value past int32), constants are checked here, and a node that COMPUTES
+#: int64 values (arithmetic, whose result may pass int32) is refused.
+_I64 = onnx.TensorProto.INT64
+_I32_MIN, _I32_MAX = -2**31, 2**31 - 1
+#: int8/uint8 arithmetic saturates in the plugin (127 + 127 = 127) where ONNX Runtime and numpy wrap.
+_SATURATING = {onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
+_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Div", "Sum", "Mean", "Neg", "Abs", "Pow", "Mod", "CumSum", "MatMul",
+                         "Gemm", "ReduceSum", "ReduceProd", "ReduceSumSquare", "ReduceMean", "ReduceL1",
+                         "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "Einsum", "Range", "BitShift",
+                         "MatMulInteger", "ConvInteger"})
+#: int64 inputs that hold indices, axes or bounds (a constant past int32 there, e.g. Slice's INT64_MAX "to
+#: the end", is understood by the plugin), by op.
+_INDEX_INPUTS: dict[str, frozenset[int]] = {
+    "Slice": frozenset({1, 2, 3, 4}), "Pad": frozenset({1, 3}), "Unsqueeze": frozenset({1}),
+    "Squeeze": frozenset({1}), "Split": frozenset({1}), "Reshape": frozenset({1}), "Expand": frozenset({1}),
+    "Tile": frozenset({1}), "ReduceSum": frozenset({1}), "ReduceMean": frozenset({1}), "ReduceMax": frozenset({1}),
+    "ReduceMin": frozenset({1}), "ReduceProd": frozenset({1}), "ReduceL1": frozenset({1}),
+    "ReduceL2": frozenset({1}), "ReduceLogSum": frozenset({1}), "ReduceLogSumExp": frozenset({1}),
+    "ReduceSumSquare": frozenset({1}), "TopK": frozenset({1}), "CumSum": frozenset({1}),
+}
+def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Element type of every tensor of ``model`` that shape inference can type (initializers included)."""
+    from collage.backends.support import _value_types
+
+    out = {name: vi.type.tensor_type.elem_type for name, vi in _value_types(model).items()}
+    out.update({t.name: t.data_type for t in model.graph.initializer})
+    return out
+
+
+def _inexact_reason(node: onnx.NodeProto, types: dict[str, int], consts: Mapping[str, Any]) -> str | None:
+    """Why the CPU plugin would compute ``node`` inexactly (an element type it converts), or None."""
+    index_in = _INDEX_INPUTS.get(node.op_type, frozenset())
+    for kind, names in (("input", node.input), ("output", node.output)):
+        for pos, name in enumerate(names):
+            t = types.get(name) if name else None
+            if t in _INEXACT:
+                return (f"element type {_INEXACT[t]} of {kind} {name!r}: the CPU plugin does not compute it "
+                        "exactly; run this node on another backend")
+            if kind == "output" and t in _SATURATING and node.op_type in _ARITHMETIC:
+                return (f"{_SATURATING[t]} arithmetic (output {name!r}): the CPU plugin saturates where ONNX wraps; "
+                        "run this node on another backend")
+            if t != _I64:
+                continue
+            if kind == "output" and node.op_type in _ARITHMETIC:
+                return (f"int64 arithmetic (output {name!r}): the CPU plugin computes int64 as int32, so results "
+                        "past +-2**31 come back wrong; run this node on another backend")
+            if kind == "input" and name in consts and pos not in index_in:
+                values = consts[name]
+                if values.size and (values.min() < _I32_MIN or values.max() > _I32_MAX):
+                    return (f"int64 constant {name!r} holds values past +-2**31, which the CPU plugin carries as "
+                            "int32; run this node on another backend")
+    return None
+
+
+def inexact_node(model: onnx.ModelProto) -> tuple[onnx.NodeProto, str] | None:
+    """The first node of ``model`` the CPU plugin would compute inexactly, with the reason, or None."""
+    types = _elem_types(model)
+    consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer if t.data_type == _I64}
+    for node in model.graph.node:
+        if node.op_type == "Constant":
+            for a in node.attribute:
+                if a.name == "value" and a.t.data_type == _I64:
+                    consts[node.output[0]] = numpy_helper.to_array(a.t)
+    for node in model.graph.node:
+        reason = _inexact_reason(node, types, consts)
+        if reason is not None:
+            return node, reason
+    return None
+
+
+def _check_exact(backend_name: str, model: onnx.ModelProto) -> None:
+    found = inexact_node(model)
+    if found is not None:
+        node, reason = found
+        raise UnsupportedError(f"{backend_name} cannot take op {_op_name(node)} (node {node.name or node.output[0]!r} "
+                               f"of model {model.graph.name!r}): {reason}")
 
 
 class OVCompiled(Compiled):
@@ -103,6 +193,8 @@ class OVCompiled(Compiled):
             self._keep.append(tensor)
         self._bound: dict[str, Any] = {}
         self._in_tensors: dict[str, Any] = {}
+        #: int64 inputs: the plugin carries them as int32, so ``run`` refuses a value past +-2**31
+        self._i64_inputs = [name for _, name, dtype, _ in self._in_specs if dtype == np.int64]
 
     def _bind(self, k: int, name: str, dtype: np.dtype, shape: tuple[int, ...], arr: Any) -> None:
         original = arr
@@ -128,6 +220,8 @@ class OVCompiled(Compiled):
                 raise CollageError(f"openvino: missing input {name!r} (expected {self.input_names})") from None
             if arr is not bound.get(name):
                 self._bind(k, name, dtype, shape, arr)
+        for name in self._i64_inputs:  # the contents of a bound array can change between calls: every call
+            _check_int32_range(name, self._in_tensors[name][1])
         # share_outputs: results already sit in our pre-set buffers; do not copy them again
         self._request.infer(share_outputs=True)
         return dict(self._outputs)
@@ -152,6 +246,13 @@ class OVCompiled(Compiled):
         return {"backend": self.backend, "files": [f"{stem}.xml", f"{stem}.bin"], "format": "openvino IR",
                 "version": self._backend.version(), "options": self._backend.options,
                 "inputs": self.input_names, "outputs": self.output_names}
+
+
+def _check_int32_range(name: str, arr: np.ndarray) -> None:
+    if arr.size and (arr.min() < _I32_MIN or arr.max() > _I32_MAX):
+        raise CollageError(f"openvino: int64 input {name!r} holds values past +-2**31 (min {arr.min()}, max "
+                           f"{arr.max()}); the CPU plugin carries int64 as int32 and would return wrong values. "
+                           "Run this part of the model on another backend (re-tune without openvino for it)")
 
 
 def _is_bf16(element_type: Any) -> bool:
@@ -255,6 +356,9 @@ class OpenVINOBackend(Backend):
         return core().compile_model(model, "CPU", self.config())
 
     def _check_supported(self, model: onnx.ModelProto) -> str | None:
+        found = inexact_node(model)
+        if found is not None:
+            return found[1]
         try:
             self._compile(self._read(model.SerializeToString()))
         except Exception as e:  # noqa: BLE001 - the runtime's message is the answer
@@ -262,6 +366,7 @@ class OpenVINOBackend(Backend):
         return None
 
     def compile(self, model: onnx.ModelProto) -> OVCompiled:
+        _check_exact(self.name, model)
         try:
             compiled = self._compile(self._read(model.SerializeToString()))
         except Exception as e:  # noqa: BLE001 - classified below
@@ -280,6 +385,10 @@ class OpenVINOBackend(Backend):
     def load(self, directory: Path, entry: Mapping[str, Any]) -> OVCompiled:
         """Read the IR and compile it with this backend's settings."""
         xml = Path(directory) / entry["files"][0]
+        weights = xml.with_suffix(".bin").name  # read_model opens it beside the .xml: it must be a listed file
+        if xml.suffix != ".xml" or weights not in entry["files"]:
+            raise ArtifactError(f"{xml}: an openvino partition lists its IR as .xml then its weights {weights!r}; "
+                                f"the list is {list(entry['files'])}: re-export the artifact")
         for name in entry["files"]:
             if not (Path(directory) / name).is_file():
                 raise ArtifactError(f"{Path(directory) / name}: openvino partition file is missing")

@@ -114,6 +114,10 @@ class LinkedOVCompiled(OVCompiled):
 def compile_linked(backend: OpenVINOBackend, models: Sequence[onnx.ModelProto],
                    plain: Collection[str] = ()) -> list[OVCompiled]:
     """``Backend.compile_linked`` for OpenVINO (see the module docstring)."""
+    from collage.backends.openvino.backend import _check_exact
+
+    for m in models:  # element types the plugin computes inexactly are refused before anything compiles
+        _check_exact(backend.name, m)
     element = HANDOVER_TYPES.get(backend.precision)
     if element is None:
         return [backend.compile(m) for m in models]
