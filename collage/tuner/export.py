@@ -177,7 +177,9 @@ def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike, *,
             parts_meta.append({
                 "index": k, "backend": p.backend, "dir": rel,
                 "nodes": [int(i) for i in p.nodes], "ops": [graph.op_type(i) for i in p.nodes],
-                "inputs": list(ins), "outputs": list(outs), "entry": entry, "files": files,
+                # one list of files (checked at load, the only files the backend is given): not also in the entry
+                "inputs": list(ins), "outputs": list(outs), "entry": {k: v for k, v in entry.items() if k != "files"},
+                "files": files,
                 "cost_ms": p.cost_ms, "runner_up": list(p.runner_up) if p.runner_up else None,
                 "fingerprint": p.fingerprint})
             tied.append(Partition(tuple(p.nodes), p.backend, p.cost_ms, p.runner_up, tuple(ins), tuple(outs),
