@@ -9,6 +9,7 @@ nothing of the tuner.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -50,15 +51,42 @@ def read_feeds(art: Artifact, specs: list[str]) -> dict[str, np.ndarray]:
         data = _load_npy(file)
         if isinstance(data, np.lib.npyio.NpzFile):
             with data:
-                feeds.update({k: data[k] for k in data.files})
+                for k in data.files:
+                    try:
+                        value = data[k]
+                    except Exception as e:  # noqa: BLE001 - an object (pickled) member, a damaged member
+                        raise CollageError(f"{file}: member {k!r} cannot be read ({e}); inputs are plain numeric "
+                                           "arrays (pickled objects are refused)") from None
+                    _add(feeds, k, value, spec)
             continue
         if not name:
             if len(art.inputs) != 1:
                 raise CollageError(f"--input {spec}: the model has {len(art.inputs)} inputs "
                                    f"({', '.join(s.name for s in art.inputs)}); write NAME=FILE")
             name = art.inputs[0].name
-        feeds[name] = data
+        _add(feeds, name, data, spec)
     return feeds
+
+
+def _add(feeds: dict[str, np.ndarray], name: str, value: np.ndarray, spec: str) -> None:
+    if name in feeds:
+        raise CollageError(f"--input {spec}: input {name!r} is given twice; give each input once")
+    feeds[name] = value
+
+
+def check_output_dir(path: str | Path) -> Path:
+    """``--output DIR``: a directory (made if missing) or refused with one clear line, before anything runs."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise CollageError(f"--output {out}: exists and is not a directory; give a directory for the outputs")
+    probe = out
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise CollageError(f"--output {out}: {probe} is a file, so no directory can be made under it")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise CollageError(f"--output {out}: {probe} is not writable")
+    return out
 
 
 def sanitize(name: str) -> str:
@@ -67,6 +95,7 @@ def sanitize(name: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    out_dir = check_output_dir(args.output) if args.output else None  # before any work
     art = load(args.artifact, check_versions=not args.ignore_version_mismatch)
     if args.random and args.input:
         raise CollageError("give either --input or --random, not both")
@@ -79,9 +108,11 @@ def run(args: argparse.Namespace) -> int:
                            + ", ".join(f"{s.name} ({s.describe()})" for s in art.inputs) + ", or --random")
     outputs = art.run(feeds)
     used: set[str] = set()
-    out_dir = Path(args.output) if args.output else None
     if out_dir:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CollageError(f"--output {out_dir}: cannot create it ({e.strerror or e})") from None
     for name, arr in outputs.items():
         line = f"{name}\tshape={tuple(arr.shape)}\tdtype={arr.dtype.name}"
         if out_dir:
@@ -91,7 +122,10 @@ def run(args: argparse.Namespace) -> int:
                 k += 1
                 fname = f"{base}_{k}"
             used.add(fname)
-            np.save(out_dir / f"{fname}.npy", arr)
+            try:
+                np.save(out_dir / f"{fname}.npy", arr)
+            except OSError as e:
+                raise CollageError(f"--output {out_dir}: cannot write {fname}.npy ({e.strerror or e})") from None
             line += f"\t-> {out_dir / (fname + '.npy')}"
         print(line)
     if args.repeat > 0:

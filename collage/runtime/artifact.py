@@ -26,6 +26,7 @@ import tarfile
 import tempfile
 import time
 import weakref
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -246,10 +247,14 @@ class Artifact:
 def _safe_extract(archive: Path, dest: Path) -> None:
     try:
         tar = tarfile.open(archive, "r:*")
-    except (tarfile.TarError, OSError) as e:
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
         raise ArtifactError(f"{archive}: not a readable .tar.gz artifact ({e})") from None
     with tar:
-        members = tar.getmembers()
+        try:
+            members = tar.getmembers()
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+            raise ArtifactError(f"{archive}: truncated or damaged archive ({type(e).__name__}: {e}); copy it "
+                                "again or re-export the artifact") from None
         for m in members:
             name = PurePosixPath(m.name)
             if m.name.startswith(("/", "\\")) or name.is_absolute() or (len(m.name) > 1 and m.name[1] == ":"):
@@ -272,7 +277,7 @@ def _safe_extract(archive: Path, dest: Path) -> None:
                 raise ArtifactError(f"{archive}: member {m.name!r} is not a regular file or directory; refused")
         try:
             tar.extractall(dest, filter="data")
-        except (tarfile.TarError, OSError) as e:
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
             raise ArtifactError(f"{archive}: cannot extract ({e}); refused") from None
 
 

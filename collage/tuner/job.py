@@ -122,12 +122,14 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
 
     t_start = time.monotonic()
     tolerance = dict(tolerance or DEFAULT_TOLERANCE)
-    out_dir = Path(out_dir)
+    from collage.tuner.export import check_output_location
+
+    out_dir = check_output_location(out_dir)  # before any work: not after an hour of measuring
     graph = load_model_graph(model, shapes)
-    _say(progress, "%s: %d nodes", graph.name, len(graph))
     bks = resolve_backends(list(backends), target)
     names = [b.name for b in bks]
     cost_db = get_db(db)
+    _say(progress, "%s: %d nodes", graph.name, len(graph))
     # --- precision (collage.tuner.precision.tuner): lower-precision variants only under an accuracy budget
     from collage.tuner.precision.tuner import PrecisionTuner
     prec = PrecisionTuner.setup(graph, bks, accuracy, calibration, seed=seed, db=cost_db, target=target,
