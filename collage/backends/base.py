@@ -190,7 +190,7 @@ class Backend(abc.ABC):
         if found is not None:
             node, reason = found
             raise UnsupportedError(
-                f"{self.name} cannot take op {_op_name(node)} (node {node.name or node.output[0]!r} of model "
+                f"{self.name} cannot take op {op_name(node)} (node {node.name or node.output[0]!r} of model "
                 f"{model.graph.name!r}): {one_line(reason)}") from error
         raise CompileError(f"{self.name} failed to {what} model {model.graph.name!r} "
                            f"({len(model.graph.node)} nodes): {type(error).__name__}: {message}") from error
@@ -238,5 +238,5 @@ def one_line(text: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _op_name(node: onnx.NodeProto) -> str:
+def op_name(node: onnx.NodeProto) -> str:
     return f"{node.domain}:{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
