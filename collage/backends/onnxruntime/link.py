@@ -207,6 +207,10 @@ def link(graphs: Sequence[onnx.ModelProto], plain: Collection[str] = ()) -> Link
 def compile_linked(backend: OnnxRuntimeBackend, models: Sequence[onnx.ModelProto],
                    plain: Collection[str] = ()) -> list[OrtCompiled]:
     """``Backend.compile_linked`` for ONNX Runtime CPU (module doc); unlinked partitions compile as alone."""
+    from collage.backends.onnxruntime.backend import check_known_wrong
+
+    for m in models:
+        check_known_wrong(backend.name, m)
     if backend.name != "onnxruntime" or backend.opt_level != "all" or len(models) < 2:
         # NCHWc is the CPU provider's layout at level all only: otherwise nothing to hand over
         return [backend.compile(m) for m in models]
