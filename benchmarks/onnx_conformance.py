@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
+import json
 import re
 import sys
 import time
@@ -87,7 +88,8 @@ def _versions() -> str:
 
 
 def render(results: list[dict], command: str) -> str:
-    lines = [f"`{command}`", "", f"# ONNX backend test suite through collage ({datetime.date.today()})", "",
+    commands = list(dict.fromkeys(r.get("command", command) for r in results))
+    lines = [*(f"`{c}`" for c in commands), "", f"# ONNX backend test suite through collage ({datetime.date.today()})", "",
              f"Versions: {_versions()}. Each case: the model exported as a collage artifact and run through "
              "`collage.load` (`collage.onnx_backend`); categories node, simple, pytorch-converted, pytorch-operator "
              "and the shipped light models, `_cpu` variants. **wrong** = outputs differ from ONNX's expected "
@@ -128,8 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pattern", default=None, help="regex on test names")
     p.add_argument("--tvm-every", type=int, default=4, help="TVM runs every Nth case (its compiles take seconds)")
     p.add_argument("--out", default=str(OUT))
+    p.add_argument("--fresh", action="store_true", help="forget the plans of earlier runs (the .json beside --out)")
     args = p.parse_args(argv)
     command = "python -m benchmarks.onnx_conformance " + " ".join(argv if argv is not None else sys.argv[1:])
+    # one entry per plan in a JSON file beside the table: a run of some plans replaces only theirs
+    store = Path(args.out).with_suffix(".json")
+    saved: dict[str, dict] = json.loads(store.read_text()) if store.is_file() and not args.fresh else {}
     results = []
     for plan in [x.strip() for x in args.plans.split(",") if x.strip()]:
         from collage.backends import unavailable_reason
@@ -139,8 +145,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"skipping plan {plan}: {missing} unavailable", file=sys.stderr)
             continue
         results.append(run_plan(plan, args.pattern, args.tvm_every if plan == "tvm" else 1))
+        results[-1]["command"] = command.strip()
+        saved[plan] = json.loads(json.dumps(results[-1]))  # Counters as dicts
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(render(results, command.strip()))  # after each plan: a long run keeps its part
+        store.write_text(json.dumps(saved, indent=1) + "\n")
+        order = [p for p in ("onnxruntime", "openvino", "tvm", "mixed") if p in saved] + \
+            [p for p in saved if p not in ("onnxruntime", "openvino", "tvm", "mixed")]
+        merged = [{**saved[p], "counts": collections.Counter(saved[p]["counts"]),
+                   "reasons": collections.Counter(saved[p]["reasons"])} for p in order]
+        Path(args.out).write_text(render(merged, command.strip()))  # after each plan: a long run keeps its part
         c = results[-1]["counts"]
         print(f"{plan}: {dict(c)} in {results[-1]['seconds']:.0f}s", file=sys.stderr, flush=True)
     return 1 if any(r["counts"]["wrong"] or r["counts"]["error"] for r in results) else 0
