@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -91,6 +92,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+_fork_hook = False
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so that the same cleanup runs (temp folders, claims, workers)."""
 
@@ -107,6 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
+        # a child forked without exec (multiprocessing "fork", a library's telemetry) must keep the default:
+        # a Python-level handler only runs between bytecodes, so a child stuck in C would ignore SIGTERM
+        global _fork_hook
+        if not _fork_hook:
+            os.register_at_fork(after_in_child=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+            _fork_hook = True
     # only the chosen subcommand's module is imported (keeps `collage run` light)
     chosen = next((a for a in argv if a in COMMANDS), None)
     try:

@@ -19,7 +19,9 @@ runs. Contract:
   NEXT call overwrites them: whoever keeps an output past the next call (the runtime, for graph
   outputs) must copy it.
   ``Compiled.save(directory) -> entry`` writes its files and returns a JSON-able dict (with
-  ``"files"``: the file names it wrote); ``Backend.load(directory, entry) -> Compiled`` reads them.
+  ``"files"``: the file names it wrote); ``Backend.load(directory, entry) -> Compiled`` reads them. At load,
+  ``entry["files"]`` is the manifest's one checked list (each file inside the artifact, its sha256 verified
+  before the backend is called): a backend opens those files and nothing else.
 * ``compile_linked(models, plain)``: partitions of this backend that run one after another in one
   process. A tensor one of them produces and a later one reads (and that is not in ``plain``) may be
   handed over in the runtime's own internal layout (a blocked or channels-last array) instead of the

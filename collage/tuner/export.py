@@ -25,8 +25,8 @@ manifest.json (``FORMAT_VERSION`` 1)::
         {"index": 0, "backend": "onnxruntime", "dir": "partitions/000-onnxruntime",
          "nodes": [0, 1, ...], "ops": ["Conv", "Relu", ...],     # op type of each node, same order
          "inputs": ["x"], "outputs": ["t7"],                       # tensor names at its boundary
-         "entry": {<what Compiled.save returned>},
-         "files": [{"name": "model.onnx", "sha256": ..., "bytes": 1234}],
+         "entry": {<what Compiled.save returned, less its "files">},
+         "files": [{"name": "model.onnx", "sha256": ..., "bytes": 1234}],   # THE list: all a loader may open
          "cost_ms": 0.61, "runner_up": ["openvino", 0.74], "fingerprint": ...}],
      "plan": "plan.json", "report": "report.json"}
 

@@ -202,10 +202,15 @@ CASES = [
 EDITS = {"checksum": _checksum, "outside_fifo": _outside_fifo, "dotdot": _dotdot, "symlink_out": _symlink_out}
 
 
+#: the collage under test (a worktree's, not whatever is installed) for the subprocesses too
+_ROOT = str(Path(__import__("collage").__file__).resolve().parents[1])
+
+
 def _cli(cwd: Path, argv: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    path = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH", "")) if p)
     try:
         return subprocess.run([sys.executable, "-m", "collage.cli", *argv], cwd=cwd, capture_output=True, text=True,
-                              timeout=TIMEOUT, env={**os.environ, **(env or {})})
+                              timeout=TIMEOUT, env={**os.environ, "PYTHONPATH": path, **(env or {})})
     except subprocess.TimeoutExpired:
         pytest.fail(f"collage {' '.join(argv)} did not finish in {TIMEOUT}s (did it open a FIFO outside the artifact?)")
 

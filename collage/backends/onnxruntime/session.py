@@ -180,7 +180,11 @@ class OrtCompiled(Compiled):
             if arr is not bound.get(name):
                 self._bind(name, dtype, shape, arr)
         if self._computes:  # ORT refuses a run with no bound output (a pure pass-through graph has none)
-            self._run(self._cbinding, None)
+            try:
+                self._run(self._cbinding, None)
+            except Exception as e:  # noqa: BLE001 - a runtime failure (bad values, shapes) as one clear error
+                what = self._model.graph.name if isinstance(self._model, onnx.ModelProto) else self._model.name
+                raise CollageError(f"onnxruntime failed running {what!r}: {' '.join(str(e).split())}") from e
         for name in self._passthrough:  # the bound input (converted if it had to be) is the output
             np.copyto(self._outputs[name], self._in_values[name][1])
         return dict(self._outputs)

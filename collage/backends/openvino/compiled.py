@@ -116,7 +116,11 @@ class OVCompiled(Compiled):
         for name in self._i64_inputs:  # the contents of a bound array can change between calls: every call
             check_int32_range(name, self._in_tensors[name][1])
         # share_outputs: results already sit in our pre-set buffers; do not copy them again
-        self._request.infer(share_outputs=True)
+        try:
+            self._request.infer(share_outputs=True)
+        except Exception as e:  # noqa: BLE001 - a runtime failure as one clear error
+            what = self._source.graph.name if isinstance(self._source, onnx.ModelProto) else self._source.name
+            raise CollageError(f"openvino failed running {what!r}: {' '.join(str(e).split())[:400]}") from e
         return dict(self._outputs)
 
     def _ir(self) -> tuple[Any, str]:

@@ -1,5 +1,5 @@
-"""Element types the OpenVINO CPU plugin computes inexactly: the nodes refused at support/compile time
-(:func:`inexact_node`, :func:`check_exact`) and the run-time range check of int64 inputs
+"""Element types and node forms the OpenVINO CPU plugin computes inexactly: the nodes refused at support/compile
+time (:func:`inexact_node`, :func:`check_exact`) and the run-time range check of int64 inputs
 (:func:`check_int32_range`). Shared by the backend, the compiled partition and the linker, which do not
 import each other for it.
 """
@@ -47,6 +47,47 @@ _INDEX_INPUTS: dict[str, frozenset[int]] = {
     "ReduceL2": frozenset({1}), "ReduceLogSum": frozenset({1}), "ReduceLogSumExp": frozenset({1}),
     "ReduceSumSquare": frozenset({1}), "TopK": frozenset({1}), "CumSum": frozenset({1}),
 }
+#: element types numpy (and so collage's hand-over between partitions) carries exactly
+_CARRIED = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.INT8, onnx.TensorProto.INT16,
+                      onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
+                      onnx.TensorProto.BOOL}) | frozenset(_INEXACT)
+
+
+def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
+    for a in node.attribute:
+        if a.name == name:
+            value = onnx.helper.get_attribute_value(a)
+            return value.decode() if isinstance(value, bytes) else value
+    return default
+
+
+def _wrong_form(node: onnx.NodeProto) -> str | None:
+    """Node forms the CPU plugin computes differently from ONNX's reference: found by ONNX's own backend tests
+    run through collage (results/onnx-conformance.md); the test that showed it is named."""
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    op = node.op_type
+    given = [bool(t) for t in node.input]
+    if op == "Attention":
+        if _attr(node, "left_window_size", -1) >= 0 or _attr(node, "right_window_size", -1) >= 0:
+            return "Attention with a local window: masks other positions than ONNX (test_attention_*local_window*)"
+        if _attr(node, "is_causal", 0) and len(given) > 4 and given[4]:
+            return "Attention with is_causal and a past key: wrong values (test_attention_4d_with_past_*_causal)"
+    if op == "BitShift":
+        return "BitShift: shifts by the width or more, and of negative values, differ (test_bitshift_*_int32_*)"
+    if op == "DynamicQuantizeLinear":
+        return "DynamicQuantizeLinear: rounds .5 cases differently (test_dynamicquantizelinear)"
+    if op in ("RNN", "GRU", "LSTM") and _attr(node, "layout", 0) == 1:
+        return f"{op} with layout=1 (batch first): wrong values (test_*_batchwise)"
+    if op == "MaxPool" and _attr(node, "ceil_mode", 0):
+        return "MaxPool with ceil_mode=1: another output size (test_maxpool_2d_ceil_output_size_reduce_by_one)"
+    if op == "RoiAlign" and _attr(node, "mode", "avg") == "max":
+        return "RoiAlign mode=max: wrong values (test_roialign_mode_max)"
+    if op == "DFT":
+        return "DFT: onesided / inverse forms give other output shapes (test_dft_rfft_opset19, test_dft_irfft_opset19)"
+    if op == "SpaceToDepth" and _attr(node, "mode", "DCR") == "CRD":
+        return "SpaceToDepth mode=CRD: computed as DCR (test_spacetodepth_crd_mode_example)"
+    return None
 
 
 def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
@@ -57,11 +98,19 @@ def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
 
 
 def _inexact_reason(node: onnx.NodeProto, types: dict[str, int], consts: Mapping[str, Any]) -> str | None:
-    """Why the CPU plugin would compute ``node`` inexactly (an element type it converts), or None."""
+    """Why the CPU plugin would compute ``node`` inexactly (an element type it converts, or a node form it
+    computes wrongly), or None."""
+    wrong = _wrong_form(node)
+    if wrong is not None:
+        return wrong + "; run this node on another backend"
     index_in = _INDEX_INPUTS.get(node.op_type, frozenset())
     for kind, names in (("input", node.input), ("output", node.output)):
         for pos, name in enumerate(names):
             t = types.get(name) if name else None
+            if t is not None and t not in _CARRIED:
+                tname = onnx.TensorProto.DataType.Name(t).lower()
+                return (f"element type {tname} of {kind} {name!r}: no exact numpy form for it (the CPU plugin hands "
+                        "it over as another type); run this node on another backend")
             if t in _INEXACT:
                 return (f"element type {_INEXACT[t]} of {kind} {name!r}: the CPU plugin does not compute it "
                         "exactly; run this node on another backend")
