@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
+import signal
 import sys
+import threading
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -89,11 +92,31 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+_fork_hook = False
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that the same cleanup runs (temp folders, claims, workers)."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:  # noqa: ARG001 - signal handler signature
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     from collage.errors import CollageError
     from collage.extras import MissingExtra, missing_extra
 
     argv = sys.argv[1:] if argv is None else argv
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        # a child forked without exec (multiprocessing "fork", a library's telemetry) must keep the default:
+        # a Python-level handler only runs between bytecodes, so a child stuck in C would ignore SIGTERM
+        global _fork_hook
+        if not _fork_hook:
+            os.register_at_fork(after_in_child=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+            _fork_hook = True
     # only the chosen subcommand's module is imported (keeps `collage run` light)
     chosen = next((a for a in argv if a in COMMANDS), None)
     try:
@@ -111,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     except CollageError as e:
         print(f"collage {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except Terminated:
+        print(f"collage {args.command}: terminated (SIGTERM); finished measurements are kept in the cost "
+              "database, temporary files removed", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print(f"collage {args.command}: interrupted", file=sys.stderr)
         return 130

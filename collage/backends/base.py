@@ -19,7 +19,9 @@ runs. Contract:
   NEXT call overwrites them: whoever keeps an output past the next call (the runtime, for graph
   outputs) must copy it.
   ``Compiled.save(directory) -> entry`` writes its files and returns a JSON-able dict (with
-  ``"files"``: the file names it wrote); ``Backend.load(directory, entry) -> Compiled`` reads them.
+  ``"files"``: the file names it wrote); ``Backend.load(directory, entry) -> Compiled`` reads them. At load,
+  ``entry["files"]`` is the manifest's one checked list (each file inside the artifact, its sha256 verified
+  before the backend is called): a backend opens those files and nothing else.
 * ``compile_linked(models, plain)``: partitions of this backend that run one after another in one
   process. A tensor one of them produces and a later one reads (and that is not in ``plain``) may be
   handed over in the runtime's own internal layout (a blocked or channels-last array) instead of the
@@ -190,7 +192,7 @@ class Backend(abc.ABC):
         if found is not None:
             node, reason = found
             raise UnsupportedError(
-                f"{self.name} cannot take op {_op_name(node)} (node {node.name or node.output[0]!r} of model "
+                f"{self.name} cannot take op {op_name(node)} (node {node.name or node.output[0]!r} of model "
                 f"{model.graph.name!r}): {one_line(reason)}") from error
         raise CompileError(f"{self.name} failed to {what} model {model.graph.name!r} "
                            f"({len(model.graph.node)} nodes): {type(error).__name__}: {message}") from error
@@ -238,5 +240,5 @@ def one_line(text: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _op_name(node: onnx.NodeProto) -> str:
+def op_name(node: onnx.NodeProto) -> str:
     return f"{node.domain}:{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 MAX_PROBES = 64
 
 
-def _value_types(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
+def value_types(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
     try:
         inferred = shape_inference.infer_shapes(model, strict_mode=False)
     except Exception as e:  # noqa: BLE001 - an unknown op can make inference itself fail
@@ -35,7 +35,7 @@ def _value_types(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
 
 def single_node_models(model: onnx.ModelProto) -> Iterator[tuple[onnx.NodeProto, onnx.ModelProto]]:
     """Yield ``(node, one-node model)`` for each node of ``model``, one per distinct signature."""
-    types = _value_types(model)
+    types = value_types(model)
     inits = {t.name: t for t in model.graph.initializer}
     seen: set[bytes] = set()
     for node in model.graph.node:

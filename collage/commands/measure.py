@@ -70,7 +70,6 @@ def _items(graph, names: list[str], what: str, max_nodes: int | None) -> list[tu
 
 
 def run(args: argparse.Namespace) -> int:
-    from collage import zoo
     from collage.cost_models.connect import get_db
     from collage.cost_models.measure import measure_candidates
     from collage.graph.ir import parse_shapes
@@ -78,7 +77,9 @@ def run(args: argparse.Namespace) -> int:
     names = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not names:
         raise CollageError("--backends names no backend")
-    graph = zoo.load_graph(args.model, parse_shapes(args.shape))
+    from collage.tuner.job import load_model_graph
+
+    graph = load_model_graph(args.model, parse_shapes(args.shape))  # the ONNX checker too, as `tune` does
     db = get_db(args.db)
     items = _items(graph, names, args.what, args.max_nodes)
     result = measure_candidates(graph, items, db=db, budget_s=args.budget,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -55,14 +56,20 @@ def read_feeds(art: Artifact, specs: list[str]) -> dict[str, np.ndarray]:
         data = _load_npy(file)
         if isinstance(data, np.lib.npyio.NpzFile):
             with data:
-                feeds.update({k: data[k] for k in data.files})
+                for k in data.files:
+                    try:
+                        value = data[k]
+                    except Exception as e:  # noqa: BLE001 - an object (pickled) member, a damaged member
+                        raise CollageError(f"{file}: member {k!r} cannot be read ({e}); inputs are plain numeric "
+                                           "arrays (pickled objects are refused)") from None
+                    _add(feeds, k, value, spec)
             continue
         if not name:
             if len(art.inputs) != 1:
                 raise CollageError(f"--input {spec}: the model has {len(art.inputs)} inputs "
                                    f"({', '.join(s.name for s in art.inputs)}); write NAME=FILE")
             name = art.inputs[0].name
-        feeds[name] = data
+        _add(feeds, name, data, spec)
     return feeds
 
 
@@ -74,12 +81,34 @@ def latency_stats(times_ms: list[float]) -> dict[str, float]:
             "max": float(t.max()), "throughput_per_s": 1000.0 / float(t.mean())}
 
 
+def _add(feeds: dict[str, np.ndarray], name: str, value: np.ndarray, spec: str) -> None:
+    if name in feeds:
+        raise CollageError(f"--input {spec}: input {name!r} is given twice; give each input once")
+    feeds[name] = value
+
+
+def check_output_dir(path: str | Path) -> Path:
+    """``--output DIR``: a directory (made if missing) or refused with one clear line, before anything runs."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise CollageError(f"--output {out}: exists and is not a directory; give a directory for the outputs")
+    probe = out
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise CollageError(f"--output {out}: {probe} is a file, so no directory can be made under it")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise CollageError(f"--output {out}: {probe} is not writable")
+    return out
+
+
 def sanitize(name: str) -> str:
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).lstrip(".")
     return safe or "output"
 
 
 def run(args: argparse.Namespace) -> int:
+    out_dir = check_output_dir(args.output) if args.output else None  # before any work
     art = load(args.artifact, check_versions=not args.ignore_version_mismatch)
     if args.random and args.input:
         raise CollageError("give either --input or --random, not both")
@@ -92,9 +121,11 @@ def run(args: argparse.Namespace) -> int:
                            + ", ".join(f"{s.name} ({s.describe()})" for s in art.inputs) + ", or --random")
     outputs = art.run(feeds)
     used: set[str] = set()
-    out_dir = Path(args.output) if args.output else None
     if out_dir:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CollageError(f"--output {out_dir}: cannot create it ({e.strerror or e})") from None
     result: dict[str, Any] = {"artifact": str(args.artifact), "outputs": {}}
     for name, arr in outputs.items():
         result["outputs"][name] = {"shape": list(arr.shape), "dtype": arr.dtype.name, "file": None}
@@ -106,7 +137,10 @@ def run(args: argparse.Namespace) -> int:
                 k += 1
                 fname = f"{base}_{k}"
             used.add(fname)
-            np.save(out_dir / f"{fname}.npy", arr)
+            try:
+                np.save(out_dir / f"{fname}.npy", arr)
+            except OSError as e:
+                raise CollageError(f"--output {out_dir}: cannot write {fname}.npy ({e.strerror or e})") from None
             line += f"\t-> {out_dir / (fname + '.npy')}"
             result["outputs"][name]["file"] = str(out_dir / (fname + ".npy"))
         if not args.json:

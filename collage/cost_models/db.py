@@ -287,7 +287,48 @@ class SQLiteCostDB(CostDB):
         except OSError as e:
             raise CollageError(f"cost database {self.path}: cannot create its directory ({e})") from e
         self._local = threading.local()
+        self._check_existing()
         self._init_schema()
+
+    def _check_existing(self) -> None:
+        """Before the first write: refuse a file that is not a collage DB, a damaged one (``PRAGMA quick_check``:
+        writing to a damaged file can lose what it still holds) and a read-only one, naming the file."""
+        path = self.path
+        if not path.exists() or (path.is_file() and path.stat().st_size == 0):
+            if path.exists() and not os.access(path, os.W_OK):
+                raise CollageError(f"cost database {path}: the file is read-only; make it writable (chmod u+w) or "
+                                   "pass --db with a writable path")
+            return
+        if not path.is_file():
+            raise CollageError(f"cost database {path}: not a file; pass --db with a file path")
+        with open(path, "rb") as f:
+            head = f.read(16)
+        if head != b"SQLite format 3\x00":
+            raise CollageError(f"cost database {path}: not an SQLite file (the file holds something else); "
+                               "pass --db with another path, or move the file away")
+        try:
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=self.busy_timeout_s)
+            try:
+                tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+                check = [r[0] for r in conn.execute("PRAGMA quick_check(5)")]
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError as e:
+            raise CollageError(f"cost database {path}: damaged or unreadable SQLite file ({e}); collage does not "
+                               "write to it. Move it away (collage starts a new one; its measurements are lost) or "
+                               f"try to save them with `sqlite3 {path} .recover`") from None
+        if check != ["ok"]:
+            raise CollageError(f"cost database {path}: damaged (PRAGMA quick_check: {'; '.join(check)[:200]}); "
+                               "collage does not write to a damaged DB. Move it away (collage starts a new one) or "
+                               f"try to save its measurements with `sqlite3 {path} .recover > dump.sql`")
+        if tables and "collage_meta" not in tables:
+            raise CollageError(f"cost database {path}: an SQLite database of something else (tables "
+                               f"{sorted(tables)[:5]}), not a collage cost DB; collage adds nothing to it: pass --db "
+                               "with another path")
+        if not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK):
+            where = path if not os.access(path, os.W_OK) else path.parent
+            raise CollageError(f"cost database {path}: {where} is read-only (SQLite needs to write the file and its "
+                               "-wal/-shm files beside it); make it writable or pass --db with a writable path")
 
     # connection per thread (and per process: a forked child opens its own)
     def _conn(self) -> sqlite3.Connection:
@@ -342,6 +383,9 @@ class SQLiteCostDB(CostDB):
                 conn.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
+            if "readonly" in str(e) or "read-only" in str(e):
+                raise CollageError(f"cost database {self.path}: read-only ({e}); make the file and its directory "
+                                   "writable or pass --db with a writable path") from e
             raise CollageError(f"cost database {self.path}: not a usable SQLite file ({e}); "
                                "move it away or pass another --db") from e
 
@@ -468,3 +512,24 @@ class SQLiteCostDB(CostDB):
 
     def __repr__(self) -> str:
         return f"SQLiteCostDB({str(self.path)!r})"
+
+
+def _clear_db_errors(method: Any) -> Any:
+    """A sqlite3.DatabaseError in the middle of a job (a page damaged after the open-time check) becomes a
+    CollageError naming the file and what to do."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self: SQLiteCostDB, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.DatabaseError as e:
+            raise CollageError(f"cost database {self.path}: {e} (the file may be damaged: check it with "
+                               f"`sqlite3 {self.path} 'PRAGMA quick_check'`; move it away to start a new one)") from e
+    return wrapper
+
+
+for _name in ("get", "get_many", "put", "all", "put_transition", "get_transition", "all_transitions", "claim",
+              "release", "claims", "get_error", "put_error", "error_count", "get_ranges", "put_ranges",
+              "schema_version"):
+    setattr(SQLiteCostDB, _name, _clear_db_errors(getattr(SQLiteCostDB, _name)))

@@ -76,6 +76,14 @@ def parse_shapes(specs: Iterable[str]) -> dict[str, tuple[int, ...]]:
             out[name] = tuple(int(d) for d in dims.split(",") if d.strip())
         except ValueError:
             raise ModelError(f"bad --shape {spec!r}: dimensions must be integers") from None
+        if not out[name]:
+            raise ModelError(f"bad --shape {spec!r}: no dimensions (expected NAME=D1,D2,...)")
+        bad = [d for d in out[name] if d < 0]
+        if bad:
+            raise ModelError(f"bad --shape {spec!r}: dimension {bad[0]} is negative; dimensions are sizes >= 1")
+        if 0 in out[name]:
+            raise ModelError(f"bad --shape {spec!r}: a dimension of size 0 makes an empty tensor, which collage "
+                             "cannot measure or run; give sizes >= 1 (for example a batch of 1)")
     return out
 
 

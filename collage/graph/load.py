@@ -96,6 +96,12 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
             tt.ClearField("shape")
             for d in dims:
                 tt.shape.dim.add().dim_value = int(d)
+        elif tt.HasField("shape") and any(d.HasField("dim_value") and d.dim_value == 0 for d in tt.shape.dim):
+            dims = ["?" if not d.HasField("dim_value") else str(d.dim_value) for d in tt.shape.dim]
+            raise ModelError(
+                f"{source}: input {inp.name!r} has a dimension of size 0 ([{','.join(dims)}]): an empty tensor, which "
+                f"collage cannot measure or run; give it a non-empty shape with --shape {inp.name}="
+                + ",".join("1" if x in ("?", "0") else x for x in dims))
         elif not tt.HasField("shape") or any(not d.HasField("dim_value") or d.dim_value <= 0 for d in tt.shape.dim):
             dims = ["?" if not d.HasField("dim_value") else str(d.dim_value) for d in tt.shape.dim]
             sym = [d.dim_param or "?" for d in tt.shape.dim if not d.HasField("dim_value")]
@@ -115,7 +121,55 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
     g.value_info.extend(inferred.graph.value_info)
     del g.output[:]
     g.output.extend(inferred.graph.output)
+    _check_channels(model, source)
     return model
+
+
+def _static_dims(types: Mapping[str, onnx.ValueInfoProto], inits: Mapping[str, onnx.TensorProto],
+                 name: str) -> list[int] | None:
+    if name in inits:
+        return list(inits[name].dims)
+    vi = types.get(name)
+    if vi is None or not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+        return None
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+    return None if None in dims else dims
+
+
+def _check_channels(model: onnx.ModelProto, source: str) -> None:
+    """Refuse input shapes that contradict the weights (ONNX shape inference does not check a Conv's
+    input channels against its kernel): a ModelError naming the node, not a runtime error later."""
+    g = model.graph
+    types = {vi.name: vi for vi in list(g.input) + list(g.value_info) + list(g.output)}
+    inits = {t.name: t for t in g.initializer}
+    for node in g.node:
+        if node.op_type not in ("Conv", "ConvTranspose", "MatMul", "Gemm") or node.domain not in ("", "ai.onnx"):
+            continue
+        if len(node.input) < 2:
+            continue
+        x, w = _static_dims(types, inits, node.input[0]), _static_dims(types, inits, node.input[1])
+        if not x or not w:
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        label = f"node {node.name or node.output[0]!r} ({node.op_type})"
+        if node.op_type == "Conv" and len(x) >= 2 and len(w) >= 2:
+            group = int(attrs.get("group", 1))
+            if x[1] != w[1] * group:
+                raise ModelError(f"{source}: {label} reads {node.input[0]!r} with {x[1]} channels (shape {x}), but its "
+                                 f"weights {node.input[1]!r} {w} (group {group}) take {w[1] * group}; fix the input "
+                                 "shape (--shape) to match the model")
+        elif node.op_type == "ConvTranspose" and len(x) >= 2 and w and x[1] != w[0]:
+            raise ModelError(f"{source}: {label} reads {node.input[0]!r} with {x[1]} channels (shape {x}), but its "
+                             f"weights {node.input[1]!r} {w} take {w[0]}; fix the input shape (--shape) to match the model")
+        elif node.op_type == "MatMul" and len(x) >= 1 and len(w) >= 2 and x[-1] != w[-2]:
+            raise ModelError(f"{source}: {label} multiplies {node.input[0]!r} {x} by {node.input[1]!r} {w}: inner "
+                             f"dimensions {x[-1]} and {w[-2]} differ; fix the input shape (--shape) to match the model")
+        elif node.op_type == "Gemm" and len(x) == 2 and len(w) == 2:
+            k_x = x[0] if attrs.get("transA", 0) else x[1]
+            k_w = w[1] if attrs.get("transB", 0) else w[0]
+            if k_x != k_w:
+                raise ModelError(f"{source}: {label} multiplies {node.input[0]!r} {x} by {node.input[1]!r} {w}: inner "
+                                 f"dimensions {k_x} and {k_w} differ; fix the input shape (--shape) to match the model")
 
 
 def copy_model(model: onnx.ModelProto) -> onnx.ModelProto:

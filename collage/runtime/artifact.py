@@ -27,6 +27,7 @@ import tarfile
 import tempfile
 import time
 import weakref
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -245,10 +246,14 @@ class Artifact:
 def _safe_extract(archive: Path, dest: Path) -> None:
     try:
         tar = tarfile.open(archive, "r:*")
-    except (tarfile.TarError, OSError) as e:
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
         raise ArtifactError(f"{archive}: not a readable .tar.gz artifact ({e})") from None
     with tar:
-        members = tar.getmembers()
+        try:
+            members = tar.getmembers()
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+            raise ArtifactError(f"{archive}: truncated or damaged archive ({type(e).__name__}: {e}); copy it "
+                                "again or re-export the artifact") from None
         for m in members:
             name = PurePosixPath(m.name)
             if m.name.startswith(("/", "\\")) or name.is_absolute() or (len(m.name) > 1 and m.name[1] == ":"):
@@ -271,7 +276,7 @@ def _safe_extract(archive: Path, dest: Path) -> None:
                 raise ArtifactError(f"{archive}: member {m.name!r} is not a regular file or directory; refused")
         try:
             tar.extractall(dest, filter="data")
-        except (tarfile.TarError, OSError) as e:
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
             raise ArtifactError(f"{archive}: cannot extract ({e}); refused") from None
 
 
@@ -308,18 +313,46 @@ def artifact_dir(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def verify_files(root: Path, manifest: dict) -> None:
-    """Check each partition file's sha256; ArtifactError naming the first file missing or changed."""
+    """Check each partition's listed files before anything opens them: inside the artifact (no absolute
+    path, no ``..``, no symbolic link leading out), regular files, and of the recorded sha256.
+    ArtifactError naming the first file that is missing, outside or changed."""
+    real_root = os.path.realpath(root)
     for part in manifest["partitions"]:
-        for f in part["files"]:
-            path = root / part["dir"] / f["name"]
-            if not path.is_file():
+        names = partition_files(root, manifest, part)
+        for name in names:
+            path = root / part["dir"] / name
+            real = os.path.realpath(path)
+            if os.path.commonpath([real_root, real]) != real_root or real == real_root:
+                raise ArtifactError(f"{path}: listed in {root / MANIFEST} for partition {part['index']} but leads "
+                                    f"outside the artifact (to {real}); refused: an artifact's files lie inside it")
+            if not os.path.isfile(real):
                 raise ArtifactError(f"{path}: missing (listed in {root / MANIFEST} for partition {part['index']}); "
                                     "the artifact is incomplete: copy it again or re-export it")
+        for f in part["files"]:
+            path = root / part["dir"] / f["name"]
             digest = sha256_file(path)
             if digest != f["sha256"]:
                 raise ArtifactError(f"{path}: checksum mismatch (sha256 {digest[:16]}..., manifest says "
                                     f"{str(f['sha256'])[:16]}...); the file was changed or corrupted: copy the "
                                     "artifact again or re-export it")
+
+
+def partition_files(root: Path, manifest: dict, part: Mapping[str, Any]) -> list[str]:
+    """The ONE list of a partition's files (``part["files"]``, each with its checksum): the only files its
+    backend may open. An ``entry["files"]`` (written by collage before this list was the only one) must name
+    exactly the same files; ArtifactError naming the first file listed in one and not the other."""
+    names = [str(f["name"]) for f in part["files"]]
+    if len(set(names)) != len(names):
+        raise ArtifactError(f"{root / MANIFEST}: partition {part['index']} lists a file twice; refused")
+    legacy = part["entry"].get("files") if isinstance(part.get("entry"), Mapping) else None
+    if legacy is not None:
+        if not isinstance(legacy, list) or [str(n) for n in legacy] != names:
+            odd = next((n for n in (legacy if isinstance(legacy, list) else [legacy]) if str(n) not in names), None)
+            odd = odd if odd is not None else next((n for n in names if n not in map(str, legacy or [])), legacy)
+            raise ArtifactError(f"{root / MANIFEST}: partition {part['index']}'s entry names file {str(odd)!r}, which "
+                                f"its checked file list {names} does not hold (or not in that order); refused: the "
+                                "manifest was edited or is corrupted: re-export the artifact")
+    return names
 
 
 def _make_backend(name: str, info: Mapping[str, Any], root: Path, overrides: Mapping[str, Any] | None = None) -> Any:
@@ -392,8 +425,10 @@ def load(path: str | os.PathLike, *, check_versions: bool = True,
         parts = []
         for part in manifest["partitions"]:
             pdir = root / part["dir"]
+            # the backend opens the checked list and nothing else (verify_files above checked every file)
+            entry = {**part["entry"], "files": partition_files(root, manifest, part)}
             try:
-                compiled = backends[part["backend"]].load(pdir, part["entry"])
+                compiled = backends[part["backend"]].load(pdir, entry)
             except CollageError:
                 raise
             except Exception as e:

@@ -25,8 +25,8 @@ manifest.json (``FORMAT_VERSION`` 1)::
         {"index": 0, "backend": "onnxruntime", "dir": "partitions/000-onnxruntime",
          "nodes": [0, 1, ...], "ops": ["Conv", "Relu", ...],     # op type of each node, same order
          "inputs": ["x"], "outputs": ["t7"],                       # tensor names at its boundary
-         "entry": {<what Compiled.save returned>},
-         "files": [{"name": "model.onnx", "sha256": ..., "bytes": 1234}],
+         "entry": {<what Compiled.save returned, less its "files">},
+         "files": [{"name": "model.onnx", "sha256": ..., "bytes": 1234}],   # THE list: all a loader may open
          "cost_ms": 0.61, "runner_up": ["openvino", 0.74], "fingerprint": ...}],
      "plan": "plan.json", "report": "report.json"}
 
@@ -137,12 +137,7 @@ def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike, *,
     from collage.backends import get_backend
     from collage.plan import Partition, Plan as _Plan
 
-    out = Path(out_dir).resolve()
-    if out.exists() and not out.is_dir():
-        raise ArtifactError(f"{out} exists and is not a directory; choose another output path")
-    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
-        raise ArtifactError(f"{out} exists, is not empty and is not a collage artifact (no {MANIFEST}); "
-                            "choose another output directory or remove it")
+    out = check_output_location(out_dir)
     compiled = dict(compiled or {})
     backend_options = {k: dict(v) for k, v in (backend_options or {}).items()}
     bounds = [graph.boundary(p.nodes) for p in plan.partitions]
@@ -156,8 +151,12 @@ def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike, *,
             raise BackendUnavailable(f"cannot export {graph.source}: backend {name!r} is not available here: {reason}")
         backends[name] = b
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    except OSError as e:
+        raise ArtifactError(f"{out}: cannot write the artifact there ({e.strerror or e}); choose another "
+                            "output path") from None
     try:
         compiled.update(_compile_linked(graph, plan, bounds, backends, compiled))
         parts_meta = []
@@ -182,7 +181,9 @@ def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike, *,
             parts_meta.append({
                 "index": k, "backend": p.backend, "dir": rel,
                 "nodes": [int(i) for i in p.nodes], "ops": [graph.op_type(i) for i in p.nodes],
-                "inputs": list(ins), "outputs": list(outs), "entry": entry, "files": files,
+                # one list of files (checked at load, the only files the backend is given): not also in the entry
+                "inputs": list(ins), "outputs": list(outs), "entry": {k: v for k, v in entry.items() if k != "files"},
+                "files": files,
                 "cost_ms": p.cost_ms, "runner_up": list(p.runner_up) if p.runner_up else None,
                 "fingerprint": p.fingerprint})
             tied.append(Partition(tuple(p.nodes), p.backend, p.cost_ms, p.runner_up, tuple(ins), tuple(outs),
@@ -217,6 +218,31 @@ def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike, *,
     if archive:
         write_archive(out)
     log.info("wrote artifact %s (%d partitions)", out, len(plan.partitions))
+    return out
+
+
+def check_output_location(out_dir: str | os.PathLike) -> Path:
+    """The resolved artifact path, or ArtifactError naming what is wrong with it: checked before any work
+    (``collage tune`` calls it before measuring). It must be a directory that is empty or a collage artifact
+    (which is replaced), or not exist yet with the nearest existing folder above it writable."""
+    out = Path(out_dir).expanduser().resolve()
+    recover_replaced(out)
+    if out.exists() and not out.is_dir():
+        raise ArtifactError(f"{out} exists and is not a directory; choose another output path")
+    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
+        raise ArtifactError(f"{out} exists, is not empty and is not a collage artifact (no {MANIFEST}); "
+                            "choose another output directory or remove it")
+    above = out.parent
+    while not above.exists():
+        above = above.parent
+    if not above.is_dir():
+        raise ArtifactError(f"{out}: {above} is a file, so no directory can be made under it; choose another "
+                            "output path")
+    try:  # really try: permissions, read-only mounts, quotas (os.access says yes to root on a read-only mount)
+        Path(tempfile.mkdtemp(prefix=f".{out.name}.probe-", dir=above)).rmdir()
+    except OSError as e:
+        raise ArtifactError(f"{out}: cannot write under {above} ({e.strerror or e}); choose a writable output "
+                            "path") from None
     return out
 
 
@@ -259,20 +285,69 @@ def _umask() -> int:
 
 
 def _replace_dir(tmp: Path, out: Path) -> None:
+    """Put the complete artifact ``tmp`` at ``out``, replacing what is there.
+
+    Replacing is two renames (``out`` -> ``.<name>.old-*``, then ``tmp`` -> ``out``). A crash between them
+    would leave ``out`` missing with both copies hidden beside it, so the old copy's name is first written
+    to ``.<name>.replacing`` (with the new one's): the next export or ``collage tune`` to ``out``
+    (``check_output_location``) calls :func:`recover_replaced`, which finishes the replacement (the new
+    copy is complete: it has its manifest) or restores the old copy.
+    """
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp made it 0700
     old = None
+    journal = _journal(out)
     if out.exists():
         old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
         os.rmdir(old)
+        journal.write_text(json.dumps({"old": old.name, "new": tmp.name}))
         os.rename(out, old)
     try:
         os.rename(tmp, out)
     except BaseException:
         if old is not None:
             os.rename(old, out)
+        journal.unlink(missing_ok=True)
         raise
+    journal.unlink(missing_ok=True)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _journal(out: Path) -> Path:
+    return out.parent / f".{out.name}.replacing"
+
+
+def recover_replaced(out: str | os.PathLike) -> str | None:
+    """Finish or undo a replacement of the artifact ``out`` that a crash interrupted (see ``_replace_dir``);
+    what was done (a sentence), or None when there was nothing to do."""
+    out = Path(out)
+    journal = _journal(out)
+    try:
+        state = json.loads(journal.read_text())
+        old, new = out.parent / str(state["old"]), out.parent / str(state["new"])
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, ValueError, KeyError, TypeError):
+        log.warning("%s: unreadable replacement journal; leaving it", journal)
+        return None
+    if Path(str(state["old"])).name != str(state["old"]) or Path(str(state["new"])).name != str(state["new"]):
+        return None  # names only, beside out: anything else is not ours
+    done = None
+    if not out.exists():
+        if (new / MANIFEST).is_file():
+            os.rename(new, out)
+            done = f"{out}: finished replacing the artifact (a previous export was interrupted)"
+        elif old.is_dir():
+            os.rename(old, out)
+            done = f"{out}: restored the previous artifact (a previous export was interrupted)"
+    if out.exists():
+        for leftover in (old, new):
+            if leftover.exists() and leftover.resolve() != out.resolve():
+                shutil.rmtree(leftover, ignore_errors=True)
+        journal.unlink(missing_ok=True)
+    if done:
+        log.warning("%s", done)
+    return done
 
 
 def write_archive(artifact_dir: str | os.PathLike) -> Path:
@@ -295,4 +370,4 @@ def write_archive(artifact_dir: str | os.PathLike) -> Path:
     return dest
 
 
-__all__ = ["export", "write_archive", "partition_dir_name"]
+__all__ = ["check_output_location", "export", "partition_dir_name", "recover_replaced", "write_archive"]

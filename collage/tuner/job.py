@@ -108,9 +108,14 @@ def tune(model: str | os.PathLike | onnx.ModelProto, out_dir: str | os.PathLike,
 
 def run_tune(model: str | os.PathLike | onnx.ModelProto, out_dir: str | os.PathLike,
              options: TuneOptions) -> TuneResult:
-    """``tune`` with its options already built."""
+    """``tune`` with its options already built. The output location is checked first (not after an hour of
+    measuring); an interrupted replacement of an artifact there is finished or undone
+    (:func:`collage.tuner.export.check_output_location`)."""
+    from collage.tuner.export import check_output_location
+
+    out = check_output_location(out_dir)  # before any work
     with tempfile.TemporaryDirectory(prefix="collage-tune-", ignore_cleanup_errors=True) as tmp:
-        return TuneJob(model, options, Path(tmp)).run(Path(out_dir))
+        return TuneJob(model, options, Path(tmp)).run(out)
 
 
 def load_model_graph(model: str | os.PathLike | Any, shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
@@ -196,13 +201,13 @@ class TuneJob:
         self.options, self.work = options, work
         self.t_start = time.monotonic()
         self.graph = load_model_graph(model, options.shapes)
-        self.say("%s: %d nodes", self.graph.name, len(self.graph))
         self.backends = resolve_backends(list(options.backends), options.target)
         self.names = [b.name for b in self.backends]
         from collage.cost_models.connect import get_db
         from collage.tuner.precision.strategy import precision_strategy
 
-        self.db = get_db(options.db)
+        self.db = get_db(options.db)  # a bad model, backend or cost DB is refused before any progress line
+        self.say("%s: %d nodes", self.graph.name, len(self.graph))
         self.precision = precision_strategy(self.graph, self.backends, options, self.db)
 
     def say(self, msg: str, *args: object) -> None:

@@ -144,11 +144,11 @@ def test_int8_candidate_over_budget_is_never_chosen(tmp_path):
 @needs_int8
 def test_second_tune_reuses_ranges_and_errors(tmp_path, monkeypatch):
     from collage.tuner.job import tune
-    from tests.helpers import chain_model as _chain
+    from tests.helpers import chain_model
 
     opts = dict(backends=["onnxruntime", "openvino-int8"], accuracy="cos=0.99,rel=0.05", limits=Limits(max_nodes=2),
                 db=tmp_path / "costs.sqlite", progress=False)
-    first = tune(_chain(4), tmp_path / "a", **opts)
+    first = tune(chain_model(4), tmp_path / "a", **opts)
     rep = json.loads((first.out_dir / "report.json").read_text())
     i8 = rep["precision"]["int8"]
     assert i8["calibration_runs"] == 1 and i8["tensors"] == 5  # x and the four MatMul outputs
@@ -163,7 +163,7 @@ def test_second_tune_reuses_ranges_and_errors(tmp_path, monkeypatch):
         raise AssertionError("calibrated again")
 
     monkeypatch.setattr(qdq, "calibrate", no_calibration)
-    second = tune(_chain(4), tmp_path / "b", **opts)
+    second = tune(chain_model(4), tmp_path / "b", **opts)
     rep2 = json.loads((second.out_dir / "report.json").read_text())
     assert rep2["precision"]["int8"]["calibration_runs"] == 0 and rep2["precision"]["int8"]["reused"] is True
     assert ErrorStore(get_db(tmp_path / "costs.sqlite")).count() == errors_before  # no error measured again

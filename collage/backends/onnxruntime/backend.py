@@ -40,6 +40,7 @@ from typing import Any
 import onnx
 
 from collage.backends.base import Backend
+from collage.backends.onnxruntime.known_wrong import check_known_wrong, known_wrong_node
 from collage.backends.onnxruntime.route import (
     drop_routes,
     residual_inputs,
@@ -128,6 +129,9 @@ class OnnxRuntimeBackend(Backend):
         return onnxruntime_module().InferenceSession(data, so, providers=["CPUExecutionProvider"])
 
     def _check_supported(self, model: onnx.ModelProto) -> str | None:
+        found = known_wrong_node(model)
+        if found is not None:
+            return found[1]
         try:
             self._session(model.SerializeToString(), opt_level="disable", quiet=True)
         except (MemoryError, OSError, TimeoutError):
@@ -137,6 +141,7 @@ class OnnxRuntimeBackend(Backend):
         return None
 
     def compile(self, model: onnx.ModelProto) -> OrtCompiled:
+        check_known_wrong(self.name, model)
         optimized = self._routed_form(model)
         if optimized is not None:
             try:

@@ -74,18 +74,26 @@ class OrtCudaCompiled(Compiled):
             self._in.append((i.name, dtype, shape, value))
         self._bound: dict[str, Any] = {}  # input name -> the torch tensor bound in place of our OrtValue
         self._out: dict[str, Any] = {}
+        # an output that is also an input (a pass-through) is never written by ORT into a pre-bound buffer
+        # (RUNTIME-FACTS.md): it is not bound; ``run`` copies the fed input into its buffer
+        self._passthrough = [o.name for o in session.get_outputs() if o.name in self.input_names]
         for o in session.get_outputs():
             if o.type not in TYPE_TO_NP:
                 raise CollageError(f"onnxruntime-cuda: output {o.name!r} has type {o.type}, which collage cannot bind")
             dtype, shape = np.dtype(TYPE_TO_NP[o.type]), static_shape(o.shape, o.name)
+            bind = o.name not in self._passthrough
             if self._torch is not None:
                 t = self._torch.empty(shape, dtype=_torch_dtype(self._torch, dtype), device=f"cuda:{self._dev}")
-                self._binding.bind_output(o.name, "cuda", self._dev, dtype.type, list(shape), t.data_ptr())
+                if bind:
+                    self._binding.bind_output(o.name, "cuda", self._dev, dtype.type, list(shape), t.data_ptr())
                 self._out[o.name] = t
             else:
                 value = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), dtype.type, backend.ort_device, self._dev)
-                self._binding.bind_ortvalue_output(o.name, value)
+                if bind:
+                    self._binding.bind_ortvalue_output(o.name, value)
                 self._out[o.name] = value
+        self._computes = len(self._passthrough) < len(self._out)
+        self._in_dtypes = {name: dtype for name, dtype, _, _ in self._in}
         self._run = session._sess.run_with_iobinding
         self._cbinding = self._binding._iobinding
 
@@ -117,12 +125,25 @@ class OrtCudaCompiled(Compiled):
             except KeyError:
                 raise CollageError(f"onnxruntime-cuda: missing input {name!r} (expected {self.input_names})") from None
             self._feed(name, dtype, shape, value, own)
-        self._run(self._cbinding, None)
+        if self._computes:  # ORT refuses a run with no bound output
+            self._run(self._cbinding, None)
+        for name in self._passthrough:
+            self._copy_through(name, feeds[name])
         if self.device_io:
             return dict(self._out)
         if self._torch is not None:
             return {n: t.cpu().numpy() for n, t in self._out.items()}
         return {n: np.array(v.numpy(), copy=True) for n, v in self._out.items()}  # never an alias of our buffer
+
+    def _copy_through(self, name: str, value: Any) -> None:
+        """Write the fed input ``value`` into the buffer of the pass-through output ``name``."""
+        torch, out = self._torch, self._out[name]
+        if torch is not None:
+            src = value if isinstance(value, torch.Tensor) else torch.from_numpy(
+                np.ascontiguousarray(value, dtype=self._in_dtypes[name]))
+            out.copy_(src.reshape(out.shape))
+        else:
+            out.update_inplace(np.ascontiguousarray(value, dtype=self._in_dtypes[name]))
 
     def save(self, directory: Path) -> dict[str, Any]:
         """Write the partition's ONNX model as given (ORT optimises it for the CUDA EP when loading)."""

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 from onnx import helper
 
+from collage.backends.onnxruntime.known_wrong import check_known_wrong
 from collage.backends.onnxruntime.session import OrtCompiled
 from collage.errors import CollageError
 
@@ -207,6 +208,8 @@ def link(graphs: Sequence[onnx.ModelProto], plain: Collection[str] = ()) -> Link
 def compile_linked(backend: OnnxRuntimeBackend, models: Sequence[onnx.ModelProto],
                    plain: Collection[str] = ()) -> list[OrtCompiled]:
     """``Backend.compile_linked`` for ONNX Runtime CPU (module doc); unlinked partitions compile as alone."""
+    for m in models:
+        check_known_wrong(backend.name, m)
     if backend.name != "onnxruntime" or backend.opt_level != "all" or len(models) < 2:
         # NCHWc is the CPU provider's layout at level all only: otherwise nothing to hand over
         return [backend.compile(m) for m in models]

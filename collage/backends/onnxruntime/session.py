@@ -140,14 +140,20 @@ class OrtCompiled(Compiled):
         self._bound: dict[str, np.ndarray] = {}
         self._outputs: dict[str, np.ndarray] = {}
         self._keep: list[Any] = []
+        #: outputs that are also inputs (a pass-through): ORT never writes a pre-bound buffer for them
+        #: (RUNTIME-FACTS.md), so they are not bound and ``run`` copies the fed input into their buffer
+        self._passthrough = [o.name for o in session.get_outputs() if o.name in self.input_names]
         for o in session.get_outputs():
             if o.type not in TYPE_TO_NP:
                 raise CollageError(f"onnxruntime: output {o.name!r} has type {o.type}, which collage cannot bind")
             arr = np.empty(static_shape(o.shape, o.name), dtype=TYPE_TO_NP[o.type])
+            self._outputs[o.name] = arr
+            if o.name in self._passthrough:
+                continue
             value = ort.OrtValue.ortvalue_from_numpy(arr)
             self._binding.bind_ortvalue_output(o.name, value)
-            self._outputs[o.name] = arr
             self._keep.append(value)
+        self._computes = len(self._passthrough) < len(self._outputs)
         self._ortvalue_from_numpy = ort.OrtValue.ortvalue_from_numpy
         self._run = session._sess.run_with_iobinding
         self._cbinding = self._binding._iobinding
@@ -173,7 +179,14 @@ class OrtCompiled(Compiled):
                 raise CollageError(f"onnxruntime: missing input {name!r} (expected {self.input_names})") from None
             if arr is not bound.get(name):
                 self._bind(name, dtype, shape, arr)
-        self._run(self._cbinding, None)
+        if self._computes:  # ORT refuses a run with no bound output (a pure pass-through graph has none)
+            try:
+                self._run(self._cbinding, None)
+            except Exception as e:  # noqa: BLE001 - a runtime failure (bad values, shapes) as one clear error
+                what = self._model.graph.name if isinstance(self._model, onnx.ModelProto) else self._model.name
+                raise CollageError(f"onnxruntime failed running {what!r}: {' '.join(str(e).split())}") from e
+        for name in self._passthrough:  # the bound input (converted if it had to be) is the output
+            np.copyto(self._outputs[name], self._in_values[name][1])
         return dict(self._outputs)
 
     def save(self, directory: Path) -> dict[str, Any]:

@@ -32,6 +32,7 @@ import onnx
 
 from collage.backends.base import Backend, Compiled
 from collage.backends.openvino.compiled import OVCompiled, core, openvino_module
+from collage.backends.openvino.exact import check_exact, inexact_node
 from collage.errors import ArtifactError, BackendUnavailable, CollageError
 from collage.util import physical_cores
 
@@ -90,6 +91,9 @@ class OpenVINOBackend(Backend):
         return core().compile_model(model, "CPU", self.config())
 
     def _check_supported(self, model: onnx.ModelProto) -> str | None:
+        found = inexact_node(model)
+        if found is not None:
+            return found[1]
         try:
             self._compile(self._read(model.SerializeToString()))
         except (MemoryError, OSError, TimeoutError):
@@ -99,6 +103,7 @@ class OpenVINOBackend(Backend):
         return None
 
     def compile(self, model: onnx.ModelProto) -> OVCompiled:
+        check_exact(self.name, model)
         try:
             compiled = self._compile(self._read(model.SerializeToString()))
         except Exception as e:  # noqa: BLE001 - classified below
@@ -117,6 +122,10 @@ class OpenVINOBackend(Backend):
     def load(self, directory: Path, entry: Mapping[str, Any]) -> OVCompiled:
         """Read the IR and compile it with this backend's settings."""
         xml = Path(directory) / entry["files"][0]
+        weights = xml.with_suffix(".bin").name  # read_model opens it beside the .xml: it must be a listed file
+        if xml.suffix != ".xml" or weights not in entry["files"]:
+            raise ArtifactError(f"{xml}: an openvino partition lists its IR as .xml then its weights {weights!r}; "
+                                f"the list is {list(entry['files'])}: re-export the artifact")
         for name in entry["files"]:
             if not (Path(directory) / name).is_file():
                 raise ArtifactError(f"{Path(directory) / name}: openvino partition file is missing")

@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 
 from collage.backends.base import Compiled
+from collage.backends.openvino.exact import check_int32_range
 from collage.errors import ArtifactError, BackendUnavailable, CollageError
 from collage.util import sha256_bytes
 
@@ -85,6 +86,8 @@ class OVCompiled(Compiled):
             self._keep.append(tensor)
         self._bound: dict[str, Any] = {}
         self._in_tensors: dict[str, Any] = {}
+        #: int64 inputs: the plugin carries them as int32, so ``run`` refuses a value past +-2**31
+        self._i64_inputs = [name for _, name, dtype, _ in self._in_specs if dtype == np.int64]
 
     def _bind(self, k: int, name: str, dtype: np.dtype, shape: tuple[int, ...], arr: Any) -> None:
         original = arr
@@ -110,8 +113,14 @@ class OVCompiled(Compiled):
                 raise CollageError(f"openvino: missing input {name!r} (expected {self.input_names})") from None
             if arr is not bound.get(name):
                 self._bind(k, name, dtype, shape, arr)
+        for name in self._i64_inputs:  # the contents of a bound array can change between calls: every call
+            check_int32_range(name, self._in_tensors[name][1])
         # share_outputs: results already sit in our pre-set buffers; do not copy them again
-        self._request.infer(share_outputs=True)
+        try:
+            self._request.infer(share_outputs=True)
+        except Exception as e:  # noqa: BLE001 - a runtime failure as one clear error
+            what = self._source.graph.name if isinstance(self._source, onnx.ModelProto) else self._source.name
+            raise CollageError(f"openvino failed running {what!r}: {' '.join(str(e).split())[:400]}") from e
         return dict(self._outputs)
 
     def _ir(self) -> tuple[Any, str]:

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from collage.backends.openvino.compiled import OVCompiled, openvino_module, port_indices
+from collage.backends.openvino.exact import check_exact
 from collage.util import sha256_bytes
 
 if TYPE_CHECKING:
@@ -114,6 +115,8 @@ class LinkedOVCompiled(OVCompiled):
 def compile_linked(backend: OpenVINOBackend, models: Sequence[onnx.ModelProto],
                    plain: Collection[str] = ()) -> list[OVCompiled]:
     """``Backend.compile_linked`` for OpenVINO (see the module docstring)."""
+    for m in models:  # element types the plugin computes inexactly are refused before anything compiles
+        check_exact(backend.name, m)
     element = HANDOVER_TYPES.get(backend.precision)
     if element is None:
         return [backend.compile(m) for m in models]

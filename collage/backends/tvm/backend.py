@@ -269,6 +269,12 @@ class TVMBackend(Backend):
 
     def load(self, directory: Path, entry: Mapping[str, Any]) -> TVMCompiled:
         directory = Path(directory)
+        listed = [str(f) for f in entry.get("files") or []]
+        for name in (META_FILE, LIB_FILE):  # never read, let alone dlopen, a file the manifest does not list
+            if name not in listed:
+                raise ArtifactError(f"{directory / name}: not in the partition's checked file list {listed}; refused "
+                                    "(a TVM partition's library is native code: it is loaded only when listed and "
+                                    "its checksum matches): re-export the artifact")
         meta_path = directory / META_FILE
         try:
             meta = json.loads(meta_path.read_text())

@@ -1,0 +1,85 @@
+"""ONNX's own backend test suite (``onnx.backend.test.BackendTest``) through ``collage.onnx_backend``: each
+model exported as an artifact and run with ``collage.load`` (the deploy path), for the plans onnxruntime,
+openvino and mixed (node ranges alternating onnxruntime / openvino).
+
+Every case must end as a pass or a clean refusal (a CollageError, counted as skipped): a wrong result
+("wrong") or an exception that is not a CollageError ("error") fails the test. Exclusions (random ops,
+tolerance artefacts of the tests themselves) are data with a reason: collage/onnx_conformance_exclusions.py.
+
+Fast tier: ONNX's simple and pytorch-operator models plus every 8th node case (about 320 cases per plan).
+The full suite (about 2,000 cases per plan; 1.5 min for onnxruntime, 8 for openvino, 10 for mixed on 2 cores)
+is marked slow; benchmarks/onnx_conformance.py runs it and writes results/onnx-conformance.md.
+"""
+from __future__ import annotations
+
+import pytest
+
+from collage.backends import unavailable_reason
+from collage.onnx_backend import conformance_cases, parse_plan, run_case
+
+PLANS = ["onnxruntime", "openvino", "mixed"]
+FAST_CATEGORIES = ("SimpleModel", "PyTorchOperatorModel")
+
+
+def _need(plan: str) -> None:
+    for name in parse_plan(plan)[1]:
+        reason = unavailable_reason(name)
+        if reason is not None:
+            pytest.skip(f"{name}: {reason}")
+
+
+def _run(plan: str, cases) -> dict[str, list[str]]:
+    bad: dict[str, list[str]] = {"wrong": [], "error": []}
+    passed = 0
+    for _, name, test in cases:
+        outcome, detail = run_case(test)
+        if outcome in bad:
+            bad[outcome].append(f"{name}: {detail}")
+        passed += outcome == "pass"
+    assert passed > 0, f"{plan}: no case passed at all"
+    return bad
+
+
+def _assert_clean(plan: str, bad: dict[str, list[str]]) -> None:
+    lines = [f"{kind} {line}" for kind, items in bad.items() for line in items]
+    assert not lines, f"{plan}: {len(lines)} case(s) neither passed nor were refused cleanly:\n" + "\n".join(lines)
+
+
+@pytest.mark.parametrize("plan", PLANS)
+def test_onnx_suite_fast_subset(plan):
+    _need(plan)
+    models, _ = conformance_cases(plan, categories=FAST_CATEGORIES)
+    nodes, _ = conformance_cases(plan, categories=("NodeModel",))
+    cases = models + nodes[::8]
+    _assert_clean(plan, _run(plan, cases))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("plan", PLANS)
+def test_onnx_suite_full(plan):
+    _need(plan)
+    cases, _ = conformance_cases(plan)
+    _assert_clean(plan, _run(plan, cases))
+
+
+def test_mixed_plan_alternates_and_crosses_every_boundary_kind():
+    """The mixed plan of a 4-node chain puts consecutive nodes on alternating backends."""
+    _need("mixed")
+    import numpy as np
+    from onnx import TensorProto as T
+    from onnx import helper
+
+    from collage.onnx_backend import CollageBackend
+
+    nodes = [helper.make_node(op, [src], [dst], name=dst) for op, src, dst in
+             [("Relu", "x", "a"), ("Neg", "a", "b"), ("Abs", "b", "c"), ("Sigmoid", "c", "y")]]
+    model = helper.make_model(helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("x", T.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [2, 3]), helper.make_tensor_value_info("b", T.FLOAT, [2, 3])]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    rep = CollageBackend.prepare(model, "CPU", plan="mixed")
+    assert [p.backend for p in rep.artifact.partitions] == ["onnxruntime", "openvino", "onnxruntime", "openvino"]
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    y, b = rep.run([x])
+    np.testing.assert_allclose(y, 1 / (1 + np.exp(-np.abs(-np.maximum(x, 0)))), rtol=1e-6)
+    np.testing.assert_array_equal(b, -np.maximum(x, 0))

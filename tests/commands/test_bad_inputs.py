@@ -1,0 +1,293 @@
+"""Bad inputs given to the real ``collage`` command (a subprocess each): every case ends with exit code 2,
+exactly one non-empty line on stderr naming the problem, and no traceback (issue 15's corpus).
+
+Covers what used to end in a traceback (negative / contradictory / empty ``--shape``, a damaged cost DB,
+a truncated .tar.gz, an .npz with an object member, ``run --output FILE``, ``-o`` read-only or under a
+file) and what already worked (malformed, truncated, unknown op, symbolic dims, bad inputs, tampered
+artifacts, unsafe archives). For the tamper cases the test also checks that nothing outside the artifact
+was opened (the outside file is a FIFO: opening it would block the loader, and the case would time out)
+and that no code ran (an unlisted TVM library whose constructor would write a sentinel file).
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+from collage.graph.ir import Graph
+from collage.plan import Partition, Plan
+from collage.runtime.manifest import MANIFEST
+from collage.tuner.export import export, write_archive
+from collage.util import sha256_file
+
+TIMEOUT = 120
+
+
+def _conv_model(batch: int | str = "n") -> onnx.ModelProto:
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+                           helper.make_node("Relu", ["c"], ["y"], name="relu")], "small",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [batch, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [batch, 4, 8, 8])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory) -> Path:
+    """Files the cases point at: models, an artifact and its archive, cost DBs, inputs."""
+    d = tmp_path_factory.mktemp("bad")
+    onnx.save(_conv_model(), str(d / "sym.onnx"))
+    onnx.save(_conv_model(1), str(d / "static.onnx"))
+    onnx.save(_conv_model(0), str(d / "dim0.onnx"))
+    (d / "notes.onnx").write_text("this is a text file, not a model\n")
+    data = (d / "static.onnx").read_bytes()
+    (d / "cut.onnx").write_bytes(data[: len(data) // 2])
+    custom = helper.make_model(helper.make_graph(
+        [helper.make_node("FancyOp", ["x"], ["y"], domain="com.example", name="fancy")], "g",
+        [helper.make_tensor_value_info("x", T.FLOAT, [2])], [helper.make_tensor_value_info("y", T.FLOAT, [2])]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    onnx.save(custom, str(d / "custom.onnx"))
+    unknown = helper.make_model(helper.make_graph(
+        [helper.make_node("NoSuchOp", ["x"], ["y"], name="nosuch")], "g",
+        [helper.make_tensor_value_info("x", T.FLOAT, [2])], [helper.make_tensor_value_info("y", T.FLOAT, [2])]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(unknown, str(d / "unknown.onnx"))
+    bad_attr = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="r", foo=1)], "bad",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1, 4])], [helper.make_tensor_value_info("y", T.FLOAT, [1, 4])]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    bad_attr.ir_version = 8
+    onnx.save(bad_attr, str(d / "badattr.onnx"))
+
+    graph = Graph.load(d / "static.onnx")
+    export(graph, Plan([Partition(tuple(range(len(graph))), "onnxruntime")]), d / "art")
+    write_archive(d / "art")
+    archive = (d / "art.tar.gz").read_bytes()
+    (d / "trunc.tar.gz").write_bytes(archive[: len(archive) // 2])
+    with tarfile.open(d / "evil.tar.gz", "w:gz") as tar:
+        info = tarfile.TarInfo("../evil.txt")
+        info.size = 4
+        tar.addfile(info, io.BytesIO(b"evil"))
+
+    np.save(d / "x.npy", np.zeros((1, 3, 8, 8), np.float32))
+    np.save(d / "x_wrong.npy", np.zeros((1, 3, 9, 9), np.float32))
+    np.savez(d / "obj.npz", x=np.array([{"a": 1}], dtype=object))
+    (d / "afile").write_text("a file, not a directory\n")
+
+    # a cost DB with a damaged page (the costs table's root page), one of another program
+    db = d / "costs.sqlite"
+    c = sqlite3.connect(db)
+    c.execute("CREATE TABLE costs_v1 (fingerprint TEXT, x REAL)")
+    c.executemany("INSERT INTO costs_v1 VALUES (?, ?)", [(f"fp{i}", i) for i in range(200)])
+    c.execute("CREATE TABLE collage_meta (name TEXT PRIMARY KEY, value TEXT)")
+    c.commit()
+    root = c.execute("SELECT rootpage FROM sqlite_master WHERE name='costs_v1'").fetchone()[0]
+    page = c.execute("PRAGMA page_size").fetchone()[0]
+    c.close()
+    with open(db, "r+b") as f:
+        f.seek(page * (root - 1))
+        f.write(b"\x07" + b"\xff" * 64)
+    other = sqlite3.connect(d / "other.sqlite")
+    other.execute("CREATE TABLE t (a)")
+    other.commit()
+    other.close()
+    return d
+
+
+def _tampered(scene: Path, name: str, edit) -> Path:
+    d = scene / name
+    if not d.exists():
+        shutil.copytree(scene / "art", d)
+        m = json.loads((d / MANIFEST).read_text())
+        edit(d, m)
+        (d / MANIFEST).write_text(json.dumps(m))
+    return d
+
+
+def _checksum(d: Path, m: dict) -> None:
+    part = m["partitions"][0]
+    f = d / part["dir"] / part["files"][0]["name"]
+    f.write_bytes(f.read_bytes() + b"\0")
+
+
+def _outside_fifo(d: Path, m: dict) -> None:
+    fifo = d.parent / f"{d.name}-outside.onnx"
+    if not fifo.exists():
+        os.mkfifo(fifo)
+    m["partitions"][0]["entry"]["files"] = [str(fifo)]
+
+
+def _dotdot(d: Path, m: dict) -> None:
+    fifo = d.parent / f"{d.name}-outside.onnx"
+    if not fifo.exists():
+        os.mkfifo(fifo)
+    m["partitions"][0]["files"][0]["name"] = f"../../../{fifo.name}"
+
+
+def _symlink_out(d: Path, m: dict) -> None:
+    part = m["partitions"][0]
+    inside = d / part["dir"] / part["files"][0]["name"]
+    outside = d.parent / f"{d.name}-outside.onnx"
+    shutil.move(inside, outside)
+    inside.symlink_to(outside)
+
+
+#: (id, argv, needles in the error line). Paths are relative to the scene folder (the cwd of the command).
+CASES = [
+    # --shape
+    ("shape-negative", ["tune", "sym.onnx", "--shape", "x=1,-3,8,8", "-o", "o1"], ["x=1,-3,8,8", "negative"]),
+    ("shape-zero", ["tune", "sym.onnx", "--shape", "x=0,3,8,8", "-o", "o1"], ["x=0,3,8,8", "size 0"]),
+    ("shape-channels", ["tune", "sym.onnx", "--shape", "x=1,5,8,8", "-o", "o1"], ["'conv'", "5 channels", "take 3"]),
+    ("shape-not-integers", ["tune", "sym.onnx", "--shape", "x=a,b", "-o", "o1"], ["x=a,b", "integers"]),
+    ("shape-unknown-input", ["tune", "sym.onnx", "--shape", "nope=1,3,8,8", "-o", "o1"], ["nope"]),
+    ("symbolic-dims", ["tune", "sym.onnx", "-o", "o1"], ["'x'", "--shape x=1,3,8,8"]),
+    ("model-dim0", ["inspect", "dim0.onnx"], ["'x'", "size 0", "--shape x=1,3,8,8"]),
+    # models
+    ("not-onnx", ["inspect", "notes.onnx"], ["notes.onnx", "not a readable ONNX model"]),
+    ("truncated-onnx", ["inspect", "cut.onnx"], ["cut.onnx"]),
+    ("missing-model", ["tune", "nothere.onnx", "-o", "o1"], ["nothere.onnx", "no such file"]),
+    ("unknown-domain", ["inspect", "custom.onnx"], ["FancyOp", "com.example"]),
+    ("unknown-op", ["tune", "unknown.onnx", "-o", "o1", "--backends", "onnxruntime"], ["NoSuchOp"]),
+    ("measure-runs-checker", ["measure", "badattr.onnx", "--backends", "onnxruntime", "--db", "m.sqlite"],
+     ["badattr.onnx", "ONNX checker", "foo"]),
+    # cost DB
+    ("db-damaged-page", ["tune", "static.onnx", "-o", "o1", "--backends", "onnxruntime", "--db", "costs.sqlite"],
+     ["costs.sqlite", "damaged", "Move it away"]),
+    ("db-damaged-measure", ["measure", "static.onnx", "--backends", "onnxruntime", "--db", "costs.sqlite"],
+     ["costs.sqlite", "damaged"]),
+    ("db-not-collage", ["tune", "static.onnx", "-o", "o1", "--backends", "onnxruntime", "--db", "other.sqlite"],
+     ["other.sqlite", "not a collage cost DB"]),
+    ("db-not-sqlite", ["tune", "static.onnx", "-o", "o1", "--backends", "onnxruntime", "--db", "afile"],
+     ["afile", "not an SQLite file"]),
+    # output locations (checked before any measuring)
+    ("tune-o-under-file", ["tune", "static.onnx", "-o", "afile/out", "--backends", "onnxruntime"],
+     ["afile", "is a file"]),
+    ("tune-o-is-file", ["tune", "static.onnx", "-o", "afile", "--backends", "onnxruntime"],
+     ["afile", "not a directory"]),
+    ("tune-o-read-only", ["tune", "static.onnx", "-o", "/proc/collage-h15/out", "--backends", "onnxruntime"],
+     ["/proc", "cannot write"]),
+    ("run-output-existing-file", ["run", "art", "--random", "--output", "afile"], ["afile", "not a directory"]),
+    ("run-output-under-file", ["run", "art", "--random", "--output", "afile/outs"], ["afile", "is a file"]),
+    # inputs
+    ("npz-object-member", ["run", "art", "--input", "obj.npz"], ["obj.npz", "'x'", "pickled"]),
+    ("input-wrong-shape", ["run", "art", "--input", "x=x_wrong.npy"], ["'x'", "(1, 3, 9, 9)"]),
+    ("input-missing-file", ["run", "art", "--input", "x=nope.npy"], ["nope.npy", "no such input file"]),
+    ("input-repeated", ["run", "art", "--input", "x=x.npy", "--input", "x=x.npy"], ["'x'", "twice"]),
+    ("input-unknown-name", ["run", "art", "--input", "y=x.npy"], ["'y'"]),
+    ("no-inputs", ["run", "art"], ["no inputs"]),
+    # artifacts
+    ("artifact-missing", ["run", "nothere", "--random"], ["nothere", "no such artifact"]),
+    ("archive-truncated", ["run", "trunc.tar.gz", "--random"], ["trunc.tar.gz", "truncated"]),
+    ("archive-unsafe", ["run", "evil.tar.gz", "--random"], ["evil.tar.gz", "unsafe archive"]),
+    ("tamper-checksum", ["run", "@checksum", "--random"], ["checksum mismatch"]),
+    ("tamper-entry-outside", ["run", "@outside_fifo", "--random"], ["outside.onnx", "refused"]),
+    ("tamper-dotdot", ["run", "@dotdot", "--random"], ["bad file entry", "refused"]),
+    ("tamper-symlink-out", ["run", "@symlink_out", "--random"], ["leads outside the artifact"]),
+]
+EDITS = {"checksum": _checksum, "outside_fifo": _outside_fifo, "dotdot": _dotdot, "symlink_out": _symlink_out}
+
+
+#: the collage under test (a worktree's, not whatever is installed) for the subprocesses too
+_ROOT = str(Path(__import__("collage").__file__).resolve().parents[1])
+
+
+def _cli(cwd: Path, argv: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    path = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    try:
+        return subprocess.run([sys.executable, "-m", "collage.cli", *argv], cwd=cwd, capture_output=True, text=True,
+                              timeout=TIMEOUT, env={**os.environ, "PYTHONPATH": path, **(env or {})})
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"collage {' '.join(argv)} did not finish in {TIMEOUT}s (did it open a FIFO outside the artifact?)")
+
+
+def _assert_one_line(proc: subprocess.CompletedProcess, command: str, needles: list[str]) -> str:
+    err = proc.stderr
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert proc.returncode == 2, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{err}"
+    assert "Traceback" not in err, err
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{err}"
+    assert lines[0].startswith(f"collage {command}: error: "), lines[0]
+    for needle in needles:
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_one_line_exit_2(scene, case):
+    _, argv, needles = case
+    argv = list(argv)
+    if argv[1].startswith("@"):
+        name = argv[1][1:]
+        argv[1] = str(_tampered(scene, f"art-{name}", EDITS[name]))
+    before = {p: p.read_bytes() for p in (scene / "costs.sqlite", scene / "other.sqlite")}
+    proc = _cli(scene, argv)
+    _assert_one_line(proc, argv[0], needles)
+    for p, data in before.items():  # a DB collage refuses is left exactly as it was
+        assert p.read_bytes() == data, f"{p.name} was written to"
+    assert not (scene / "o1").exists()
+
+
+def test_tamper_unlisted_tvm_library_runs_no_code(scene, tmp_path):
+    """A tvm partition whose manifest does not list tvm_lib.so: exit 2, one line, and the library's constructor
+    (which writes a sentinel file when the library is dlopened) never ran."""
+    from collage.backends.tvm.backend import LIB_FILE, META_FILE, TVMBackend
+
+    reason = TVMBackend().available()
+    if reason:
+        pytest.skip(f"tvm: {reason}")
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler for the sentinel library")
+    d = tmp_path / "art-tvm"
+    shutil.copytree(scene / "art", d)
+    m = json.loads((d / MANIFEST).read_text())
+    pdir = d / "partitions" / "000-tvm"
+    pdir.mkdir()
+    src = tmp_path / "s.c"
+    src.write_text(textwrap.dedent("""
+        #include <stdio.h>
+        #include <stdlib.h>
+        __attribute__((constructor)) static void sentinel(void) {
+            const char *p = getenv("COLLAGE_SENTINEL");
+            if (p) { FILE *f = fopen(p, "w"); if (f) { fputs("ran", f); fclose(f); } }
+        }
+    """))
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(pdir / LIB_FILE), str(src)], check=True)
+    (pdir / META_FILE).write_text(json.dumps({"inputs": [], "outputs": []}))
+    tvm = TVMBackend()
+    m["backends"] = {"tvm": {"version": tvm.version(), "device": "cpu", "options": {}, "settings": tvm.options}}
+    m["partitions"][0].update(backend="tvm", dir="partitions/000-tvm", entry={"inputs": ["x"], "outputs": ["y"]},
+                              files=[{"name": META_FILE, "sha256": sha256_file(pdir / META_FILE), "bytes": 1}])
+    (d / MANIFEST).write_text(json.dumps(m))
+    sentinel = tmp_path / "ran.txt"
+    proc = _cli(scene, ["run", str(d), "--random"], env={"COLLAGE_SENTINEL": str(sentinel)})
+    _assert_one_line(proc, "run", [LIB_FILE, "not in the partition's checked file list"])
+    assert not sentinel.exists(), "the unlisted library's code ran"
+
+
+def test_read_only_db_is_named_clearly(scene, tmp_path, monkeypatch):
+    """(In-process: the tests may run as root, for whom chmod does not make a file read-only.)"""
+    from collage.cost_models import db as dbmod
+    from collage.errors import CollageError
+
+    path = tmp_path / "ro.sqlite"
+    dbmod.SQLiteCostDB(path).close()
+    real_access = os.access
+    monkeypatch.setattr(dbmod.os, "access", lambda p, mode, **k: False if Path(p) == path and mode & os.W_OK
+                        else real_access(p, mode, **k))
+    with pytest.raises(CollageError, match=r"ro\.sqlite.*read-only.*writable"):
+        dbmod.SQLiteCostDB(path)
