@@ -2,6 +2,8 @@
 
     db.py           Cost, CostKey, key_for, CostDB (contract), SQLiteCostDB
     connect.py      get_db: which store a name (path, sqlite:///, postgresql://) means
+    postgres.py     PostgresCostDB: the contract on PostgreSQL (a cluster's shared DB; the ``cluster`` extra)
+    executor.py     where windows run: LocalExecutor (worker processes here), RayExecutor (a Ray cluster)
     measurer.py     Measurer (one worker process), Measurement, combine_rounds, machine_lock
     measure.py      measure_candidates (rounds, dedup, DB reuse, budget, progress), CostTable
     worker.py       what runs inside the worker: inputs, compile, timing until the median is stable
@@ -21,6 +23,7 @@ from typing import Any
 
 _EXPORTS = {
     "Cost": "db", "CostKey": "db", "CostDB": "db", "SQLiteCostDB": "db", "get_db": "connect", "key_for": "db",
+    "PostgresCostDB": "postgres", "get_executor": "executor", "LocalExecutor": "executor", "RayExecutor": "executor",
     "Measurer": "measurer", "Measurement": "measurer", "measure_candidates": "measure", "CostTable": "measure",
     "transition_model": "transitions", "measure_transition": "transitions",
 }
