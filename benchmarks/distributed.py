@@ -92,28 +92,39 @@ def run_job(graph, db_path: Path, executor, opts=SLEEP_OPTS, cap_s: float = 0.5)
     return wall, sum(m.wall_s for m in table.stats.values()), table
 
 
-def overhead_rows(tmp: Path, n: int) -> list[dict]:
-    """Part 1: per-candidate time beyond the window itself, local vs Ray (one node)."""
+def overhead_rows(tmp: Path, n: int, repeats: int = 3) -> list[dict]:
+    """Part 1: per-candidate time beyond the window itself, local vs Ray (one node), ``repeats`` interleaved runs."""
+    import statistics
+
     from collage.cost_models.executor import LocalExecutor, RayExecutor
 
     opts = {"ms_per_node": 1.0, "compile_s": 0.0}
-    rows = []
-    with LocalExecutor() as ex:
-        run_job(distinct_graph(3, 1000), tmp / "warm-local.sqlite", ex, opts, cap_s=0.05)  # worker started
-        wall, own, _ = run_job(distinct_graph(n), tmp / "local.sqlite", ex, opts, cap_s=0.05)
-    rows.append({"executor": "local (worker process on this machine)", "candidates": n,
-                 "wall s": wall, "windows s": own, "overhead ms per candidate": 1000 * (wall - own) / n})
+    names = ["local (worker process on this machine)", "Ray, 1 node, per_node=1", "Ray, 1 node, per_node=2"]
+    runs: dict[str, list[tuple[float, float]]] = {k: [] for k in names}
     cluster = LocalCluster(1)
     try:
-        for per_node in (1, 2):
-            with RayExecutor(cluster.cluster.address, lock=False, per_node=per_node) as ex:
-                run_job(distinct_graph(3, 2000 + per_node), tmp / f"warm-ray{per_node}.sqlite", ex, opts, cap_s=0.05)
-                wall, own, _ = run_job(distinct_graph(n, 100 * per_node), tmp / f"ray{per_node}.sqlite", ex, opts,
-                                       cap_s=0.05)
-            rows.append({"executor": f"Ray, 1 node, per_node={per_node}", "candidates": n, "wall s": wall,
-                         "windows s": own, "overhead ms per candidate": 1000 * (wall - own) / n})
+        executors = {names[0]: LocalExecutor(),
+                     names[1]: RayExecutor(cluster.cluster.address, lock=False, per_node=1),
+                     names[2]: RayExecutor(cluster.cluster.address, lock=False, per_node=2)}
+        for i, (name, ex) in enumerate(executors.items()):  # every worker process started before timing
+            run_job(distinct_graph(3, 9000 + 10 * i), tmp / f"warm-{i}.sqlite", ex, opts, cap_s=0.05)
+        for r in range(repeats):
+            for i, (name, ex) in enumerate(executors.items()):
+                wall, own, _ = run_job(distinct_graph(n, 1000 * (r + 1) + 100 * i), tmp / f"over-{r}-{i}.sqlite", ex,
+                                       opts, cap_s=0.05)
+                runs[name].append((wall, own))
+        for ex in executors.values():
+            ex.close()
     finally:
         cluster.close()
+    rows = []
+    for name in names:
+        per = sorted(1000 * (wall - own) / n for wall, own in runs[name])
+        rows.append({"executor": name, "candidates": n, "runs": repeats,
+                     "wall s (median)": statistics.median(w for w, _ in runs[name]),
+                     "windows s (median)": statistics.median(o for _, o in runs[name]),
+                     "overhead ms per candidate (median)": statistics.median(per),
+                     "min..max": f"{per[0]:.1f}..{per[-1]:.1f}"})
     return rows
 
 
@@ -144,23 +155,30 @@ def throughput_rows(tmp: Path, node_counts: list[int], per_size: int) -> list[di
 
 
 def real_window_s(tmp: Path, count: int) -> tuple[float, dict]:
-    """Part 3: seconds per candidate of real measurements (squeezenet nodes, ONNX Runtime + OpenVINO, default cap)."""
+    """Part 3: seconds per candidate of real measurements: ``count`` squeezenet candidates spread evenly over what
+    the tuner enumerates (default ``Limits``: up to 12 nodes), ONNX Runtime and OpenVINO, collage's default cap."""
     from collage import zoo
+    from collage.backends import get_backend
     from collage.cost_models.measure import measure_candidates
+    from collage.search.candidates import Limits, enumerate_candidates
 
     g = zoo.load_graph("zoo:squeezenet")
-    seen, items = set(), []
-    for i in range(len(g)):
-        fp = g.fingerprint([i])
-        if fp not in seen:
-            seen.add(fp)
-            items += [((i,), "onnxruntime"), ((i,), "openvino")]
-        if len(items) >= count:
-            break
+    names = ["onnxruntime", "openvino"]
+    supports = {n: get_backend(n).supports_all(g) for n in names}
+    seen, distinct = set(), []
+    for c in enumerate_candidates(g, supports, Limits()):
+        k = (g.fingerprint(c.nodes), c.backend)
+        if k not in seen:
+            seen.add(k)
+            distinct.append((c.nodes, c.backend))
+    step = max(1, len(distinct) // count)
+    items = distinct[::step][:count]
     t0 = time.perf_counter()
     table = measure_candidates(g, items, db=str(tmp / "real.sqlite"), progress=False)
     wall = time.perf_counter() - t0
-    return wall / max(1, table.measured), {"keys": table.measured, "wall s": wall}
+    sizes = sorted(len(n) for n, _ in items)
+    return wall / max(1, table.measured), {"keys": table.measured, "wall s": wall, "of": len(distinct),
+                                           "nodes": f"{sizes[0]}-{sizes[-1]} nodes (median {sizes[len(sizes) // 2]})"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="results/distributed.md")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    command = "python -m benchmarks.distributed " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = " ".join(["python -m benchmarks.distributed", *(argv if argv is not None else sys.argv[1:])])
     node_counts = [int(x) for x in args.nodes.split(",")]
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="collage-distributed-") as d:
@@ -182,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         thr = throughput_rows(tmp, node_counts, args.per_size)
         log.info("%s", markdown_table(thr))
         real_s, real = real_window_s(tmp, args.real_candidates)
-    ray_over_s = next(r for r in over if "per_node=2" in r["executor"])["overhead ms per candidate"] / 1000
-    local_over_s = over[0]["overhead ms per candidate"] / 1000
+    ray_over_s = next(r for r in over if "per_node=2" in r["executor"])["overhead ms per candidate (median)"] / 1000
+    local_over_s = over[0]["overhead ms per candidate (median)"] / 1000
     per_hour = 3600.0 / (real_s + max(0.0, ray_over_s - local_over_s))
     proj = []
     for model, keys in DISTINCT.items():
@@ -214,7 +232,8 @@ def render(command, over, thr, real_s, real, per_hour, proj, total_s, drivers_no
         "no compile, cap 0.05 s). *overhead* = (job wall time - the windows' own time) / candidates: what the "
         "executor adds around a measurement (cost-DB look-ups, claims, the model's transfer, Ray's scheduling). "
         "`per_node=1` is the raw round trip (a node gets its next window only after returning the last); the "
-        "default `per_node=2` queues one more window per node, which hides most of it behind the measurement.",
+        "default `per_node=2` queues one more window per node. Median of the interleaved runs, with their range: "
+        "on this loaded 2-core machine a few milliseconds either way are noise.",
         "",
         markdown_table(over),
         "## 2. Throughput with 1, 2, 4, 8 nodes",
@@ -234,15 +253,17 @@ def render(command, over, thr, real_s, real, per_hour, proj, total_s, drivers_no
         "",
         "## 3. Projection for a fleet",
         "",
-        f"Real windows on this machine: {real['keys']} squeezenet candidates (single nodes, ONNX Runtime and "
-        f"OpenVINO, collage's default cap of 2 s) took {real['wall s']:.0f} s locally: **{real_s:.2f} s per "
+        f"Real windows on this machine: {real['keys']} squeezenet candidates spread evenly over the "
+        f"{real['of']} distinct ones the tuner enumerates ({real['nodes']}; ONNX Runtime and OpenVINO, collage's "
+        f"default cap of 2 s, compile included) took {real['wall s']:.0f} s locally: **{real_s:.2f} s per "
         f"candidate**. Adding the Ray executor's overhead beyond the local one (section 1, `per_node=2`) gives "
-        f"**{per_hour:.0f} candidates per hour per node** (one measurement at a time per machine). With the "
+        f"**{per_hour:.0f} candidates per hour per node** (one measurement at a time per machine); the same order as "
+        "results/noise.md, whose one-window runs took 83 s for 214 resnet50 and bert-base subgraphs. With the "
         "distinct keys of two real models (results/noise.md: candidates up to 12 nodes, deduplicated by "
         "fingerprint, two backends) and nodes like this one:",
         "",
         markdown_table(proj),
-        "This assumes identical 2-core nodes and windows as long as squeezenet's; larger subgraphs (bert-base "
+        "This assumes identical 2-core nodes and windows as long as squeezenet's candidates; larger subgraphs (bert-base "
         "layers) have longer compiles, and TVM or int8 candidates multiply the keys. The per-node rate is what "
         "scales: the whole overhead per candidate (section 1, driver and node together) is milliseconds against "
         f"{real_s:.1f} s of measurement, so one driver keeps at least ~{drivers_nodes:.0f} nodes busy before its "
