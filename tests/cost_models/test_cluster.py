@@ -157,6 +157,7 @@ def test_node_killed_mid_job_loses_nothing(cluster, postgres):
         if victim not in cluster.worker_nodes and len(cluster.worker_nodes) < 2:
             add_measure_node(cluster)  # the next test gets two nodes again
     assert res.unmeasured == 0 and res.measured == res.distinct and res.failed == 0, (res.summary(), res.lost)
+    assert len(res.where) == 2, f"both nodes measured, the victim before it died: {res.where}"
     rows = db.all()
     assert len(rows) == res.distinct == len({c.key for c in rows}) and db.claims() == []
     compiles = _compiles(cluster) - before
