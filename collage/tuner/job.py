@@ -89,20 +89,24 @@ def tune(model: str | os.PathLike | onnx.ModelProto, out_dir: str | os.PathLike,
          shapes: Mapping[str, Sequence[int]] | None = None, limits: Limits | None = None, archive: bool = False,
          tolerance: Mapping[str, float] | None = None, accuracy: str | Budget | None = None,
          calibration: str | os.PathLike | None = None, progress: bool = True, seed: int = 0, cluster: Any = None,
-         budget_s: float | None = None) -> TuneResult:
+         budget_s: float | None = None, backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+         tvm_budget: str | float | None = None) -> TuneResult:
     """Tune ``model`` (an ONNX path, ``zoo:NAME`` or ModelProto) for ``target`` over ``backends`` and write
     the artifact to ``out_dir``.
 
     ``budget``: time for measuring candidates, a duration (``"30s"``, ``"10m"``, ``"1h30m"``) or seconds
     (``budget_s=`` is the older spelling, in seconds). The other keywords are :class:`TuneOptions`' fields
-    (documented there). Callable any number of times in one process. The exported attempts, refinement
+    (documented there). ``backend_options``: constructor options per backend (``{"tvm": {"tuning":
+    "metaschedule", "trials": 64}}``); ``tvm_budget``: a duration of MetaSchedule tuning spent on the candidates
+    where TVM can change the plan (:mod:`collage.tuner.tvm_budget`). Callable any number of times in one process. The exported attempts, refinement
     trials and verification copies go to a scratch folder (1-2 GB for a large model) that is removed when
     the tune ends, however it ends; the artifact in ``out_dir`` and the cost DB stay.
     """
     options = TuneOptions.build(target=target, backends=backends, budget=budget, budget_s=budget_s, db=db,
                                 refine_trials=refine_trials, shapes=shapes, limits=limits, archive=archive,
                                 tolerance=tolerance, accuracy=accuracy, calibration=calibration,
-                                progress=progress, seed=seed, cluster=cluster)
+                                progress=progress, seed=seed, cluster=cluster, backend_options=backend_options,
+                                tvm_budget=tvm_budget)
     return run_tune(model, out_dir, options)
 
 
@@ -123,12 +127,20 @@ def load_model_graph(model: str | os.PathLike | Any, shapes: Mapping[str, Sequen
     return graph
 
 
-def resolve_backends(names: Sequence[str], target: str = "cpu") -> list:
-    from collage.backends import get_backend
+def resolve_backends(names: Sequence[str], target: str = "cpu",
+                     options: Mapping[str, Mapping[str, Any]] | None = None) -> list:
+    """Backend instances (``options[name]`` their constructor options), each available on ``target``; an option a
+    backend does not take is a CollageError naming the backend and the option."""
+    from collage.backends import check_options, get_backend
 
     backends = []
     for name in names:
-        b = get_backend(name)
+        opts = dict((options or {}).get(name, {}))
+        check_options(name, opts)
+        try:
+            b = get_backend(name, **opts)
+        except (TypeError, ValueError) as e:
+            raise CollageError(f"backend {name!r}: bad options {opts}: {e}") from e
         reason = b.available()
         if reason:
             raise BackendUnavailable(f"backend {name!r} is not available: {reason}")
@@ -197,7 +209,8 @@ class TuneJob:
         self.t_start = time.monotonic()
         self.graph = load_model_graph(model, options.shapes)
         self.say("%s: %d nodes", self.graph.name, len(self.graph))
-        self.backends = resolve_backends(list(options.backends), options.target)
+        self.backend_options = options.all_backend_options()
+        self.backends = resolve_backends(list(options.backends), options.target, self.backend_options)
         self.names = [b.name for b in self.backends]
         from collage.cost_models.db import get_db
         from collage.tuner.precision.strategy import precision_strategy
@@ -273,7 +286,8 @@ class TuneJob:
         spent = time.monotonic() - self.t_start
         raw = measure_candidates(self.graph, [(c.nodes, c.backend) for c in cands], db=self.db,
                                  budget_s=None if budget_s is None else max(1.0, budget_s - spent),
-                                 progress=self.options.progress, executor=self.options.cluster)
+                                 progress=self.options.progress, executor=self.options.cluster,
+                                 backend_options=self.backend_options)
         self.coverage = measurement_coverage(raw, [(c.nodes, c.backend) for c in cands], budget_s)
         self.say("%s", measured_line(self.coverage))
         costs: dict[Any, float] = {}
@@ -318,7 +332,8 @@ class TuneJob:
 
         graph, prec, opts = self.graph, self.precision, self.options
         overhead = calibrate_partition_overhead(graph, measured.costs, self.transition, self.names, self.feeds,
-                                                self.work, target=opts.target, progress=opts.progress)
+                                                self.work, target=opts.target, progress=opts.progress,
+                                                backend_options=self.backend_options)
 
         def do_search(charged: Mapping[Any, float]) -> Plan:
             return fill_boundaries(graph, whole_if_one_backend(graph, prec.search(charged, self.transition),
@@ -326,7 +341,8 @@ class TuneJob:
 
         t0 = time.perf_counter()
         plan, charged, attempts = search_checked(graph, measured.costs, overhead, do_search, self.feeds, self.work,
-                                                 base.best_single_ms, target=opts.target, progress=opts.progress)
+                                                 base.best_single_ms, target=opts.target, progress=opts.progress,
+                                                 backend_options=self.backend_options)
         search_s = time.perf_counter() - t0
         self.say("search: %s (%d attempt(s), %.2f s)", plan.describe(), attempts, search_s)
         return plan, charged, {"overhead": overhead, "attempts": attempts, "search_s": search_s}
@@ -448,7 +464,8 @@ class TuneJob:
         """9. Outputs vs the ONNX Runtime fp32 reference (fp32 plans), then the precision strategy's check
         (the end-to-end error vs the accuracy budget on the calibration inputs)."""
         fp32 = None if self.precision.is_low(plan) else check_numerics(self.graph, plan, artifact, self.feeds,
-                                                                        dict(self.options.tolerance))
+                                                                        dict(self.options.tolerance),
+                                                                        self.backend_options)
         return self.precision.check(plan, artifact, fp32)
 
     def report(self, verified: Verified, numerics: dict[str, Any] | None, artifact: Any, *, counts: dict[str, int],
@@ -488,7 +505,7 @@ class TuneJob:
 
         compiled = {p.index: p.compiled for p in artifact.partitions}
         final = export(self.graph, verified.plan, out_dir, target=self.options.target, report=report,
-                       archive=self.options.archive, compiled=compiled)
+                       archive=self.options.archive, compiled=compiled, backend_options=self.backend_options)
         self.say("wrote %s: plan %.3f ms vs %s", final, verified.plan_ms,
                  ", ".join(f"{k} {v:.3f} ms" for k, v in verified.baselines.items()))
         return TuneResult(Path(final), verified.plan, verified.plan_ms, verified.baselines, report)
@@ -497,7 +514,7 @@ class TuneJob:
     def export(self, plan: Plan, path: Path) -> Path:
         from collage.tuner.export import export
 
-        return export(self.graph, plan, path, target=self.options.target)
+        return export(self.graph, plan, path, target=self.options.target, backend_options=self.backend_options)
 
     @staticmethod
     def load(path: Path) -> Any:
