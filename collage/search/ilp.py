@@ -60,7 +60,7 @@ import numpy as np
 from collage.errors import CollageError
 from collage.plan import Plan
 from collage.search.candidates import Candidate
-from collage.search.cover import Transition, _to_plan, usable_costs
+from collage.search.cover import Transition, to_plan, usable_costs
 from collage.search.dp_tables import quantize
 
 if TYPE_CHECKING:
@@ -274,7 +274,7 @@ def ilp_search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transit
         else:
             _cycle_cut(graph, lp, parts, col_sets, holding)
     stats.rows, stats.nonzeros, stats.solve_s = lp.nrows, lp.nnz, solve_s
-    plan = _to_plan(graph, [parts[k] for k in order_k], table, transition)
+    plan = to_plan(graph, [parts[k] for k in order_k], table, transition)
     log.debug("%s: ILP %d columns (%d candidates, %d transition terms), %d rows, %d cycle cuts: %s in %.2f s "
               "(+%.2f s to build)", graph.name, lp.ncols, ncand, n_trans, lp.nrows, stats.cuts, stats.status,
               stats.solve_s, stats.build_s)
