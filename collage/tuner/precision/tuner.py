@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from collage.backends import qdq
-from collage.cost_models.accuracy import (Budget, Calibration, ErrorMeasure, ErrorStore, _WeightHashes,
+from collage.cost_models.accuracy import (Budget, Calibration, ErrorMeasure, ErrorStore, WeightHashes,
                                           load_calibration, measure_errors, parse_accuracy, reference_runs, run_error)
 from collage.util import cache_dir
 from collage.errors import CollageError
@@ -139,7 +139,7 @@ class PrecisionTuner(BudgetedSearch):
             raise CollageError(f"the int8 variants {[b.name for b in int8]} quantize different op sets {ops}; "
                                "give them the same 'ops' option")
         n = len(self.graph)
-        model = hashlib.sha256(f"{self.graph.fingerprint(range(n))}-{_WeightHashes(self.graph)(range(n))}"
+        model = hashlib.sha256(f"{self.graph.fingerprint(range(n))}-{WeightHashes(self.graph)(range(n))}"
                                .encode()).hexdigest()[:20]
         data = f"{self.calib.digest}-{method}-{qdq.RECIPE}-{ops[0]}"
         store = ErrorStore(self.db)
