@@ -279,13 +279,22 @@ class TuneJob:
         return self.precision.prescreen(cands), counts
 
     def measure(self, cands: Sequence[Candidate]) -> Measured:
-        """3. Measured costs (cached in the DB), within what is left of the budget."""
+        """3. Measured costs (cached in the DB), within what is left of the budget. With a TVM tuning budget,
+        the vendor candidates first, then TVM tuning where it can change the plan (3b), then the tuned TVM
+        candidates; the other TVM candidates are not measured (untuned, they cannot win)."""
         from collage.cost_models.measure import measure_candidates
 
         budget_s = self.options.budget_s
-        spent = time.monotonic() - self.t_start
+        self.tvm_run = None
+        if self.options.tvm_budget_s is not None:
+            vendor = [c for c in cands if c.backend != "tvm"]
+            first = measure_candidates(self.graph, [(c.nodes, c.backend) for c in vendor], db=self.db,
+                                       budget_s=self.budget_left(), progress=self.options.progress,
+                                       executor=self.options.cluster, backend_options=self.backend_options)
+            tuned = self.tune_tvm([c for c in cands if c.backend == "tvm"], first)
+            cands = [c for c in cands if c.backend != "tvm" or c in tuned]
         raw = measure_candidates(self.graph, [(c.nodes, c.backend) for c in cands], db=self.db,
-                                 budget_s=None if budget_s is None else max(1.0, budget_s - spent),
+                                 budget_s=self.budget_left(),
                                  progress=self.options.progress, executor=self.options.cluster,
                                  backend_options=self.backend_options)
         self.coverage = measurement_coverage(raw, [(c.nodes, c.backend) for c in cands], budget_s)
@@ -302,6 +311,36 @@ class TuneJob:
                 failures += 1
         return Measured(raw, costs, failures)
 
+    def budget_left(self) -> float | None:
+        """Seconds left of the measuring budget (None: no budget); the TVM tuning budget is not counted in it."""
+        if self.options.budget_s is None:
+            return None
+        tvm_s = self.tvm_run.spent_s if getattr(self, "tvm_run", None) is not None else 0.0
+        return max(1.0, self.options.budget_s - (time.monotonic() - self.t_start - tvm_s))
+
+    def tune_tvm(self, tvm_cands: Sequence[Candidate], vendor_raw: Any) -> set[Candidate]:
+        """3b. The TVM tuning budget (collage.tuner.tvm_budget): rank the TVM candidates by their vendor cost over
+        a roofline estimate, tune them in that order into the shared tuning database; the candidates to measure."""
+        from collage.cost_models.db import key_for
+        from collage.tuner.tvm_budget import machine_peak, rank, tune_within_budget
+
+        tvm = next(b for b in self.backends if b.name == "tvm")
+        vendor_costs = {k: c.median_ms for k, c in vendor_raw.items() if c.ok}
+        ranked = rank(self.graph, tvm_cands, vendor_costs, machine_peak())
+        self.say("tvm tuning: %d candidate(s) ranked, budget %.0f s, %d trials per workload, database %s",
+                 len(ranked), self.options.tvm_budget_s, tvm.trials, tvm.tuning_db)
+
+        def already_costed(c: Candidate) -> bool:
+            return any(cost.ok for cost in self.db.get_many([key_for(tvm, self.graph.fingerprint(c.nodes))]).values())
+
+        self.tvm_run = tune_within_budget(self.graph, tvm, ranked, float(self.options.tvm_budget_s or 0.0),
+                                          already_costed=already_costed, say=self.say)
+        self.say("tvm tuning: %s; %d new workload(s), %d new trials, %.1f s", self.tvm_run.stopped,
+                 self.tvm_run.new_workloads, self.tvm_run.new_trials, self.tvm_run.spent_s)
+        # identical blocks share a fingerprint (and their tuning): every TVM candidate of a tuned fingerprint
+        fps = {self.graph.fingerprint(c.nodes) for c in self.tvm_run.selected}
+        return {c for c in tvm_cands if self.graph.fingerprint(c.nodes) in fps}
+
     def baselines(self, supports: Mapping[str, Mapping[int, bool]], measured: Measured) -> Baselines:
         """4. The single backends' whole-model baselines: every plan is judged against them. A backend whose
         whole-model cost is already known to be far behind (untuned TVM: 30-600x) is not re-run in the
@@ -314,6 +353,8 @@ class TuneJob:
         for b in self.backends:
             if not all(supports[b.name].values()) or b.name in low:
                 continue
+            if b.name == "tvm" and self.options.tvm_budget_s is not None and b.name not in whole_ms:
+                continue  # the whole model on TVM would tune every workload: no baseline within the TVM budget
             if fastest is not None and whole_ms.get(b.name, 0.0) > SLOW_BASELINE_FACTOR * fastest:
                 from_db[b.name] = whole_ms[b.name]
                 continue
@@ -489,6 +530,11 @@ class TuneJob:
             "tune_s": time.monotonic() - self.t_start,
         }
         self.say("%s", refinement_line(self.coverage))
+        if getattr(self, "tvm_run", None) is not None:
+            from collage.tuner.tvm_budget import tvm_tuning_report
+
+            report["tvm_tuning"] = tvm_tuning_report(self.tvm_run, self.graph, plan, raw,
+                                                     [n for n in self.names if n != "tvm"])
         precision = self.precision.report(plan)
         if precision is not None:
             report["precision"] = precision
