@@ -4,7 +4,7 @@ Tuning every TVM candidate is out of reach on a small CPU (minutes per workload)
 30-600x behind the vendor libraries. So, once the vendor backends' costs are measured, every TVM candidate
 of at most ``MAX_NODES`` nodes is ranked by how far its best vendor cost lies above a roofline estimate of
 the same nodes (FLOPs and bytes against this machine's peak, :func:`machine_peak`, probed once with numpy
-and cached), weighted up for the classes where TVM has won or can fuse what vendors do not (depthwise and
+and cached; the distance in ms, past a floor for TVM's own call cost), weighted up for the classes where TVM has won or can fuse what vendors do not (depthwise and
 odd-shaped convolutions, memory-bound chains of elementwise / normalisation ops). In that order the
 candidates are compiled by the TVM backend with MetaSchedule, which tunes each workload its shared tuning
 database has not seen (``TVMBackend.tuning_db``: under the cache dir, keyed by machine and TVM version; a
@@ -41,7 +41,9 @@ log = logging.getLogger(__name__)
 
 #: the largest candidate (in nodes) worth a tuning: bigger ones hold many workloads and eat the budget
 MAX_NODES = 6
-#: weight of a candidate's vendor/roofline gap, per class
+#: a TVM call's own cost (inputs copied into its bound tensors, the VM call): no kernel is faster than this
+CALL_FLOOR_MS = 0.02
+#: weight of a candidate's vendor-over-roofline gap, per class
 CLASS_WEIGHT = {"depthwise conv": 3.0, "odd conv": 2.0, "elementwise chain": 2.0, "layernorm/softmax chain": 2.0}
 ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Relu", "Clip", "Sigmoid", "Tanh", "Erf", "Gelu", "Pow",
                          "Sqrt", "Exp", "Neg", "HardSigmoid", "HardSwish", "LeakyRelu", "Cast", "Where", "Min", "Max"})
@@ -167,7 +169,9 @@ class Ranked:
 def rank(graph: Graph, tvm_cands: Sequence[Candidate], vendor_costs: Mapping[tuple[tuple[int, ...], str], float],
          peak: Mapping[str, float], *, max_nodes: int = MAX_NODES) -> list[Ranked]:
     """TVM candidates of at most ``max_nodes`` nodes with a measured vendor cost on the same nodes, best score
-    first; one per fingerprint (identical blocks share their tuning)."""
+    first; one per fingerprint (identical blocks share their tuning). The score is the room a perfect kernel
+    has under the best vendor, in ms (vendor - roofline - ``CALL_FLOOR_MS``; none: not ranked), times the
+    class weight: what tuning could gain end to end, not a ratio that tiny calls dominated by overhead win."""
     best: dict[tuple[int, ...], tuple[float, str]] = {}
     for (nodes, backend), ms in vendor_costs.items():
         if nodes not in best or ms < best[nodes][0]:
@@ -181,9 +185,12 @@ def rank(graph: Graph, tvm_cands: Sequence[Candidate], vendor_costs: Mapping[tup
             continue
         seen.add(fp)
         ms, vendor = best[c.nodes]
-        roof = max(roofline_ms(graph, c.nodes, peak), 1e-6)
+        roof = roofline_ms(graph, c.nodes, peak)
+        room = ms - roof - CALL_FLOOR_MS  # what the best possible kernel could save over the vendor
+        if room <= 0:
+            continue
         cls = candidate_class(graph, c.nodes)
-        out.append(Ranked(c, cls, vendor, ms, roof, ms / roof * CLASS_WEIGHT.get(cls, 1.0)))
+        out.append(Ranked(c, cls, vendor, ms, roof, room * CLASS_WEIGHT.get(cls, 1.0)))
     out.sort(key=lambda r: (-r.score, r.cand.nodes))
     return out
 
