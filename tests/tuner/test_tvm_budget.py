@@ -105,3 +105,14 @@ def test_tvm_budget_tune_then_second_tune_tunes_nothing(tmp_path):
     tried = {tuple(e["node_ids"]) for e in first["candidates"] if e["status"] != "failed"}
     reused = {tuple(e["node_ids"]) for e in second["candidates"] if e["status"] == "reused"}
     assert tried <= reused
+
+
+def test_tuned_tvm_costs_have_their_own_key():
+    from collage.backends import get_backend
+    from collage.cost_models.db import key_for
+    from tests.helpers import need_backends
+
+    need_backends("tvm")
+    keys = {key_for(get_backend("tvm", **o), "fp") for o in
+            ({}, {"tuning": "metaschedule", "trials": 8}, {"tuning": "metaschedule", "trials": 64})}
+    assert len(keys) == 3  # untuned, 8 and 64 trials never share a cost
