@@ -6,6 +6,7 @@ loads no runtime. A backend whose module or runtime cannot be imported is *unava
 reason, never an import error at the caller.
 
     get_backend("openvino", threads=2)      # -> Backend (unknown name: CollageError listing names)
+    parse_backend_options(["tvm.trials=64"])  # -> {"tvm": {"trials": 64}}; check_options("tvm", {...})
     backend_names("cpu")                    # registered names for a device (None: all)
     available_backends("cpu")               # instances that can run here
     support_report(graph, ["onnxruntime", "openvino"])   # per op type: count, which backend takes it
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from collage.errors import BackendUnavailable, CollageError
@@ -82,6 +83,55 @@ def backend_class(name: str) -> type[Backend]:
 def get_backend(name: str, **options: Any) -> Backend:
     """An instance of backend ``name`` with ``options`` (unknown name: CollageError listing the names)."""
     return backend_class(name)(**options)
+
+
+def option_names(name: str) -> list[str] | None:
+    """The constructor options backend ``name`` takes (None: it takes any keyword)."""
+    import inspect
+
+    params = inspect.signature(backend_class(name).__init__).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def check_options(name: str, options: Mapping[str, Any]) -> None:
+    """CollageError (one line, naming the backend and the option) for an option backend ``name`` does not take."""
+    known = option_names(name)
+    if known is None:
+        return
+    for key in options:
+        if key not in known:
+            raise CollageError(f"backend {name!r} has no option {key!r}; its options: {', '.join(known)}")
+
+
+def parse_option_value(text: str) -> Any:
+    """A backend option's value from text: int, float, bool (true/false/yes/no/on/off), None (none/null), else str."""
+    low = text.strip().lower()
+    if low in ("true", "yes", "on"):
+        return True
+    if low in ("false", "no", "off"):
+        return False
+    if low in ("none", "null"):
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_backend_options(items: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``["tvm.tuning=metaschedule", "tvm.trials=64"]`` -> ``{"tvm": {"tuning": "metaschedule", "trials": 64}}``."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        lhs, eq, value = item.partition("=")
+        backend, dot, key = lhs.strip().rpartition(".")
+        if not eq or not dot or not backend or not key:
+            raise CollageError(f"backend option {item!r}: write BACKEND.OPTION=VALUE, e.g. tvm.trials=64")
+        out.setdefault(backend, {})[key] = parse_option_value(value)
+    return out
 
 
 def unavailable_reason(name: str, **options: Any) -> str | None:

@@ -24,6 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="ONNX file or zoo:NAME")
     parser.add_argument("--backends", default="onnxruntime,openvino",
                         help="comma-separated backend names (default: onnxruntime,openvino)")
+    parser.add_argument("--backend-option", action="append", default=[], metavar="BACKEND.OPTION=VALUE",
+                        help="a constructor option of one backend, repeatable (tvm.tuning=metaschedule tvm.trials=64); "
+                             "part of the cost key, as in collage tune")
     parser.add_argument("--db", default=None, help="cost database: a path, sqlite:///URL or postgresql://USER@HOST:PORT/DB "
                         "(default: <cache>/costs.sqlite)")
     parser.add_argument("--cluster", default=None, metavar="ray://HOST:PORT",
@@ -42,15 +45,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (same as --quiet)")
 
 
-def _items(graph, names: list[str], what: str, max_nodes: int | None) -> list[tuple[tuple[int, ...], str]]:
+def _items(graph, names: list[str], what: str, max_nodes: int | None,
+           options: dict | None = None) -> list[tuple[tuple[int, ...], str]]:
     from collage.backends import get_backend, unavailable_reason
 
+    options = options or {}
     supports: dict[str, dict[int, bool]] = {}
     for name in names:
-        why = unavailable_reason(name)
+        why = unavailable_reason(name, **options.get(name, {}))
         if why:
             raise CollageError(f"backend {name!r} cannot run here: {why} (drop it from --backends)")
-        supports[name] = get_backend(name).supports_all(graph)
+        supports[name] = get_backend(name, **options.get(name, {})).supports_all(graph)
     if what == "candidates":
         from collage.search.candidates import Limits, enumerate_candidates
 
@@ -77,15 +82,24 @@ def run(args: argparse.Namespace) -> int:
     names = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not names:
         raise CollageError("--backends names no backend")
+    from collage.backends import check_options, parse_backend_options
+
+    options = parse_backend_options(args.backend_option)
+    stray = sorted(set(options) - set(names))
+    if stray:
+        raise CollageError(f"backend options for {', '.join(stray)}, which is not among --backends ({args.backends})")
+    for name, opts in options.items():
+        check_options(name, opts)
+
     from collage.tuner.job import load_model_graph
 
     graph = load_model_graph(args.model, parse_shapes(args.shape))  # the ONNX checker too, as `tune` does
     db = get_db(args.db)
-    items = _items(graph, names, args.what, args.max_nodes)
+    items = _items(graph, names, args.what, args.max_nodes, options)
     result = measure_candidates(graph, items, db=db, budget_s=args.budget,
                                 progress=not (args.no_progress or args.quiet), timeout_s=args.timeout or 120.0,
                                 cap_s=args.cap or 2.0, retry_failed=args.retry_failed,
-                                executor=args.cluster)
+                                executor=args.cluster, backend_options=options)
     per_backend: dict[str, list[int]] = {}
     for (_, bname), cost in result.items():
         row = per_backend.setdefault(bname, [0, 0])

@@ -15,6 +15,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="cpu", choices=["cpu", "cuda"],
                    help="device the artifact runs on; only backends of that device are tried")
     p.add_argument("--backends", default=",".join(DEFAULT_BACKENDS), help="comma-separated backend names")
+    p.add_argument("--backend-option", action="append", default=[], metavar="BACKEND.OPTION=VALUE",
+                   help="a constructor option of one backend, repeatable: tvm.tuning=metaschedule tvm.trials=64 "
+                        "openvino.threads=2 (values read as int, float, true/false, else text); used wherever the "
+                        "backend is built, part of its cost key, recorded in the artifact")
+    p.add_argument("--tvm-budget", default=None, type=duration_arg,
+                   help="MetaSchedule tuning time for TVM inside the tune (e.g. 10m), spent on the candidates whose "
+                        "vendor cost is farthest above a roofline estimate; implies tvm.tuning=metaschedule; the "
+                        "tuning database is shared across candidates and tunes (report.json: tvm_tuning)")
     p.add_argument("--budget", default=None, type=duration_arg, help="time limit for measuring candidates: 90, 30s, 10m, 1h30m, 1.5h (default: none, measure every "
                         "candidate); what it cuts is said on the terminal and in the report")
     p.add_argument("--db", default=None, help="cost database: a path, sqlite:///PATH or postgresql://USER@HOST:PORT/DB (default ~/.cache/collage/costs.sqlite)")
@@ -39,6 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from collage.backends import parse_backend_options
+
     limits = None
     if args.max_nodes:
         from collage.search.candidates import Limits
@@ -48,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
                budget=args.budget, db=args.db, refine_trials=args.refine_trials,
                shapes=parse_shapes(args.shape), limits=limits, archive=args.archive,
                tolerance={"atol": args.atol, "rtol": args.rtol},
-               accuracy=args.accuracy, calibration=args.calibration, progress=not args.quiet, cluster=args.cluster)
+               accuracy=args.accuracy, calibration=args.calibration, progress=not args.quiet, cluster=args.cluster,
+               backend_options=parse_backend_options(args.backend_option), tvm_budget=args.tvm_budget)
     if args.json:
         print(res.to_json(indent=2))
         return 0

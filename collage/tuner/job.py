@@ -89,20 +89,24 @@ def tune(model: str | os.PathLike | onnx.ModelProto, out_dir: str | os.PathLike,
          shapes: Mapping[str, Sequence[int]] | None = None, limits: Limits | None = None, archive: bool = False,
          tolerance: Mapping[str, float] | None = None, accuracy: str | Budget | None = None,
          calibration: str | os.PathLike | None = None, progress: bool = True, seed: int = 0, cluster: Any = None,
-         budget_s: float | None = None) -> TuneResult:
+         budget_s: float | None = None, backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+         tvm_budget: str | float | None = None) -> TuneResult:
     """Tune ``model`` (an ONNX path, ``zoo:NAME`` or ModelProto) for ``target`` over ``backends`` and write
     the artifact to ``out_dir``.
 
     ``budget``: time for measuring candidates, a duration (``"30s"``, ``"10m"``, ``"1h30m"``) or seconds
     (``budget_s=`` is the older spelling, in seconds). The other keywords are :class:`TuneOptions`' fields
-    (documented there). Callable any number of times in one process. The exported attempts, refinement
+    (documented there). ``backend_options``: constructor options per backend (``{"tvm": {"tuning":
+    "metaschedule", "trials": 64}}``); ``tvm_budget``: a duration of MetaSchedule tuning spent on the candidates
+    where TVM can change the plan (:mod:`collage.tuner.tvm_budget`). Callable any number of times in one process. The exported attempts, refinement
     trials and verification copies go to a scratch folder (1-2 GB for a large model) that is removed when
     the tune ends, however it ends; the artifact in ``out_dir`` and the cost DB stay.
     """
     options = TuneOptions.build(target=target, backends=backends, budget=budget, budget_s=budget_s, db=db,
                                 refine_trials=refine_trials, shapes=shapes, limits=limits, archive=archive,
                                 tolerance=tolerance, accuracy=accuracy, calibration=calibration,
-                                progress=progress, seed=seed, cluster=cluster)
+                                progress=progress, seed=seed, cluster=cluster, backend_options=backend_options,
+                                tvm_budget=tvm_budget)
     return run_tune(model, out_dir, options)
 
 
@@ -128,12 +132,20 @@ def load_model_graph(model: str | os.PathLike | Any, shapes: Mapping[str, Sequen
     return graph
 
 
-def resolve_backends(names: Sequence[str], target: str = "cpu") -> list:
-    from collage.backends import get_backend
+def resolve_backends(names: Sequence[str], target: str = "cpu",
+                     options: Mapping[str, Mapping[str, Any]] | None = None) -> list:
+    """Backend instances (``options[name]`` their constructor options), each available on ``target``; an option a
+    backend does not take is a CollageError naming the backend and the option."""
+    from collage.backends import check_options, get_backend
 
     backends = []
     for name in names:
-        b = get_backend(name)
+        opts = dict((options or {}).get(name, {}))
+        check_options(name, opts)
+        try:
+            b = get_backend(name, **opts)
+        except (TypeError, ValueError) as e:
+            raise CollageError(f"backend {name!r}: bad options {opts}: {e}") from e
         reason = b.available()
         if reason:
             raise BackendUnavailable(f"backend {name!r} is not available: {reason}")
@@ -201,7 +213,8 @@ class TuneJob:
         self.options, self.work = options, work
         self.t_start = time.monotonic()
         self.graph = load_model_graph(model, options.shapes)
-        self.backends = resolve_backends(list(options.backends), options.target)
+        self.backend_options = options.all_backend_options()
+        self.backends = resolve_backends(list(options.backends), options.target, self.backend_options)
         self.names = [b.name for b in self.backends]
         from collage.cost_models.connect import get_db
         from collage.tuner.precision.strategy import precision_strategy
@@ -271,19 +284,29 @@ class TuneJob:
         return self.precision.prescreen(cands), counts
 
     def measure(self, cands: Sequence[Candidate]) -> Measured:
-        """3. Measured costs (cached in the DB), within what is left of the budget."""
+        """3. Measured costs (cached in the DB), within what is left of the budget. With a TVM tuning budget,
+        the vendor candidates first, then TVM tuning where it can change the plan (3b), then the tuned TVM
+        candidates; the other TVM candidates are not measured (untuned, they cannot win)."""
         from collage.cost_models.measure import measure_candidates
 
         budget_s = self.options.budget_s
-        spent = time.monotonic() - self.t_start
+        self.tvm_run = None
+        if self.options.tvm_budget_s is not None:
+            vendor = [c for c in cands if c.backend != "tvm"]
+            first = measure_candidates(self.graph, [(c.nodes, c.backend) for c in vendor], db=self.db,
+                                       budget_s=self.budget_left(), progress=self.options.progress,
+                                       executor=self.options.cluster, backend_options=self.backend_options)
+            tuned = self.tune_tvm([c for c in cands if c.backend == "tvm"], first)
+            cands = [c for c in cands if c.backend != "tvm" or c in tuned]
         raw = measure_candidates(self.graph, [(c.nodes, c.backend) for c in cands], db=self.db,
-                                 budget_s=None if budget_s is None else max(1.0, budget_s - spent),
-                                 progress=self.options.progress, executor=self.options.cluster)
+                                 budget_s=self.budget_left(),
+                                 progress=self.options.progress, executor=self.options.cluster,
+                                 backend_options=self.backend_options)
         self.coverage = measurement_coverage(raw, [(c.nodes, c.backend) for c in cands], budget_s)
         self.say("%s", measured_line(self.coverage))
         if budget_s is not None and self.coverage["distinct"] and not self.coverage["with_cost"]:
             raise CollageError(f"the {budget_s:.0f} s budget ran out before any candidate was measured (loading and "
-                               f"setting up took {spent:.0f} s of it); give a longer --budget")
+                               f"setting up took {time.monotonic() - self.t_start:.0f} s of it); give a longer --budget")
         costs: dict[Any, float] = {}
         failures = 0
         for c in cands:
@@ -295,6 +318,36 @@ class TuneJob:
             else:
                 failures += 1
         return Measured(raw, costs, failures)
+
+    def budget_left(self) -> float | None:
+        """Seconds left of the measuring budget (None: no budget); the TVM tuning budget is not counted in it."""
+        if self.options.budget_s is None:
+            return None
+        tvm_s = self.tvm_run.spent_s if getattr(self, "tvm_run", None) is not None else 0.0
+        return max(1.0, self.options.budget_s - (time.monotonic() - self.t_start - tvm_s))
+
+    def tune_tvm(self, tvm_cands: Sequence[Candidate], vendor_raw: Any) -> set[Candidate]:
+        """3b. The TVM tuning budget (collage.tuner.tvm_budget): rank the TVM candidates by their vendor cost over
+        a roofline estimate, tune them in that order into the shared tuning database; the candidates to measure."""
+        from collage.cost_models.db import key_for
+        from collage.tuner.tvm_budget import machine_peak, rank, tune_within_budget
+
+        tvm = next(b for b in self.backends if b.name == "tvm")
+        vendor_costs = {k: c.median_ms for k, c in vendor_raw.items() if c.ok}
+        ranked = rank(self.graph, tvm_cands, vendor_costs, machine_peak())
+        self.say("tvm tuning: %d candidate(s) ranked, budget %.0f s, %d trials per workload, database %s",
+                 len(ranked), self.options.tvm_budget_s, tvm.trials, tvm.tuning_db)
+
+        def already_costed(c: Candidate) -> bool:
+            return any(cost.ok for cost in self.db.get_many([key_for(tvm, self.graph.fingerprint(c.nodes))]).values())
+
+        self.tvm_run = tune_within_budget(self.graph, tvm, ranked, float(self.options.tvm_budget_s or 0.0),
+                                          already_costed=already_costed, say=self.say)
+        self.say("tvm tuning: %s; %d new workload(s), %d new trials, %.1f s", self.tvm_run.stopped,
+                 self.tvm_run.new_workloads, self.tvm_run.new_trials, self.tvm_run.spent_s)
+        # identical blocks share a fingerprint (and their tuning): every TVM candidate of a tuned fingerprint
+        fps = {self.graph.fingerprint(c.nodes) for c in self.tvm_run.selected}
+        return {c for c in tvm_cands if self.graph.fingerprint(c.nodes) in fps}
 
     def baselines(self, supports: Mapping[str, Mapping[int, bool]], measured: Measured) -> Baselines:
         """4. The single backends' whole-model baselines: every plan is judged against them. A backend whose
@@ -308,6 +361,8 @@ class TuneJob:
         for b in self.backends:
             if not all(supports[b.name].values()) or b.name in low:
                 continue
+            if b.name == "tvm" and self.options.tvm_budget_s is not None and b.name not in whole_ms:
+                continue  # the whole model on TVM would tune every workload: no baseline within the TVM budget
             if fastest is not None and whole_ms.get(b.name, 0.0) > SLOW_BASELINE_FACTOR * fastest:
                 from_db[b.name] = whole_ms[b.name]
                 continue
@@ -326,7 +381,8 @@ class TuneJob:
 
         graph, prec, opts = self.graph, self.precision, self.options
         overhead = calibrate_partition_overhead(graph, measured.costs, self.transition, self.names, self.feeds,
-                                                self.work, target=opts.target, progress=opts.progress)
+                                                self.work, target=opts.target, progress=opts.progress,
+                                                backend_options=self.backend_options)
 
         def do_search(charged: Mapping[Any, float]) -> Plan:
             return fill_boundaries(graph, whole_if_one_backend(graph, prec.search(charged, self.transition),
@@ -334,7 +390,8 @@ class TuneJob:
 
         t0 = time.perf_counter()
         plan, charged, attempts = search_checked(graph, measured.costs, overhead, do_search, self.feeds, self.work,
-                                                 base.best_single_ms, target=opts.target, progress=opts.progress)
+                                                 base.best_single_ms, target=opts.target, progress=opts.progress,
+                                                 backend_options=self.backend_options)
         search_s = time.perf_counter() - t0
         self.say("search: %s (%d attempt(s), %.2f s)", plan.describe(), attempts, search_s)
         return plan, charged, {"overhead": overhead, "attempts": attempts, "search_s": search_s}
@@ -456,7 +513,8 @@ class TuneJob:
         """9. Outputs vs the ONNX Runtime fp32 reference (fp32 plans), then the precision strategy's check
         (the end-to-end error vs the accuracy budget on the calibration inputs)."""
         fp32 = None if self.precision.is_low(plan) else check_numerics(self.graph, plan, artifact, self.feeds,
-                                                                        dict(self.options.tolerance))
+                                                                        dict(self.options.tolerance),
+                                                                        self.backend_options)
         return self.precision.check(plan, artifact, fp32)
 
     def report(self, verified: Verified, numerics: dict[str, Any] | None, artifact: Any, *, counts: dict[str, int],
@@ -480,6 +538,11 @@ class TuneJob:
             "tune_s": time.monotonic() - self.t_start,
         }
         self.say("%s", refinement_line(self.coverage))
+        if getattr(self, "tvm_run", None) is not None:
+            from collage.tuner.tvm_budget import tvm_tuning_report
+
+            report["tvm_tuning"] = tvm_tuning_report(self.tvm_run, self.graph, plan, raw,
+                                                     [n for n in self.names if n != "tvm"])
         precision = self.precision.report(plan)
         if precision is not None:
             report["precision"] = precision
@@ -496,7 +559,7 @@ class TuneJob:
 
         compiled = {p.index: p.compiled for p in artifact.partitions}
         final = export(self.graph, verified.plan, out_dir, target=self.options.target, report=report,
-                       archive=self.options.archive, compiled=compiled)
+                       archive=self.options.archive, compiled=compiled, backend_options=self.backend_options)
         self.say("wrote %s: plan %.3f ms vs %s", final, verified.plan_ms,
                  ", ".join(f"{k} {v:.3f} ms" for k, v in verified.baselines.items()))
         return TuneResult(Path(final), verified.plan, verified.plan_ms, verified.baselines, report)
@@ -505,7 +568,7 @@ class TuneJob:
     def export(self, plan: Plan, path: Path) -> Path:
         from collage.tuner.export import export
 
-        return export(self.graph, plan, path, target=self.options.target)
+        return export(self.graph, plan, path, target=self.options.target, backend_options=self.backend_options)
 
     @staticmethod
     def load(path: Path) -> Any:

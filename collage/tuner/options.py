@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from collage.errors import CollageError
 from collage.util import parse_duration
 
 if TYPE_CHECKING:
@@ -38,7 +39,10 @@ class TuneOptions:
     step on stderr. accuracy: the accuracy budget that lets lower-precision backends in (e.g.
     ``"cos=0.999,rel=0.01"``; None: fp32 only). calibration: the inputs (.npz) that budget is judged on.
     cluster: where candidates are measured (collage.cost_models.executor.get_executor): None for this machine,
-    ``"auto"`` or ``"ray://HOST:PORT"``.
+    ``"auto"`` or ``"ray://HOST:PORT"``. backend_options: constructor options per backend name (``{"tvm":
+    {"tuning": "metaschedule", "trials": 64}}``), used wherever the backend is built (measurement workers,
+    baselines, export) and part of its cost key. tvm_budget_s: seconds of MetaSchedule tuning inside the tune,
+    spent on the candidates where TVM can change the plan (collage.tuner.tvm_budget; None: no such step).
     """
 
     target: str = "cpu"
@@ -55,6 +59,8 @@ class TuneOptions:
     accuracy: str | Budget | None = None
     calibration: str | os.PathLike | None = None
     cluster: Any = None
+    backend_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    tvm_budget_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.backends:
@@ -63,6 +69,14 @@ class TuneOptions:
             raise ValueError(f"tune: budget must be a finite number of seconds >= 0, not {self.budget_s!r}")
         if self.refine_trials < 0:
             raise ValueError(f"tune: refine_trials must be >= 0, not {self.refine_trials}")
+        if self.tvm_budget_s is not None and not (math.isfinite(self.tvm_budget_s) and self.tvm_budget_s >= 0):
+            raise ValueError(f"tune: tvm_budget must be a finite number of seconds >= 0, not {self.tvm_budget_s!r}")
+        if self.tvm_budget_s is not None and "tvm" not in self.backends:
+            raise CollageError("tune: a TVM tuning budget (--tvm-budget) needs tvm among the backends")
+        stray = sorted(set(self.backend_options) - set(self.backends))
+        if stray:
+            raise CollageError(f"tune: backend options for {', '.join(stray)}, which is not among the backends "
+                             f"({', '.join(self.backends)})")
         unknown = set(self.tolerance) - {"atol", "rtol"}
         if unknown:
             raise ValueError(f"tune: tolerance takes atol and rtol, not {sorted(unknown)}")
@@ -70,6 +84,7 @@ class TuneOptions:
     @classmethod
     def build(cls, *, budget: str | float | None = None, budget_s: float | None = None,
               backends: Sequence[str] = DEFAULT_BACKENDS, tolerance: Mapping[str, float] | None = None,
+              backend_options: Mapping[str, Mapping[str, Any]] | None = None, tvm_budget: str | float | None = None,
               **options: object) -> TuneOptions:
         """Options from ``tune``'s keywords: ``budget`` is a duration ("30s", "10m", "1h30m", or seconds),
         ``budget_s`` the older spelling in seconds (give one of the two)."""
@@ -77,5 +92,20 @@ class TuneOptions:
             raise TypeError("tune: give budget= or budget_s=, not both")
         seconds = parse_duration(budget) if budget is not None else budget_s
         names = (backends,) if isinstance(backends, str) else tuple(backends)
+        tvm_s = parse_duration(tvm_budget) if tvm_budget is not None else None
         return cls(budget_s=None if seconds is None else float(seconds), backends=names,
-                   tolerance=dict(tolerance or DEFAULT_TOLERANCE), **options)  # type: ignore[arg-type]
+                   tolerance=dict(tolerance or DEFAULT_TOLERANCE),
+                   backend_options={k: dict(v) for k, v in (backend_options or {}).items()},
+                   tvm_budget_s=None if tvm_s is None else float(tvm_s), **options)  # type: ignore[arg-type]
+
+    def options_for(self, name: str) -> dict[str, Any]:
+        """The constructor options of backend ``name`` in this job (a TVM tuning budget implies MetaSchedule)."""
+        opts = dict(self.backend_options.get(name, {}))
+        if name == "tvm" and self.tvm_budget_s is not None:
+            if opts.setdefault("tuning", "metaschedule") != "metaschedule":
+                raise CollageError(f"tune: a TVM tuning budget needs tvm.tuning=metaschedule, not {opts['tuning']!r}")
+        return opts
+
+    def all_backend_options(self) -> dict[str, dict[str, Any]]:
+        """``options_for`` of every backend that has any."""
+        return {n: o for n in self.backends if (o := self.options_for(n))}

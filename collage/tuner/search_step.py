@@ -32,7 +32,8 @@ from collage.tuner.verify import measure_interleaved
 
 def calibrate_partition_overhead(graph: Graph, costs: Mapping[Any, float], transition: Callable[[str, str, int], float],
                                  backends: Sequence[str], feeds: Mapping[str, np.ndarray], work: Path, *,
-                                 target: str = "cpu", progress: bool = True) -> dict[str, float]:
+                                 target: str = "cpu", progress: bool = True,
+                                 backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, float]:
     """Measured ms that one more partition costs on each backend, beyond the parts' own measured costs.
 
     Each candidate is timed alone, in a loop: its weights are hot and the runtime's threads awake. In a
@@ -57,7 +58,8 @@ def calibrate_partition_overhead(graph: Graph, costs: Mapping[Any, float], trans
         if k < 2 or chain.predicted_ms is None:
             overhead[name] = 0.0
             continue
-        art = load_artifact(export(graph, chain, work / f"chain-{name}", target=target))
+        art = load_artifact(export(graph, chain, work / f"chain-{name}", target=target,
+                                    backend_options={k: dict(v) for k, v in (backend_options or {}).items()}))
         measured_ms = measure_interleaved({"chain": lambda: art.run(feeds)}, rounds=3)["chain"]
         overhead[name] = max(0.0, (measured_ms - chain.predicted_ms) / k)
         say(progress, "%s: a %d-partition chain measured %.3f ms vs %.3f ms predicted: %.3f ms per partition",
@@ -76,7 +78,8 @@ MISPREDICTED = 1.25
 def search_checked(graph: Graph, costs: Mapping[Any, float], overhead: dict[str, float],
                    do_search: Callable[[Mapping[Any, float]], Plan], feeds: Mapping[str, np.ndarray], work: Path,
                    best_single_ms: float, *, target: str = "cpu", attempts: int = 3,
-                   progress: bool = True) -> tuple[Plan, dict[Any, float], int]:
+                   progress: bool = True,
+                   backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[Plan, dict[Any, float], int]:
     """Search, stitch and measure the plan; where it measures more than ``MISPREDICTED`` over the search's
     prediction, or loses to the best single backend, charge the measured excess per partition to its
     backends and search again (module doc).
@@ -98,7 +101,8 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], overhead: dict[str,
             if best is None:
                 return plan, charged, attempt
             break  # charged into one backend: the best measured mix stands (never-worse judges it)
-        art = load_artifact(export(graph, plan, work / f"attempt-{attempt}", target=target))
+        art = load_artifact(export(graph, plan, work / f"attempt-{attempt}", target=target,
+                                    backend_options={k: dict(v) for k, v in (backend_options or {}).items()}))
         measured_ms = measure_interleaved({"p": lambda: art.run(feeds)}, rounds=3)["p"]
         if best is None or measured_ms < best[0]:
             best = (measured_ms, plan, charged)

@@ -59,8 +59,10 @@ def _reference_outputs(graph: Graph, feeds: Mapping[str, np.ndarray], extra: Seq
 
 
 def check_numerics(graph: Graph, plan: Plan, artifact, feeds: Mapping[str, np.ndarray],
-                   tolerance: Mapping[str, float]) -> dict[str, Any]:
-    """Artifact outputs vs the ORT reference; on failure name the first partition that diverges."""
+                   tolerance: Mapping[str, float],
+                   backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """Artifact outputs vs the ORT reference; on failure name the first partition that diverges (its backend
+    built with ``backend_options[name]``)."""
     ref = _reference_outputs(graph, feeds)
     got = artifact.run(dict(feeds))
     per_output = {}
@@ -76,14 +78,14 @@ def check_numerics(graph: Graph, plan: Plan, artifact, feeds: Mapping[str, np.nd
             bad.append(name)
     result = {"max_abs_err": worst, "tolerance": dict(tolerance), "per_output": per_output, "ok": not bad}
     if bad:
-        culprit = _diverging_partition(graph, plan, feeds, tolerance)
+        culprit = _diverging_partition(graph, plan, feeds, tolerance, backend_options or {})
         raise CollageError(
             f"plan output(s) {bad} differ from the ONNX Runtime reference (max abs err {worst:.3g}, "
             f"tolerance atol={tolerance['atol']} rtol={tolerance['rtol']}); {culprit}")
     return result
 
 
-def _diverging_partition(graph: Graph, plan: Plan, feeds, tolerance) -> str:
+def _diverging_partition(graph: Graph, plan: Plan, feeds, tolerance, backend_options=None) -> str:
     from collage.backends import get_backend
 
     needed = sorted({t for p in plan.partitions for t in graph.boundary(p.nodes)[0] + graph.boundary(p.nodes)[1]}
@@ -92,7 +94,7 @@ def _diverging_partition(graph: Graph, plan: Plan, feeds, tolerance) -> str:
     ref.update(feeds)
     for k, p in enumerate(plan.partitions):
         ins, outs = graph.boundary(p.nodes)
-        out = get_backend(p.backend).compile(graph.extract(p.nodes)).run({t: ref[t] for t in ins})
+        out = get_backend(p.backend, **dict((backend_options or {}).get(p.backend, {}))).compile(graph.extract(p.nodes)).run({t: ref[t] for t in ins})
         for t in outs:
             if not np.allclose(out[t], ref[t], atol=tolerance["atol"], rtol=tolerance["rtol"]):
                 err = float(np.max(np.abs(out[t].astype(np.float64) - ref[t])))

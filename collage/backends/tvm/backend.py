@@ -15,7 +15,7 @@ every function unchanged (measured with TVM 0.27), so it only cost compile time.
 MetaSchedule: every compile tunes the TIR workloads of its subgraph that the database directory has
 not seen tuned with at least ``trials`` measured candidates, then applies the database. The directory
 is shared by all candidates and runs (identical blocks and re-runs tune nothing); processes sharing
-it take turns through a file lock. Default: ``cache_dir()/tvm-metaschedule/<target>``.
+it take turns through a file lock. Default: ``cache_dir()/tvm-metaschedule/<machine>-<mcpu>-<threads>c-<tvm version>``.
 
 ``Compiled.run`` copies the feeds into 64-byte aligned TVM tensors bound to the VM once (``from_dlpack``
 would need 64-byte aligned inputs; numpy's are 16-byte aligned) and returns numpy views of the VM's
@@ -28,6 +28,7 @@ import functools
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import weakref
@@ -54,7 +55,7 @@ from collage.errors import (
     ModelError,
     UnsupportedError,
 )
-from collage.util import cache_dir, physical_cores
+from collage.util import cache_dir, machine_id, physical_cores
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +197,9 @@ class TVMBackend(Backend):
             return None
         if self._tuning_db is not None:
             return self._tuning_db
-        return cache_dir() / "tvm-metaschedule" / f"{self.mcpu or 'generic'}-{self.threads}c"
+        # keyed by machine and TVM version: records of another CPU or TVM build would mislead the search
+        key = f"{machine_id()}-{self.mcpu or 'generic'}-{self.threads}c-{_versions()}"
+        return cache_dir() / "tvm-metaschedule" / re.sub(r"[^A-Za-z0-9.+-]+", "_", key)
 
     def _tuning_label(self) -> str:
         return f"metaschedule-{self.trials}" if self.tuning == "metaschedule" else "untuned"

@@ -75,5 +75,5 @@ def precision_strategy(graph: Graph, backends: Sequence[Any], options: TuneOptio
 
     tuner = PrecisionTuner.setup(graph, backends, options.accuracy, options.calibration, seed=options.seed,
                                  db=db, target=options.target, progress=options.progress,
-                                 budget_s=options.budget_s)
+                                 budget_s=options.budget_s, backend_options=options.all_backend_options())
     return tuner if tuner is not None else Fp32Only(graph)

@@ -94,12 +94,15 @@ class PrecisionTuner(BudgetedSearch):
     int8: dict[str, Any] | None = None
     _refs: list[dict[str, np.ndarray]] | None = None
     _outputs: OutputErrors | None = None
+    #: constructor options per backend name (tune's backend_options), for the plans this tuner exports
+    backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def setup(cls, graph: Any, backends: Sequence[Any], accuracy: str | Budget | None,
               calibration: str | Path | None = None, *, seed: int = 0, db: Any = None, target: str = "cpu",
               work: Path | None = None, progress: bool = True,
-              budget_s: float | None = None) -> PrecisionTuner | None:
+              budget_s: float | None = None,
+              backend_options: dict[str, dict[str, Any]] | None = None) -> PrecisionTuner | None:
         """None when no budget is given (refusing lower-precision backends then), else a tuner.
 
         ``budget_s`` (tune's measuring budget): errors are then measured for at most half of it (30 s at least).
@@ -116,6 +119,7 @@ class PrecisionTuner(BudgetedSearch):
         calib = load_calibration(graph, calibration, seed=seed)
         tuner = cls(graph, budget, calib, {b.name: b for b in backends}, set(low), db, target, work, progress,
                     None if budget_s is None else max(30.0, 0.5 * budget_s))
+        tuner.backend_options = {k: dict(v) for k, v in (backend_options or {}).items()}
         tuner.prepare_int8()
         if calib.random:
             tuner.notes.append(f"accuracy judged on {len(calib.samples)} seeded random input sample(s), not on "
@@ -185,7 +189,8 @@ class PrecisionTuner(BudgetedSearch):
         from collage.runtime.artifact import load
 
         work = self.work or Path(tempfile.mkdtemp(prefix="collage-precision-"))
-        where = export(self.graph, plan, work / f"precision-{tag}", target=self.target)
+        where = export(self.graph, plan, work / f"precision-{tag}", target=self.target,
+                       backend_options=self.backend_options)
         try:
             return self.artifact_error(load(where))
         finally:  # a round's artifact is only measured (BERT-base writes ~0.4 GB a round)
