@@ -223,7 +223,7 @@ def test_a_winning_but_mispredicted_plan_is_searched_again(monkeypatch, tmp_path
         runners["p"]()
         return {"p": measured[id(ran[-1])]}
 
-    monkeypatch.setattr(collage.tuner.export, "export", lambda graph, plan, path, target="cpu": plan)
+    monkeypatch.setattr(collage.tuner.export, "export", lambda graph, plan, path, target="cpu", **kw: plan)
     monkeypatch.setattr(collage.runtime.artifact, "load", lambda plan: _Art(plan))
     monkeypatch.setattr(tune_search, "measure_interleaved", fake_measure)
 
