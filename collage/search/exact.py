@@ -96,8 +96,8 @@ def search_exact(graph: Graph, costs: Mapping[Candidate, Any], transition: Trans
 
     why = (f"passed {max_states} states" if plan is not None else f"ran past {dp_time_limit:g} s")
     greedy = plan
-    if greedy is None:  # the DP's greedy plan (its two dives; cheap) as HiGHS's first incumbent
-        greedy = _dp_within(dp_time_limit, lambda: search(graph, costs, transition, max_states=0))
+    if greedy is None:  # the DP's greedy plan (its two dives) as HiGHS's first incumbent: never worse than it
+        greedy = search(graph, costs, transition, max_states=0)
     stats.ilp = IlpStats()
     log.info("%s: the DP %s (%.1f s); solving exactly as an ILP (HiGHS)%s", graph.name, why, stats.dp_s,
              f" from its greedy plan ({greedy.predicted_ms or 0.0:.3f} ms)" if greedy is not None else "")

@@ -192,6 +192,11 @@ def _tune(model: str | Path | Any, out_dir: str | Path, *, target: str = "cpu",
     whole_ms = {k: c.median_ms for k, c in whole.items() if c is not None and c.ok}
     # (against fp32 backends only: a bf16 whole model 4x faster does not make the fp32 baselines "slow")
     fastest_whole = min((v for k, v in whole_ms.items() if not (prec and k in prec.low)), default=None)
+    # the switch between runtimes priced on this model's own pieces, per direction (fp32 backends near the fastest)
+    fp32_whole = {k: v for k, v in whole_ms.items() if not (prec and k in prec.low) and all(supports[k].values())}
+    if len(fp32_whole) > 1:
+        from collage.cost_models.transitions import model_transition_model
+        transition = model_transition_model(graph, names, cost_db, whole_ms=fp32_whole, slow_factor=SLOW_BASELINE_FACTOR)
     singles, from_db = {}, {}
     for b in bks:
         if not all(supports[b.name].values()) or (prec and b.name in prec.low):
