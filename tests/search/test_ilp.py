@@ -119,7 +119,9 @@ def test_fallback_to_ilp_when_the_dp_valve_trips():
     assert stats.method == "dp" and objective(g, plan, costs, tr) == objective(g, exact, costs, tr)
 
 
-@pytest.mark.parametrize("name", ["tiny-bert", "tiny-resnet", "tiny-mobilenetv2"])
+@pytest.mark.parametrize("name", ["tiny-bert", "tiny-resnet", "tiny-mobilenetv2", "whisper-tiny-encoder",
+                                  pytest.param("convnext-t", marks=pytest.mark.slow),
+                                  pytest.param("vit-b16", marks=pytest.mark.slow)])
 def test_ilp_equals_dp_on_zoo_models(name):
     from benchmarks.search_time import BACKENDS as B3, synthetic_costs, transition
     from collage import zoo
