@@ -144,14 +144,16 @@ def bench(name: str, repeats: int, ilp: bool = True, graph: Graph | None = None)
            "enum_s": statistics.median(enum_s), "exact_s": statistics.median(exact_s), "method": stats.method,
            "dp_s": stats.dp_s, "expanded": stats.dp.expanded, "pushed": stats.dp.pushed,
            "partitions": len(plan.partitions), "backends": plan.backends, "predicted_ms": plan.predicted_ms,
-           "proven": stats.ilp is None or stats.ilp.optimal, "greedy": any("greedy plan" in n for n in plan.notes)}
+           "proven": stats.ilp is None or stats.ilp.optimal,
+           "greedy": any("not proven optimal" in n for n in plan.notes)}
     if ilp:
         ist = IlpStats()
         t0 = time.perf_counter()
         alone = ilp_search(graph, costs, transition, stats=ist)
+        both = ist.optimal and row["proven"] and not row["greedy"]
         row.update(ilp_s=time.perf_counter() - t0, ilp_status=ist.status, ilp_cuts=ist.cuts, ilp_bb=ist.nodes,
-                   agree=(_price(graph, alone, costs) == _price(graph, plan, costs)
-                          and len(alone.partitions) == len(plan.partitions)))
+                   agree=None if not both else (_price(graph, alone, costs) == _price(graph, plan, costs)
+                                                and len(alone.partitions) == len(plan.partitions)))
     return row
 
 
@@ -199,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         "**proven**: the answer is a proven optimum (no valve, no greedy fallback). **DP s / states**: the DP's "
         "part (states expanded: kept after dominance and expanded; reached: records created or improved). "
         "**ILP alone s**: `ilp_search` on the same costs by itself; **agree**: its plan and the exact search's "
-        "have the same cost (integer ns) and the same number of partitions.",
+        "have the same cost (integer ns) and the same number of partitions (\"-\": one of them is not a proven optimum).",
         "",
         "| model | nodes | candidates per backend | enumeration s | exact s | method | proven | DP s | DP states "
         "expanded | DP states reached | ILP alone s | ILP status | agree | plan partitions | plan backends |",
@@ -207,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for r in rows:
         counts = ", ".join(f"{b} {n}" for b, n in r["counts"].items())
-        ilp_cells = (f"{r['ilp_s']:.2f} | {r['ilp_status']} | {'yes' if r['agree'] else '**no**'}" if "ilp_s" in r
+        agree = "-" if r.get("agree") is None else "yes" if r["agree"] else "**no**"
+        ilp_cells = (f"{r['ilp_s']:.2f} | {r['ilp_status']} | {agree}" if "ilp_s" in r
                      else "- | - | -")
         lines.append(f"| {r['model']} | {r['nodes']} | {counts} | {r['enum_s']:.2f} | {r['exact_s']:.2f} | {r['method']} | "
                      f"{'yes' if r['proven'] and not r['greedy'] else '**no**'} | {r['dp_s']:.2f} | {r['expanded']} | "

@@ -1,9 +1,11 @@
 """Transition costs between backends, and how well parts + transitions predict a stitched chain.
 
+    python -m benchmarks.transitions --switch   # the switch with real work on both sides, before/after the
+                                                # issue-19 settings -> results/transitions.md (benchmarks.switch_cost)
     python -m benchmarks.transitions            # ORT <-> OpenVINO, 3 sizes, BERT-base chain (~10-15 min, 2 cores)
     python -m benchmarks.transitions --quick    # 2 sizes, tiny-bert chain (~1-2 min)
 
-Writes results/transitions.md (results/transitions-quick.md with --quick):
+Without --switch, writes results/transitions-small.md (results/transitions-quick.md with --quick):
 
 1. Per backend pair, fixed and per-byte transition cost (``collage.cost_models.transitions``: real
    alternation A, B, A, ... of small Add+Relu pieces minus the same-backend chains), with the fast
@@ -80,6 +82,12 @@ def _predict(graph: Graph, pieces, assign: list[str], costs, transition) -> tupl
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--switch" in argv:
+        from benchmarks import switch_cost
+
+        argv.remove("--switch")
+        return switch_cost.main(argv)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="2 sizes, tiny-bert chain (a smoke run)")
     ap.add_argument("--backends", default="onnxruntime,openvino")
@@ -97,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     model = args.model or ("tiny-bert" if args.quick else "bert-base")
     sizes = QUICK_SIZES if args.quick else SIZES
     cap = args.cap if args.cap is not None else (0.5 if args.quick else 3.0)
-    out = Path(args.out or ("results/transitions-quick.md" if args.quick else "results/transitions.md"))
+    out = Path(args.out or ("results/transitions-quick.md" if args.quick else "results/transitions-small.md"))
     db = SQLiteCostDB(args.db or Path(tempfile.mkdtemp(prefix="collage-transitions-")) / "costs.sqlite")
     t0 = time.time()
 

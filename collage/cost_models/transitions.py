@@ -415,3 +415,32 @@ def measure_model_transitions(graph: Any, a: str, b: str, db: None | str | CostD
     log.info("%s: per partition %s; per switch %s", graph.name, ", ".join(f"{x} {v:.3f} ms" for x, v in overhead.items()),
              ", ".join(f"{s} -> {d} {v:.3f} ms" for (s, d), v in by_dir.items()))
     return ModelTransitions(a, b, overhead, switch, settings, chains, by_dir)
+
+
+def model_transition_model(graph: Any, backends: Sequence[str], db: None | str | CostDB = None, *,
+                           whole_ms: Mapping[str, float] | None = None, slow_factor: float = 3.0,
+                           backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+                           pieces: int = MODEL_PIECES, cap_s: float = 2.0) -> Callable[[str, str, int], float]:
+    """The tuner's transition model: switch costs measured on ``graph``'s own pieces, per direction
+    (``measure_model_transitions``, stored in the DB and reused), for every pair of ``backends`` that can
+    both run the whole model within ``slow_factor`` of the fastest one (``whole_ms``: untuned TVM, 30-600x
+    behind, is never worth a chain of its pieces); the small-piece fit (``transition_model``) for the rest.
+
+    Cheap: ``pieces`` contiguous pieces per model (5 switches per chain, both directions), not every
+    boundary; a pair whose pieces one backend cannot run keeps the small-piece fit, with a warning."""
+    from collage.errors import CollageError
+
+    names = list(backends)
+    fast = [b for b in names if whole_ms is None or b in whole_ms]
+    if whole_ms:
+        best = min(whole_ms[b] for b in fast) if fast else None
+        fast = [b for b in fast if best is not None and whole_ms[b] <= slow_factor * best]
+    cut = contiguous_pieces(graph, pieces)
+    for a, b in itertools.combinations(sorted(fast), 2):
+        try:
+            fit = measure_model_transitions(graph, a, b, db, pieces=cut, backend_options=backend_options, cap_s=cap_s)
+        except (CollageError, ValueError) as e:
+            log.warning("%s: no model-scale switch cost for %s <-> %s (%s); using the small-piece fit", graph.name, a, b, e)
+            continue
+        log.info("%s: switch %s", graph.name, ", ".join(f"{s} -> {d} {ms:.3f} ms" for (s, d), ms in fit.switch_by_direction.items()))
+    return transition_model(names, db, backend_options=backend_options, graph_fingerprint=graph.fingerprint(range(len(graph))))

@@ -2,14 +2,21 @@
 
 :func:`collage.search.dp.search` is exact and fast while the frontier (covered nodes still read by
 uncovered ones) stays narrow; past its state valve it returns its greedy plan, "not proven optimal".
-:func:`search_exact` runs the DP with a valve of ``max_states`` (a few seconds of it) and, when the
-valve trips, solves the same cover with :func:`collage.search.ilp.ilp_search` (HiGHS), seeded with the
-DP's greedy plan, so the answer is still the proven optimum (or, past ``ilp_time_limit``, the best plan
-HiGHS found, never worse than the greedy one, with a note). Same arguments and result as ``search``.
+:func:`search_exact` gives the DP ``dp_time_limit`` seconds and ``max_states`` expanded states, and when
+either runs out solves the same cover with :func:`collage.search.ilp.ilp_search` (HiGHS), seeded with
+the DP's greedy plan when it has one, so the answer is still the proven optimum (or, past
+``ilp_time_limit``, the best plan HiGHS found, with a note). Same arguments and result as ``search``.
+
+The DP's time limit is a ``SIGALRM`` timer (the DP is a pure-Python loop, so the signal lands between
+two of its steps and abandons it cleanly); it only applies in the main thread of a process with
+``signal.setitimer``, elsewhere only the state valve does. States are a poor clock: Inception-v2's four
+branches make each state dear (~800 states/s against ~20,000 on BERT-base).
 """
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,9 +32,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: DP states expanded before the ILP takes over (~20,000 states/s here: a few seconds). BERT-base with
+#: DP states expanded before the ILP takes over (with the time limit, whichever comes first). BERT-base with
 #: three backends needs 18,610, every other zoo model fewer (results/search-time.md).
-DP_STATES = 25_000
+DP_STATES = 100_000
+#: Seconds the DP may take before the ILP takes over (every zoo model's DP takes under 3 s here, except
+#: Inception-v2's, which takes minutes).
+DP_TIME_LIMIT = 4.0
 #: Seconds HiGHS may take before the best plan found so far is used (with a "not proven optimal" note).
 ILP_TIME_LIMIT = 60.0
 
@@ -46,26 +56,55 @@ class ExactStats:
         return "ilp" if self.ilp is not None else "dp"
 
 
+class _OutOfTime(Exception):
+    pass
+
+
+def _dp_within(seconds: float | None, run):
+    """``run()``, or None when it takes longer than ``seconds`` (main thread only; see the module docstring)."""
+    if not seconds or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        return run()
+
+    def ring(signum, frame):  # noqa: ANN001 - signal handler signature
+        raise _OutOfTime
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    outer, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
+    t0 = time.monotonic()
+    try:
+        return run()
+    except _OutOfTime:
+        return None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer:  # someone else's timer was running: give it back what is left of it
+            signal.setitimer(signal.ITIMER_REAL, max(1e-3, outer - (time.monotonic() - t0)))
+
+
 def search_exact(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition | None = None, *,
                  stats: ExactStats | None = None, max_states: int = DP_STATES,
-                 ilp_time_limit: float = ILP_TIME_LIMIT) -> Plan:
-    """The cheapest executable exact cover: the DP, or the ILP where the DP's valve trips (module docstring)."""
+                 dp_time_limit: float | None = DP_TIME_LIMIT, ilp_time_limit: float = ILP_TIME_LIMIT) -> Plan:
+    """The cheapest executable exact cover: the DP, or the ILP where the DP runs out (module docstring)."""
     stats = stats if stats is not None else ExactStats()
     t0 = time.perf_counter()
-    plan = search(graph, costs, transition, stats=stats.dp, max_states=max_states)
+    plan = _dp_within(dp_time_limit, lambda: search(graph, costs, transition, stats=stats.dp, max_states=max_states))
     stats.dp_s = time.perf_counter() - t0
-    if stats.dp.expanded <= max_states:
+    if plan is not None and stats.dp.expanded <= max_states:
         return plan
     from collage.search.ilp import IlpStats, ilp_search
 
+    why = (f"passed {max_states} states" if plan is not None else f"ran past {dp_time_limit:g} s")
     greedy = plan
+    if greedy is None:  # the DP's greedy plan (its two dives) as HiGHS's first incumbent: never worse than it
+        greedy = search(graph, costs, transition, max_states=0)
     stats.ilp = IlpStats()
-    log.info("%s: the DP stopped after %d states (%.1f s); solving exactly as an ILP (HiGHS), from its greedy plan "
-             "(%.3f ms)", graph.name, max_states, stats.dp_s, greedy.predicted_ms or 0.0)
+    log.info("%s: the DP %s (%.1f s); solving exactly as an ILP (HiGHS)%s", graph.name, why, stats.dp_s,
+             f" from its greedy plan ({greedy.predicted_ms or 0.0:.3f} ms)" if greedy is not None else "")
     t1 = time.perf_counter()
     plan = ilp_search(graph, costs, transition, start=greedy, stats=stats.ilp, time_limit=ilp_time_limit)
     stats.ilp_s = time.perf_counter() - t1
     how = "proven optimal" if stats.ilp.optimal else "best found, not proven optimal"
-    plan.notes.append(f"search: the DP's frontier passed {max_states} states; solved as an ILP with HiGHS in "
-                      f"{stats.ilp_s:.1f} s ({how}; the DP's greedy plan was {greedy.predicted_ms or 0.0:.3f} ms)")
+    plan.notes.append(f"search: the DP's frontier {why}; solved as an ILP with HiGHS in {stats.ilp_s:.1f} s ({how}"
+                      + (f"; the DP's greedy plan was {greedy.predicted_ms or 0.0:.3f} ms)" if greedy is not None else ")"))
     return plan

@@ -42,6 +42,13 @@ Variables and constraints (``n`` nodes, candidate ``c`` = node set ``S_c`` on ba
   gap and an absolute gap below that tie-break unit, and HiGHS's presolve off (it probed every binary
   of these rows for seconds on BERT-base without a reduction).
 
+**Size.** Up to ``DIRECT_MAX`` candidates the program holds them all. Beyond, column generation: the LP
+relaxation starts from the single-node candidates (and the start plan), HiGHS warm-starts as the
+candidates with negative reduced cost are added, until none is left (the LP optimum over all of them,
+a lower bound ``L``); the MIP then runs over those, and every candidate whose reduced cost is at most
+(plan found - ``L``) is added and the MIP solved again, so no candidate left out could be in a plan as
+cheap (reduced-cost fixing: exact).
+
 ``ilp_search`` returns a :class:`~collage.plan.Plan` in the canonical executable order (the ready
 partition with the smallest first node first). If HiGHS stops at ``time_limit`` with a feasible but
 unproven plan, the plan carries a note saying so (and the gap); ``IlpStats`` says what happened.
@@ -84,6 +91,13 @@ class IlpStats:
     solve_s: float = 0.0
     nodes: int = 0  # branch-and-bound nodes
     cuts: int = 0   # cycle cuts added (lazy order)
+    lp_rounds: int = 0  # LP solves of the column generation
+    priced: int = 0     # columns added after the first MIP because their reduced cost could still win
+    lp_s: float = 0.0   # time in the column generation (LP relaxation)
+    mips: int = 0       # MIP solves
+    lp_fractional: int = -1  # x strictly between 0 and 1 at the LP optimum
+    lower: float = 0.0  # LP bound (objective units)
+    upper: float = 0.0
 
 
 def _highspy():
@@ -181,6 +195,7 @@ def ilp_search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transit
     its first incumbent. Raises CollageError when no candidate covers a node or no executable cover
     exists; past ``time_limit`` seconds the best plan found is returned with a note (not proven optimal)."""
     t0 = time.perf_counter()
+    deadline = time.monotonic() + time_limit
     stats = stats if stats is not None else IlpStats()
     n = len(graph)
     if n == 0:
@@ -188,78 +203,80 @@ def ilp_search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transit
     table = usable_costs(graph, costs)
     cols: list[tuple[tuple[int, ...], str]] = [(nodes, b) for nodes in sorted(table) for b in sorted(table[nodes])]
     backends = sorted({b for _, b in cols})
+    nb = len(backends)
     bidx = {b: k for k, b in enumerate(backends)}
-    covered = set()
-    for nodes, _ in cols:
-        covered.update(nodes)
-    if len(covered) != n:
-        i = min(set(range(n)) - covered)
+    ncand = len(cols)
+    sizes = np.fromiter((len(nodes) for nodes, _ in cols), np.int64, ncand)
+    inc_node = np.fromiter((v for nodes, _ in cols for v in nodes), np.int64, int(sizes.sum()))
+    inc_col = np.repeat(np.arange(ncand, dtype=np.int64), sizes)
+    cand_b = np.fromiter((bidx[b] for _, b in cols), np.int64, ncand)
+    missing = np.setdiff1d(np.arange(n), inc_node)
+    if missing.size:
+        i = int(missing[0])
         raise CollageError(f"{graph.name}: no candidate with a usable cost covers {graph.node_label(i)}: no backend "
                            "supports it, or every measurement of it failed; enable a backend that runs "
                            f"{graph.op_type(i)} (onnxruntime runs every ONNX op)")
+    # holding[v]: sorted columns holding node v (CSR rows of the node x candidate incidence)
+    order_idx = np.lexsort((inc_col, inc_node))
+    h_cols = inc_col[order_idx]
+    h_ptr = np.searchsorted(inc_node[order_idx], np.arange(n + 1))
+
+    def holding(v: int) -> np.ndarray:
+        return h_cols[h_ptr[v]:h_ptr[v + 1]]
+
+    unit = 1e-3  # the objective in microseconds (the DP's integer ns, scaled: HiGHS wants costs near 1)
+    tie = unit / (n + 1)
+    m = _Matrix(ncand)
+    m.cost[:ncand] = [quantize(table[nodes][b]) * unit + tie for nodes, b in cols]
+    # y_{v,b}: node v's backend indicator, tied to the x (rows v*nb + b); cover: sum_b y_{v,b} == 1
+    y0 = m.add_cols(n * nb, 0.0, 0.0, 1.0)
+    present = np.zeros(n * nb, bool)
+    present[inc_node * nb + cand_b[inc_col]] = True
+    m.hi[y0:y0 + n * nb][~present] = 0.0
+    r0 = m.add_rows(n * nb, 0.0, 0.0)
+    m.add_entries(r0 + inc_node * nb + cand_b[inc_col], inc_col, np.ones(inc_col.size))
+    m.add_entries(r0 + np.arange(n * nb), y0 + np.arange(n * nb), -np.ones(n * nb))
+    r1 = m.add_rows(n, 1.0, 1.0)
+    m.add_entries(r1 + np.repeat(np.arange(n), nb), y0 + np.arange(n * nb), np.ones(n * nb))
+    n_trans = _transition_terms(graph, m, backends, holding, y0, transition, unit)
     succ: list[set[int]] = [set() for _ in range(n)]
     for u, v in graph.dag.edges:
         succ[u].add(v)
-
-    ncand = len(cols)
-    unit = 1e-3  # the objective in microseconds (the DP's integer ns, scaled: HiGHS wants costs near 1)
-    tie = unit / (n + 1)
-    lp = _Model()
-    for nodes, b in cols:
-        lp.col(quantize(table[nodes][b]) * unit + tie, 0.0, 1.0, integer=True)
-    holding: list[list[int]] = [[] for _ in range(n)]
-    holding_b: list[list[list[int]]] = [[[] for _ in backends] for _ in range(n)]
-    for k, (nodes, b) in enumerate(cols):
-        for v in nodes:
-            holding[v].append(k)
-            holding_b[v][bidx[b]].append(k)
-    # y_{v,b}: node v's backend indicator, tied to the x; cover: sum_b y_{v,b} == 1
-    ycol: dict[tuple[int, int], int] = {}
-    for v in range(n):
-        for b in range(len(backends)):
-            if holding_b[v][b]:
-                k = ycol[v, b] = lp.col(0.0, 0.0, 1.0)
-                row = {c: 1.0 for c in holding_b[v][b]}
-                row[k] = -1.0
-                lp.row(row, 0.0, 0.0)
-        lp.row({ycol[v, b]: 1.0 for b in range(len(backends)) if (v, b) in ycol}, 1.0, 1.0)
-    n_trans = _transition_terms(graph, lp, cols, backends, holding, holding_b, ycol, transition, unit)
-    col_sets = [frozenset(nodes) for nodes, _ in cols]
+    if order == "full":
+        _order_rows(m, n, succ, cols, holding)
+    stats.candidates = ncand
     highspy = _highspy()
-    start_x = None
+    start_x = np.zeros(ncand)
     if start is not None:
+        where = {c: k for k, c in enumerate(cols)}
         parts = start.partitions if isinstance(start, Plan) else start
-        chosen = {(tuple(sorted(p.nodes)), p.backend) if isinstance(start, Plan) else (tuple(sorted(p[0])), p[1])
-                  for p in parts}
-        val = np.array([1.0 if c in chosen else 0.0 for c in cols], np.float64)
-        if val.sum() == len(chosen):  # every part of the start is a candidate here
-            start_x = val
-    stats.columns, stats.candidates, stats.cuts = lp.ncols, ncand, 0
+        keys = [(tuple(sorted(p.nodes)), p.backend) if isinstance(start, Plan) else (tuple(sorted(p[0])), p[1])
+                for p in parts]
+        if all(k in where for k in keys):
+            start_x[[where[k] for k in keys]] = 1.0
+    # column generation over the x: start from the single nodes (+ the start plan), add what prices out
+    keep = np.zeros(ncand, bool)
+    keep[sizes == 1] = True
+    keep |= start_x > 0
     stats.build_s = time.perf_counter() - t0
-    solve_s = 0.0
+    t1 = time.perf_counter()
+    if ncand <= DIRECT_MAX:
+        keep[:] = True  # every column at once: fastest while the matrix is small (BERT-base: 4.5 s against 9)
+        lower = None
+    else:
+        lower = _price_columns(m, keep, highspy, threads, deadline, stats)
+    stats.lp_s = time.perf_counter() - t1
     full_order = order == "full"
-    if full_order:
-        _order_rows(lp, n, succ, cols, holding)
-    deadline = time.perf_counter() + time_limit
     while True:
-        h = lp.highs(highspy, max(1.0, deadline - time.perf_counter()), 0.5 * tie, threads)
-        if start_x is not None:
-            h.setSolution(ncand, np.arange(ncand, dtype=np.int32), start_x)
-        t1 = time.perf_counter()
-        h.run()
-        solve_s += time.perf_counter() - t1
-        model_status = h.getModelStatus()
-        info = h.getInfo()
-        stats.status = h.modelStatusToString(model_status)
-        stats.nodes += int(getattr(info, "mip_node_count", 0))
-        stats.gap = float(getattr(info, "mip_gap", 0.0))
-        stats.optimal = model_status == highspy.HighsModelStatus.kOptimal
-        if model_status == highspy.HighsModelStatus.kInfeasible:
-            raise CollageError(f"{graph.name}: the candidates admit no executable exact cover (the ILP is infeasible); "
-                               "add single-node candidates")
-        if int(getattr(info, "primal_solution_status", 0)) != 2:  # 2: a feasible solution exists
-            raise CollageError(f"{graph.name}: HiGHS found no plan within {time_limit:.0f} s ({stats.status})")
-        x = np.asarray(h.getSolution().col_value[:ncand])
+        incumbent = start_x if start_x.any() else None
+        x, value = _solve_mip(m, keep, highspy, 0.5 * tie, threads, deadline, incumbent, stats)
+        stats.lower, stats.upper = lower or 0.0, value
+        if lower is not None:  # columns whose reduced cost could still beat the plan found: add, solve again
+            more = ~keep & (m.reduced <= (value - lower) + 1e-7 * max(1.0, abs(value)))
+            if more.any() and stats.status == "Optimal":
+                keep |= more
+                stats.priced += int(more.sum())
+                continue
         parts = [cols[k] for k in np.flatnonzero(x > 0.5)]
         order_k = canonical_order(graph, parts)
         if order_k is not None:
@@ -268,38 +285,51 @@ def ilp_search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transit
             raise CollageError(f"{graph.name}: the ILP's plan has no executable order ({stats.status})")
         # lazy: cut off the cycle between the chosen partitions, or after enough rounds state the order fully
         stats.cuts += 1
-        if stats.cuts > max_cuts or time.perf_counter() >= deadline:
-            _order_rows(lp, n, succ, cols, holding)
+        if stats.cuts > max_cuts or time.monotonic() >= deadline:
+            _order_rows(m, n, succ, cols, holding)
             full_order = True
         else:
-            _cycle_cut(graph, lp, parts, col_sets, holding)
-    stats.rows, stats.nonzeros, stats.solve_s = lp.nrows, lp.nnz, solve_s
+            _cycle_cut(graph, m, parts, holding)
+    stats.solve_s = time.perf_counter() - t1
+    stats.columns, stats.rows, stats.nonzeros = m.ncols, m.nrows, m.nnz
     plan = to_plan(graph, [parts[k] for k in order_k], table, transition)
-    log.debug("%s: ILP %d columns (%d candidates, %d transition terms), %d rows, %d cycle cuts: %s in %.2f s "
-              "(+%.2f s to build)", graph.name, lp.ncols, ncand, n_trans, lp.nrows, stats.cuts, stats.status,
-              stats.solve_s, stats.build_s)
+    log.debug("%s: ILP %d candidates (%d kept after pricing), %d hand-over terms, %d rows, %d cycle cuts: %s in "
+              "%.2f s (+%.2f s to build)", graph.name, ncand, int(keep.sum()), n_trans, m.nrows, stats.cuts,
+              stats.status, stats.solve_s, stats.build_s)
     if not stats.optimal:
         plan.notes.append(f"exact ILP search stopped ({stats.status}, gap {stats.gap:.2%}): not proven optimal")
     return plan
 
 
-class _Model:
-    """Columns and rows (row-wise sparse) of the 0-1 program, handed to HiGHS in one call."""
+class _Matrix:
+    """The 0-1 program: columns (the x first, then y, z, positions) and rows, as sparse triplets."""
 
-    def __init__(self) -> None:
-        self.cost: list[float] = []
-        self.lo: list[float] = []
-        self.hi: list[float] = []
-        self.integrality: list[int] = []
-        self.row_lo: list[float] = []
-        self.row_hi: list[float] = []
-        self.start: list[int] = []
-        self.index: list[int] = []
-        self.value: list[float] = []
+    def __init__(self, ncand: int) -> None:
+        self.ncand = ncand
+        self._cost, self._lo, self._hi, self._int = [np.zeros(ncand)], [np.zeros(ncand)], [np.ones(ncand)], [np.ones(ncand, bool)]
+        self._ncols = ncand
+        self.r: list[np.ndarray] = []
+        self.c: list[np.ndarray] = []
+        self.v: list[np.ndarray] = []
+        self.row_lo: list[float | None] = []
+        self.row_hi: list[float | None] = []
+        self.reduced = np.zeros(ncand)  # reduced costs of the x at the last priced LP
+        self._csc = None
+
+    def _flat(self, name: str) -> np.ndarray:
+        parts = getattr(self, name)
+        if len(parts) > 1:
+            parts[:] = [np.concatenate(parts)]
+        return parts[0]
+
+    cost = property(lambda self: self._flat("_cost"))
+    lo = property(lambda self: self._flat("_lo"))
+    hi = property(lambda self: self._flat("_hi"))
+    integer = property(lambda self: self._flat("_int"))
 
     @property
     def ncols(self) -> int:
-        return len(self.cost)
+        return self._ncols
 
     @property
     def nrows(self) -> int:
@@ -307,52 +337,146 @@ class _Model:
 
     @property
     def nnz(self) -> int:
-        return len(self.index)
+        return int(sum(a.size for a in self.v))
 
-    def col(self, cost: float, lo: float, hi: float, integer: bool = False) -> int:
-        self.cost.append(cost)
-        self.lo.append(lo)
-        self.hi.append(hi)
-        self.integrality.append(1 if integer else 0)
-        return len(self.cost) - 1
+    def add_cols(self, k: int, cost: float, lo: float, hi: float) -> int:
+        first = self._ncols
+        self._cost.append(np.full(k, cost))
+        self._lo.append(np.full(k, lo))
+        self._hi.append(np.full(k, hi))
+        self._int.append(np.zeros(k, bool))
+        self._ncols += k
+        return first
 
-    def row(self, entries: Mapping[int, float], lo: float, hi: float) -> None:
-        self.start.append(len(self.index))
-        for k, a in entries.items():
-            if a:
-                self.index.append(k)
-                self.value.append(a)
+    def add_rows(self, k: int, lo: float | None, hi: float | None) -> int:
+        first = self.nrows
+        self.row_lo.extend([lo] * k)
+        self.row_hi.extend([hi] * k)
+        return first
+
+    def add_entries(self, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> None:
+        self.r.append(np.asarray(rows, np.int64))
+        self.c.append(np.asarray(cols, np.int64))
+        self.v.append(np.asarray(vals, np.float64))
+        self._csc = None
+
+    def row(self, entries: Mapping[int, float], lo: float | None, hi: float | None) -> None:
+        items = [(k, a) for k, a in entries.items() if a]
+        self.add_entries(np.full(len(items), self.nrows, np.int64), np.fromiter((k for k, _ in items), np.int64, len(items)),
+                         np.fromiter((a for _, a in items), np.float64, len(items)))
         self.row_lo.append(lo)
         self.row_hi.append(hi)
 
-    def highs(self, highspy: Any, time_limit: float, abs_gap: float, threads: int) -> Any:
+    def csc(self):
+        from scipy import sparse
+
+        if self._csc is None:
+            self._csc = sparse.csc_matrix((np.concatenate(self.v), (np.concatenate(self.r), np.concatenate(self.c))),
+                                          shape=(self.nrows, self.ncols))
+            self._csc.sum_duplicates()
+        return self._csc
+
+    def highs(self, highspy: Any, keep: np.ndarray, integral: bool, time_limit: float, abs_gap: float,
+              threads: int) -> tuple[Any, np.ndarray]:
+        """HiGHS loaded with the x in ``keep`` and every other column; returns it and the kept columns' ids."""
+        cols = np.concatenate([np.flatnonzero(keep), np.arange(self.ncand, self.ncols)])
+        a = self.csc()[:, cols]
         h = _new_highs(highspy)
         h.setOptionValue("output_flag", False)
-        h.setOptionValue("time_limit", float(time_limit))
+        h.setOptionValue("time_limit", max(0.5, float(time_limit)))
         h.setOptionValue("mip_rel_gap", 0.0)
         h.setOptionValue("mip_abs_gap", abs_gap)
         h.setOptionValue("threads", int(threads))
         # HiGHS's presolve probes every binary of these set-partitioning rows: seconds on BERT-sized
         # models for no reduction (measured: 12 of 23 s); the root LP is integral or nearly so
         h.setOptionValue("presolve", "off")
-        f64 = np.float64
-        status = h.passModel(self.ncols, self.nrows, self.nnz, 2, 1, 0.0, np.asarray(self.cost, f64),
-                             np.asarray(self.lo, f64), np.asarray(self.hi, f64), np.asarray(self.row_lo, f64),
-                             np.asarray(self.row_hi, f64), np.asarray(self.start, np.int32),
-                             np.asarray(self.index, np.int32), np.asarray(self.value, f64),
-                             np.asarray(self.integrality, np.int32))
+        inf = highspy.kHighsInf
+        lo = np.array([-inf if x is None else x for x in self.row_lo], np.float64)
+        hi = np.array([inf if x is None else x for x in self.row_hi], np.float64)
+        integrality = self.integer[cols].astype(np.int32) if integral else np.zeros(cols.size, np.int32)
+        status = h.passModel(cols.size, self.nrows, a.nnz, 1, 1, 0.0, self.cost[cols], self.lo[cols], self.hi[cols],
+                             np.where(np.isinf(lo), -inf, lo), np.where(np.isinf(hi), inf, hi),
+                             a.indptr[:-1].astype(np.int32), a.indices.astype(np.int32), a.data, integrality)
         if status != highspy.HighsStatus.kOk:
             raise CollageError(f"HiGHS refused the search model ({status})")
-        return h
+        return h, cols
 
 
-def _transition_terms(graph: Graph, lp: _Model, cols: list[tuple[tuple[int, ...], str]], backends: list[str],
-                      holding: list[list[int]], holding_b: list[list[list[int]]], ycol: dict[tuple[int, int], int],
+#: Up to this many candidates the 0-1 program holds them all; beyond, column generation (``_price_columns``)
+#: keeps the LP small and reduced costs decide which candidates the MIP needs (Inception-v2 with three
+#: backends has 268,038 candidates: 3.4M nonzeros, whose root LP alone ran past 100 s).
+DIRECT_MAX = 50_000
+#: Columns added per pricing round at most (the most negative reduced costs first).
+PRICE_BATCH = 4000
+
+
+def _price_columns(m: _Matrix, keep: np.ndarray, highspy: Any, threads: int, deadline: float,
+                   stats: IlpStats) -> float | None:
+    """Column generation on the LP relaxation: add the x with negative reduced cost to ``keep`` (and to the
+    same HiGHS instance, which warm-starts from its last basis) until none is left; returns the LP optimum
+    over all columns (a lower bound) and leaves every x's reduced cost in ``m.reduced``, or None when out
+    of time (then every x is kept)."""
+    h, _ = m.highs(highspy, keep, False, deadline - time.monotonic(), 0.0, threads)
+    a = m.csc()[:, :m.ncand]
+    at = a.T.tocsr()
+    cost = m.cost[:m.ncand]
+    while time.monotonic() < deadline:
+        h.setOptionValue("time_limit", max(0.5, deadline - time.monotonic()))
+        h.run()
+        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            break  # infeasible relaxation or out of time: let the MIP over every column say what it is
+        stats.lp_rounds += 1
+        dual = np.asarray(h.getSolution().row_dual)
+        m.reduced = cost - at @ dual
+        neg = np.flatnonzero(~keep & (m.reduced < -1e-9))
+        if not neg.size:
+            xs = np.asarray(h.getSolution().col_value)[:int(keep.sum())]
+            stats.lp_fractional = int(((xs > 1e-6) & (xs < 1 - 1e-6)).sum())
+            return float(h.getInfo().objective_function_value)
+        new = np.sort(neg[np.argsort(m.reduced[neg])[:PRICE_BATCH]])
+        keep[new] = True
+        block = a[:, new]
+        h.addCols(new.size, cost[new], m.lo[new], m.hi[new], block.nnz, block.indptr[:-1].astype(np.int32),
+                  block.indices.astype(np.int32), block.data)
+    keep[:] = True
+    return None
+
+
+def _solve_mip(m: _Matrix, keep: np.ndarray, highspy: Any, abs_gap: float, threads: int, deadline: float,
+               start: np.ndarray | None, stats: IlpStats) -> tuple[np.ndarray, float]:
+    """Solve the 0-1 program over the kept x; returns every x's value and the objective."""
+    h, cols = m.highs(highspy, keep, True, deadline - time.monotonic(), abs_gap, threads)
+    nk = int(keep.sum())
+    if start is not None and start[~keep].sum() == 0:
+        h.setSolution(nk, np.arange(nk, dtype=np.int32), start[keep])
+    h.run()
+    stats.mips += 1
+    model_status = h.getModelStatus()
+    info = h.getInfo()
+    stats.status = h.modelStatusToString(model_status)
+    stats.nodes += int(getattr(info, "mip_node_count", 0))
+    stats.gap = float(getattr(info, "mip_gap", 0.0))
+    stats.optimal = model_status == highspy.HighsModelStatus.kOptimal
+    if model_status == highspy.HighsModelStatus.kInfeasible:
+        if keep.all():
+            raise CollageError("the candidates admit no executable exact cover (the ILP is infeasible); "
+                               "add single-node candidates")
+        keep[:] = True  # infeasible over the priced columns only: try them all
+        return _solve_mip(m, keep, highspy, abs_gap, threads, deadline, start, stats)
+    if int(getattr(info, "primal_solution_status", 0)) != 2:  # 2: a feasible solution exists
+        raise CollageError(f"HiGHS found no plan in time ({stats.status})")
+    x = np.zeros(m.ncand)
+    x[np.flatnonzero(keep)] = np.asarray(h.getSolution().col_value)[:nk]
+    return x, float(info.objective_function_value)
+
+
+def _transition_terms(graph: Graph, m: _Matrix, backends: list[str], holding, y0: int,
                       transition: Transition | None, unit: float) -> int:
     """The hand-over columns and rows (module docstring); returns how many hand-over columns."""
-    if transition is None or len(backends) < 2:
+    nb = len(backends)
+    if transition is None or nb < 2:
         return 0
-    inf = math.inf
+    inf = None
     hand: dict[tuple[int, int, int], int] = {}
 
     def price(src: int, dst: int, nbytes: int) -> int:
@@ -365,7 +489,12 @@ def _transition_terms(graph: Graph, lp: _Model, cols: list[tuple[tuple[int, ...]
             hand[key] = quantize(ms)
         return hand[key]
 
-    col_sets = [set(nodes) for nodes, _ in cols]
+    hi = m.hi
+
+    def y(v: int, b: int) -> int | None:
+        k = y0 + v * nb + b
+        return k if hi[k] > 0 else None
+
     count = 0
     for p in range(len(graph)):
         for t in graph.op(p).output:
@@ -375,63 +504,61 @@ def _transition_terms(graph: Graph, lp: _Model, cols: list[tuple[tuple[int, ...]
             if not readers:
                 continue
             nbytes = graph.tensor(t).nbytes
+            seen = np.zeros(0, np.int64)  # columns holding an earlier reader
             for j, u in enumerate(readers):
                 # partitions holding u and an earlier reader of t: that reader's term pays for t
-                earlier = [k for k in holding[u] if any(r in col_sets[k] for r in readers[:j])] if j else []
-                for b in range(len(backends)):
-                    if (u, b) not in ycol:
+                earlier = np.intersect1d(holding(u), seen, assume_unique=True) if j else ()
+                seen = np.union1d(seen, holding(u))
+                for b in range(nb):
+                    if y(u, b) is None:
                         continue
-                    prices = {s: price(s, b, nbytes) for s in range(len(backends)) if s != b and (p, s) in ycol}
+                    prices = {s: price(s, b, nbytes) for s in range(nb) if s != b and y(p, s) is not None}
                     if not any(prices.values()):
                         continue
                     zs = {}
                     for s, q in prices.items():
                         if not q:
                             continue
-                        z = zs[s] = lp.col(q * unit, 0.0, 1.0)
+                        z = zs[s] = m.add_cols(1, q * unit, 0.0, 1.0)
                         count += 1
                         if len(prices) > 1:  # z >= y_{u,b} + y_{p,s} - 1 - e
-                            row = {z: 1.0, ycol[u, b]: -1.0, ycol[p, s]: -1.0}
-                            row.update((k, 1.0) for k in earlier)
-                            lp.row(row, -1.0, inf)
+                            row = {z: 1.0, y(u, b): -1.0, y(p, s): -1.0}
+                            row.update((int(k), 1.0) for k in earlier)
+                            m.row(row, -1.0, inf)
                     if len(zs) == len(prices):  # sum_s z_s >= y_{u,b} - y_{p,b} - e
                         row = {z: 1.0 for z in zs.values()}
-                        row[ycol[u, b]] = -1.0
-                        if (p, b) in ycol:
-                            row[ycol[p, b]] = 1.0
-                        row.update((k, 1.0) for k in earlier)
-                        lp.row(row, 0.0, inf)
+                        row[y(u, b)] = -1.0
+                        if y(p, b) is not None:
+                            row[y(p, b)] = 1.0
+                        row.update((int(k), 1.0) for k in earlier)
+                        m.row(row, 0.0, inf)
     return count
 
 
-def _order_rows(lp: _Model, n: int, succ: list[set[int]], cols: list[tuple[tuple[int, ...], str]],
-                holding: list[list[int]]) -> None:
+def _order_rows(m: _Matrix, n: int, succ: list[set[int]], cols: list[tuple[tuple[int, ...], str]], holding) -> None:
     """The ordering formulation of an executable cover (module docstring): positions, two rows per edge."""
-    inf = math.inf
     big = float(max(n - 1, 1))
-    pos = [lp.col(0.0, 0.0, big) for _ in range(n)]
+    p0 = m.add_cols(n, 0.0, 0.0, big)
     for u in range(n):
-        hu = set(holding[u])
         for v in succ[u]:
-            shared = hu.intersection(holding[v])
-            row = {pos[v]: 1.0, pos[u]: -1.0}
-            row.update((k, 1.0) for k in shared)
-            lp.row(row, 1.0, inf)                 # p_v - p_u + s_uv >= 1
-            row = {pos[v]: 1.0, pos[u]: -1.0}
-            row.update((k, big) for k in shared)
-            lp.row(row, -inf, big)                # p_v - p_u + M s_uv <= M
+            shared = np.intersect1d(holding(u), holding(v), assume_unique=True)
+            row = {p0 + v: 1.0, p0 + u: -1.0}
+            row.update((int(k), 1.0) for k in shared)
+            m.row(row, 1.0, None)                 # p_v - p_u + s_uv >= 1
+            row = {p0 + v: 1.0, p0 + u: -1.0}
+            row.update((int(k), big) for k in shared)
+            m.row(row, None, big)                 # p_v - p_u + M s_uv <= M
     for k, (nodes, _) in enumerate(cols):
         if len(nodes) < 2:
             continue
         comps = _components(nodes, succ)
         for comp in comps[1:]:
             r0, r1 = comps[0][0], comp[0]
-            lp.row({pos[r1]: 1.0, pos[r0]: -1.0, k: big}, -inf, 2 * big)   # |p_r1 - p_r0| <= M (1 - x_c)
-            lp.row({pos[r0]: 1.0, pos[r1]: -1.0, k: big}, -inf, 2 * big)
+            m.row({p0 + r1: 1.0, p0 + r0: -1.0, k: big}, None, 2 * big)   # |p_r1 - p_r0| <= M (1 - x_c)
+            m.row({p0 + r0: 1.0, p0 + r1: -1.0, k: big}, None, 2 * big)
 
 
-def _cycle_cut(graph: Graph, lp: _Model, parts: list[tuple[tuple[int, ...], str]], col_sets: list[frozenset],
-               holding: list[list[int]]) -> None:
+def _cycle_cut(graph: Graph, m: _Matrix, parts: list[tuple[tuple[int, ...], str]], holding) -> None:
     """A row that cuts off a cycle between the chosen partitions, and every other cover that closes it.
 
     For a cycle P_1 -> ... -> P_k -> P_1 through graph edges u_i -> v_i (u_i in P_i, v_i in P_{i+1}):
@@ -456,8 +583,8 @@ def _cycle_cut(graph: Graph, lp: _Model, parts: list[tuple[tuple[int, ...], str]
         if v == nxt:
             rhs -= 1.0                             # s(v, v) == 1
         else:
-            for c in set(holding[v]).intersection(holding[nxt]):
-                row[c] = row.get(c, 0.0) + 1.0
-        for c in set(holding[u]).intersection(holding[v]):
-            row[c] = row.get(c, 0.0) - 1.0
-    lp.row(row, -math.inf, rhs)
+            for c in np.intersect1d(holding(v), holding(nxt), assume_unique=True):
+                row[int(c)] = row.get(int(c), 0.0) + 1.0
+        for c in np.intersect1d(holding(u), holding(v), assume_unique=True):
+            row[int(c)] = row.get(int(c), 0.0) - 1.0
+    m.row(row, None, rhs)

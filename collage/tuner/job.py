@@ -357,6 +357,14 @@ class TuneJob:
         n, low = len(self.graph), self.precision.low
         whole_ms = {b.name: ms for b in self.backends if (ms := measured.whole(n, b.name)) is not None}
         fastest = min((v for k, v in whole_ms.items() if k not in low), default=None)
+        # the switch between runtimes priced on this model's own pieces, per direction (fp32 backends near the fastest)
+        fp32_whole = {k: v for k, v in whole_ms.items() if k not in low and all(supports[k].values())}
+        if len(fp32_whole) > 1:
+            from collage.cost_models.transitions import model_transition_model
+
+            self.transition = model_transition_model(self.graph, self.names, self.db, whole_ms=fp32_whole,
+                                                     slow_factor=SLOW_BASELINE_FACTOR,
+                                                     backend_options=self.backend_options)
         singles, from_db = {}, {}
         for b in self.backends:
             if not all(supports[b.name].values()) or b.name in low:

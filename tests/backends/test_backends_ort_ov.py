@@ -107,17 +107,36 @@ def test_version_and_options_name_what_changes_results(backend):
 
 
 # ---------------------------------------------------------------------- settings
-def test_onnxruntime_shares_one_pool_and_stops_spinning():
+def test_onnxruntime_own_pools_spin_briefly():
+    """Default (issue 19): each session on its own pool that spins at most 100 us after a run; no global pool."""
     from collage.backends.onnxruntime import session as ortb
 
     b = get_backend("onnxruntime")
+    if ortb.global_pool_threads() is not None:
+        pytest.skip("an earlier test in this process created the shared pool (every session then joins it)")
+    so = b.session_options()
+    assert so.use_per_session_threads is True and so.intra_op_num_threads == physical_cores()
+    assert so.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    assert so.get_session_config_entry("session.intra_op.spin_duration_us") == "100"
+    assert b.options["spin_us"] == 100 and b.options["shared_pool"] is False
+    off = get_backend("onnxruntime", spin_us=0).session_options()
+    assert off.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    f = _feeds(6)
+    np.testing.assert_allclose(b.compile(_add_mul()).run(f)["y"], _expect(f)["y"], rtol=1e-6)
+    assert ortb.global_pool_threads() is None
+
+
+def test_onnxruntime_shares_one_pool_and_stops_spinning():
+    from collage.backends.onnxruntime import session as ortb
+
+    b = get_backend("onnxruntime", shared_pool=True)
     b.compile(_add_mul())
     assert ortb.global_pool_threads() == physical_cores()
     so = b.session_options()
     assert so.use_per_session_threads is False
     assert so.get_session_config_entry("session.force_spinning_stop") == "1"
     assert so.get_session_config_entry("session.intra_op.allow_spinning") == "0"
-    spin = get_backend("onnxruntime", spin=True).session_options()
+    spin = get_backend("onnxruntime", spin=True, shared_pool=True).session_options()
     assert spin.get_session_config_entry("session.intra_op.allow_spinning") == "1"
     assert so.graph_optimization_level.name == "ORT_ENABLE_ALL"
     # plain sessions (reference runs) still work in a process that has the shared pool
@@ -132,7 +151,7 @@ def test_onnxruntime_shares_one_pool_and_stops_spinning():
     plain = ort.InferenceSession(_add_mul().SerializeToString(), own, providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(plain.run(["y"], f)[0], _expect(f)["y"], rtol=1e-6)
     with pytest.raises(CollageError, match="shared pool"):
-        get_backend("onnxruntime", threads=physical_cores() + 1).compile(_add_mul())
+        get_backend("onnxruntime", threads=physical_cores() + 1, shared_pool=True).compile(_add_mul())
 
 
 def test_openvino_compiles_f32_latency_one_stream_unpinned():

@@ -19,14 +19,22 @@ pytest.importorskip("highspy")
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(dags(min_nodes=1, max_nodes=12), st.integers(0, 2**16), st.integers(2, 3), st.sampled_from(["lazy", "full"]))
-def test_ilp_equals_dp_and_exhaustive(g, seed, nb, order):
+@given(dags(min_nodes=1, max_nodes=12), st.integers(0, 2**16), st.integers(2, 3), st.sampled_from(["lazy", "full"]),
+       st.booleans())
+def test_ilp_equals_dp_and_exhaustive(g, seed, nb, order, priced):
+    from collage.search import ilp as ilp_module
+
     rng = random.Random(seed)
     backends = BACKENDS[:nb]
     costs = random_costs(g, rng, backends)
     transition = random_transition(rng, backends)
     stats = IlpStats()
-    ilp = ilp_search(g, costs, transition, stats=stats, order=order)
+    saved = ilp_module.DIRECT_MAX
+    ilp_module.DIRECT_MAX = 0 if priced else saved  # column generation and reduced-cost fixing, or all columns
+    try:
+        ilp = ilp_search(g, costs, transition, stats=stats, order=order)
+    finally:
+        ilp_module.DIRECT_MAX = saved
     dp = search(g, costs, transition)
     ref = exhaustive_search(g, costs, transition)
     assert_valid(g, ilp)
@@ -111,7 +119,9 @@ def test_fallback_to_ilp_when_the_dp_valve_trips():
     assert stats.method == "dp" and objective(g, plan, costs, tr) == objective(g, exact, costs, tr)
 
 
-@pytest.mark.parametrize("name", ["tiny-bert", "tiny-resnet", "tiny-mobilenetv2"])
+@pytest.mark.parametrize("name", ["tiny-bert", "tiny-resnet", "tiny-mobilenetv2", "whisper-tiny-encoder",
+                                  pytest.param("convnext-t", marks=pytest.mark.slow),
+                                  pytest.param("vit-b16", marks=pytest.mark.slow)])
 def test_ilp_equals_dp_on_zoo_models(name):
     from benchmarks.search_time import BACKENDS as B3, synthetic_costs, transition
     from collage import zoo

@@ -1,20 +1,28 @@
 """ONNX Runtime on CPU (the MLAS kernels): the universal fallback backend.
 
-Threading (measured: RUNTIME-FACTS.md): every session of this backend shares ONE process-wide
-intra-op pool of ``threads`` threads (default ``collage.util.physical_cores()``; inter-op 1),
-created by ``set_global_thread_pool_sizes`` before the first session. **Side effect**: once that pool
-exists, ONNX Runtime refuses any session in the process that asks for its own pool ("use_per_session_threads
-must be false when using a global thread pool"). So that other code in the process (reference runs,
-zoo calibration, tests) keeps working, creating the pool also makes ``onnxruntime.InferenceSession``
-switch any session that asks for its own pool to the shared one (``session._adopt_plain_sessions``; its
-``intra_op_num_threads`` is then ignored). New code should build plain sessions with
-:func:`make_session`. ``shared_pool=False`` turns the whole scheme off (each session then owns a pool
-of ``threads`` threads), for processes that cannot live with it.
+Threading (measured: results/transitions.md, issue 19): by default every session owns an intra-op
+pool of ``threads`` threads (default ``collage.util.physical_cores()``; inter-op 1) that spins at most
+``spin_us`` microseconds (100) for more work after a parallel section, then sleeps
+(``session.intra_op.spin_duration_us``, time-based spinning, ONNX Runtime >= 1.32). So when a partition on
+another runtime (OpenVINO) runs next, ONNX Runtime's threads have already let go of the cores: a switch
+costs what the call costs, not the ~6.5 ms of two pools fighting over 2 cores.
 
-Hand-over: with ``spin=False`` (the default) the pool stops spinning the moment a run ends
-(``session.force_spinning_stop``; ``session.intra_op.allow_spinning`` = 0 for per-session pools) so
-the cores go to the next partition's runtime at once; ``spin=True`` keeps ONNX Runtime's default
-spin-wait (faster back-to-back ORT calls, slower hand-over).
+``shared_pool=True`` is the scheme collage used before: ONE process-wide intra-op pool, created by
+``set_global_thread_pool_sizes`` before the first session. Its workers spin ~50 ms after every run
+whatever the sessions ask (``session.force_spinning_stop`` and ``allow_spinning`` reach per-session pools
+only: onnxruntime/core/session/inference_session.cc; Python has no binding for the global pool's spin
+control), which made every ONNX Runtime -> OpenVINO switch cost milliseconds. **Side effect** of that
+pool: once it exists, ONNX Runtime refuses any session in the process that asks for its own pool
+("use_per_session_threads must be false when using a global thread pool"). So that other code in the
+process (reference runs, zoo calibration, tests) keeps working, creating the pool also makes
+``onnxruntime.InferenceSession`` switch any session that asks for its own pool to the shared one
+(``session._adopt_plain_sessions``; its ``intra_op_num_threads`` is then ignored), and every session of
+this backend created later joins it too. New code should build plain sessions with :func:`make_session`.
+
+Hand-over: ``spin=False`` (the default) stops spinning after a run as above (per-session pools:
+``spin_us`` of time-based spin, 0 = ``allow_spinning`` 0; the shared pool: ``session.force_spinning_stop``,
+which it ignores); ``spin=True`` keeps ONNX Runtime's default spin-wait (faster back-to-back ORT calls,
+slower hand-over).
 
 Residual cuts (``residual_fusion=True``, the default; measured: results/chain.md): at level ``all``
 ONNX Runtime runs convolutions in its blocked NCHWc layout and fuses a residual Add/Sum (+ Relu)
@@ -59,14 +67,19 @@ log = logging.getLogger(__name__)
 
 _OPT_LEVELS = ("disable", "basic", "extended", "all")
 
+#: With its own pool and ``spin=False``: microseconds a worker keeps spinning for more work before it
+#: sleeps (``session.intra_op.spin_duration_us``, time-based spinning, ORT PR #27916).
+SPIN_US = 100
+
 class OnnxRuntimeBackend(Backend):
     """ONNX Runtime, CPU execution provider, fp32 (see the module docstring for threading)."""
 
     name = "onnxruntime"
     device = "cpu"
 
-    def __init__(self, threads: int | None = None, spin: bool = False, shared_pool: bool = True,
-                 opt_level: str = "all", precision: str = "fp32", residual_fusion: bool = True) -> None:
+    def __init__(self, threads: int | None = None, spin: bool = False, shared_pool: bool = False,
+                 opt_level: str = "all", precision: str = "fp32", residual_fusion: bool = True,
+                 spin_us: int = SPIN_US) -> None:
         if precision != "fp32":
             raise CollageError(f"onnxruntime (CPU) runs fp32 only, not {precision!r}")
         if opt_level not in _OPT_LEVELS:
@@ -77,6 +90,7 @@ class OnnxRuntimeBackend(Backend):
         self.opt_level = opt_level
         self.precision = precision
         self.residual_fusion = bool(residual_fusion)
+        self.spin_us = max(0, int(spin_us))
 
     def available(self) -> str | None:
         try:
@@ -97,6 +111,8 @@ class OnnxRuntimeBackend(Backend):
                 "spin": self.spin, "shared_pool": self.shared_pool}
         if self.name == "onnxruntime":  # a CPU compile option: subclasses (onnxruntime-cuda) neither take nor use it
             opts["residual_fusion"] = self.residual_fusion
+            if not self.shared_pool and not self.spin:
+                opts["spin_us"] = self.spin_us
         return opts
 
     def session_options(self, opt_level: str | None = None) -> Any:
@@ -117,9 +133,14 @@ class OnnxRuntimeBackend(Backend):
         else:
             so.intra_op_num_threads = self.threads
             so.inter_op_num_threads = 1
-        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.spin else "0")
-        if not self.spin:
+        if self.spin:
+            so.add_session_config_entry("session.intra_op.allow_spinning", "1")
+        elif not so.use_per_session_threads or not self.spin_us:
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
             so.add_session_config_entry("session.force_spinning_stop", "1")
+        else:  # its own pool spins at most spin_us after a parallel section, then sleeps (ORT >= 1.32)
+            so.add_session_config_entry("session.intra_op.allow_spinning", "1")
+            so.add_session_config_entry("session.intra_op.spin_duration_us", str(self.spin_us))
         return so
 
     def _session(self, data: bytes | str, opt_level: str | None = None, quiet: bool = False) -> Any:
