@@ -144,7 +144,7 @@ def test_int8_candidate_over_budget_is_never_chosen(tmp_path):
 @needs_int8
 def test_second_tune_reuses_ranges_and_errors(tmp_path, monkeypatch):
     from collage.tuner.job import tune
-    from tests.tuner.test_precision import _chain
+    from tests.helpers import chain_model as _chain
 
     opts = dict(backends=["onnxruntime", "openvino-int8"], accuracy="cos=0.99,rel=0.05", limits=Limits(max_nodes=2),
                 db=tmp_path / "costs.sqlite", progress=False)
