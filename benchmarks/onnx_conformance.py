@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tvm-every", type=int, default=4, help="TVM runs every Nth case (its compiles take seconds)")
     p.add_argument("--tvm-no-light", action="store_true",
                    help="TVM skips the light models (untuned TVM runs an Inception or a VGG for minutes)")
+    p.add_argument("--no-light", action="store_true", help="skip the light models (every plan)")
     p.add_argument("--out", default=str(OUT))
     p.add_argument("--fresh", action="store_true", help="forget the plans of earlier runs (the .json beside --out)")
     args = p.parse_args(argv)
@@ -149,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             print(f"skipping plan {plan}: {missing} unavailable", file=sys.stderr)
             continue
-        categories = tuple(c for c in CATEGORIES if not (plan == "tvm" and args.tvm_no_light and c == "RealModel"))
+        no_light = args.no_light or (plan == "tvm" and args.tvm_no_light)
+        categories = tuple(c for c in CATEGORIES if not (no_light and c == "RealModel"))
         results.append(run_plan(plan, args.pattern, args.tvm_every if plan == "tvm" else 1, categories))
         results[-1]["command"] = command.strip()
         saved[plan] = json.loads(json.dumps(results[-1]))  # Counters as dicts

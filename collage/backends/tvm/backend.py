@@ -294,7 +294,17 @@ class TVMBackend(Backend):
 def _wrong_form(model: onnx.ModelProto) -> str | None:
     """Node forms TVM's ONNX frontend computes wrongly (found by ONNX's backend tests through collage)."""
     for node in model.graph.node:
-        if node.op_type == "LayerNormalization" and node.domain in ("", "ai.onnx") and any(node.output[1:]):
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        label = f"(node {node.name or node.output[0]!r})"
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type == "BatchNormalization" and attrs.get("training_mode", 0):
+            # test_batchnorm_epsilon_training_mode: normalised with the running statistics instead of the batch's
+            return f"op BatchNormalization {label} with training_mode=1: tvm computes it wrongly; run it elsewhere"
+        if node.op_type == "Mod":
+            # test_mod_float_edge_cases_fmod_0_float32: inf / nan operands give nan where ONNX gives values
+            return f"op Mod {label}: tvm mishandles inf, nan and signed-zero operands; run it elsewhere"
+        if node.op_type == "LayerNormalization" and any(node.output[1:]):
             # test_layer_normalization_*: Mean / InvStdDev come back empty
             return (f"op LayerNormalization (node {node.name or node.output[0]!r}) with its Mean/InvStdDev outputs: "
                     "tvm returns them empty; run that node on another backend")
