@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from collage.onnx_backend import conformance_cases, parse_plan, run_case
+from collage.onnx_backend import CATEGORIES, conformance_cases, parse_plan, run_case
 
 OUT = Path("results/onnx-conformance.md")
 
@@ -48,8 +48,8 @@ def reason_key(detail: str) -> str:
     return f"{cls}: {msg}"[:140]
 
 
-def run_plan(plan: str, pattern: str | None, every: int) -> dict:
-    cases, excluded = conformance_cases(plan, pattern)
+def run_plan(plan: str, pattern: str | None, every: int, categories: tuple[str, ...] = CATEGORIES) -> dict:
+    cases, excluded = conformance_cases(plan, pattern, categories=categories)
     if every > 1:
         cases = cases[::every]
     counts: collections.Counter = collections.Counter()
@@ -66,7 +66,8 @@ def run_plan(plan: str, pattern: str | None, every: int) -> dict:
         if (k + 1) % 200 == 0:
             print(f"{plan}: {k + 1}/{len(cases)} {dict(counts)} {time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
     return {"plan": plan, "cases": len(cases), "counts": counts, "reasons": reasons, "bad": bad,
-            "excluded": excluded, "seconds": time.monotonic() - t0, "every": every}
+            "excluded": excluded, "seconds": time.monotonic() - t0, "every": every,
+            "categories": [c for c in categories]}
 
 
 def _versions() -> str:
@@ -99,6 +100,8 @@ def render(results: list[dict], command: str) -> str:
     for r in results:
         c = r["counts"]
         subset = f" (every {r['every']}th case)" if r["every"] > 1 else ""
+        if "RealModel" not in r.get("categories", CATEGORIES):
+            subset += " (no light models)"
         lines.append(f"| {r['plan']}{subset} | {r['cases']} | {c['pass']} | {c['refused']} | {c['wrong']} | "
                      f"{c['error']} | {len(r['excluded'])} | {r['seconds'] / 60:.1f} min |")
     lines += ["", "mixed = node i on onnxruntime for even i, openvino for odd i (the other one when the first refuses "
@@ -129,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plans", default="onnxruntime,openvino,mixed,tvm")
     p.add_argument("--pattern", default=None, help="regex on test names")
     p.add_argument("--tvm-every", type=int, default=4, help="TVM runs every Nth case (its compiles take seconds)")
+    p.add_argument("--tvm-no-light", action="store_true",
+                   help="TVM skips the light models (untuned TVM runs an Inception or a VGG for minutes)")
+    p.add_argument("--no-light", action="store_true", help="skip the light models (every plan)")
     p.add_argument("--out", default=str(OUT))
     p.add_argument("--fresh", action="store_true", help="forget the plans of earlier runs (the .json beside --out)")
     args = p.parse_args(argv)
@@ -144,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             print(f"skipping plan {plan}: {missing} unavailable", file=sys.stderr)
             continue
-        results.append(run_plan(plan, args.pattern, args.tvm_every if plan == "tvm" else 1))
+        no_light = args.no_light or (plan == "tvm" and args.tvm_no_light)
+        categories = tuple(c for c in CATEGORIES if not (no_light and c == "RealModel"))
+        results.append(run_plan(plan, args.pattern, args.tvm_every if plan == "tvm" else 1, categories))
         results[-1]["command"] = command.strip()
         saved[plan] = json.loads(json.dumps(results[-1]))  # Counters as dicts
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -87,3 +87,24 @@ def find_unsupported_node(model: onnx.ModelProto, check: Callable[[onnx.ModelPro
         if reason is not None:
             return node, reason
     return None
+
+
+#: element types numpy holds exactly: what collage can feed, return and hand over between partitions
+NUMPY_TYPES = frozenset({
+    onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.INT8,
+    onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorProto.UINT8,
+    onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64, onnx.TensorProto.BOOL})
+
+
+def uncarried_type(model: onnx.ModelProto) -> str | None:
+    """Why ``model`` has a graph input or output whose element type numpy cannot hold (bfloat16, float8,
+    int4, ...: a backend would see it through another type), or None."""
+    for kind, values in (("input", model.graph.input), ("output", model.graph.output)):
+        for vi in values:
+            if not vi.type.HasField("tensor_type"):
+                continue
+            t = vi.type.tensor_type.elem_type
+            if t and t not in NUMPY_TYPES:
+                return (f"graph {kind} {vi.name!r} has element type {onnx.TensorProto.DataType.Name(t).lower()}, "
+                        "which has no exact numpy form; run it on another backend")
+    return None

@@ -6,7 +6,7 @@ Every case must end as a pass or a clean refusal (a CollageError, counted as ski
 ("wrong") or an exception that is not a CollageError ("error") fails the test. Exclusions (random ops,
 tolerance artefacts of the tests themselves) are data with a reason: collage/onnx_conformance_exclusions.py.
 
-Fast tier: ONNX's simple and pytorch-operator models plus every 8th node case (about 320 cases per plan).
+Fast tier: ONNX's simple and pytorch-operator models plus every 16th node case (about 180 cases per plan).
 The full suite (about 2,000 cases per plan; 1.5 min for onnxruntime, 8 for openvino, 10 for mixed on 2 cores)
 is marked slow; benchmarks/onnx_conformance.py runs it and writes results/onnx-conformance.md.
 """
@@ -50,7 +50,7 @@ def test_onnx_suite_fast_subset(plan):
     _need(plan)
     models, _ = conformance_cases(plan, categories=FAST_CATEGORIES)
     nodes, _ = conformance_cases(plan, categories=("NodeModel",))
-    cases = models + nodes[::8]
+    cases = models + nodes[::16]
     _assert_clean(plan, _run(plan, cases))
 
 

@@ -156,6 +156,11 @@ def io_meta(model: onnx.ModelProto, mod) -> dict[str, Any]:
     if len(ins) != len(in_names) or len(outs) != len(out_names):
         raise ValueError(f"TVM's main takes {len(ins)} inputs / returns {len(outs)} outputs; the model has "
                          f"{len(in_names)} / {len(out_names)}")
+    for vo, m in zip(model.graph.output, outs):  # TVM's idea of an output's shape must be ONNX's
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in vo.type.tensor_type.shape.dim] \
+            if vo.type.tensor_type.HasField("shape") else None
+        if dims is not None and None not in dims and list(dims) != list(m["shape"]):
+            raise ValueError(f"TVM makes output {vo.name!r} with shape {m['shape']}, the model declares {dims}")
     return {"inputs": [{"name": n, **m} for n, m in zip(in_names, ins)],
             "outputs": [{"name": n, **m} for n, m in zip(out_names, outs)]}
 
