@@ -1,16 +1,17 @@
 """Which optional part of collage (a pip extra) brings which package, and the error that says so.
 
-``pip install collage`` is the runtime (numpy, onnx, onnxruntime: load and run an artifact whose partitions
-run on ONNX Runtime); the rest are extras (pyproject.toml): ``tune`` (networkx, pandas, optuna, tqdm: the
-tuner, inspect, zoo, report), ``openvino``, ``tvm``, and ``all``. A command or API call that needs a
-missing one fails with ``MissingExtra`` naming the extra to install.
+``pip install collage`` is the runtime (numpy, onnxruntime: load and run an artifact whose partitions run
+on ONNX Runtime; it never imports onnx); the rest are extras (pyproject.toml): ``tune`` (onnx, networkx,
+pandas, optuna, tqdm: the tuner, inspect, zoo, report, annotate), ``openvino`` and ``tvm`` (each with onnx),
+and ``all``. A command or API call that needs a missing one fails with ``MissingExtra`` naming the extra
+to install.
 """
 from __future__ import annotations
 
 from collage.errors import CollageError
 
 #: top-level import name -> the extra that installs it
-EXTRA_OF = {"networkx": "tune", "pandas": "tune", "optuna": "tune", "tqdm": "tune",
+EXTRA_OF = {"onnx": "tune", "networkx": "tune", "pandas": "tune", "optuna": "tune", "tqdm": "tune",
             "openvino": "openvino", "tvm": "tvm", "tvm_ffi": "tvm", "xgboost": "tvm", "psutil": "tvm",
             "cloudpickle": "tvm"}
 

@@ -49,12 +49,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 import numpy as np
-import onnx
 
 from collage.errors import CompileError, UnsupportedError
 from collage.util import cache_dir, sha256_bytes
 
 if TYPE_CHECKING:
+    import onnx  # annotations only: loading an artifact never imports onnx
+
     from collage.graph.ir import Graph
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,8 @@ import argparse
 import json
 from dataclasses import asdict, dataclass
 
-from collage.backends import REGISTRY, VARIANTS, backend_names, get_backend
+from collage import backends
+from collage.backends import VARIANTS, backend_names, get_backend
 from collage.errors import BackendUnavailable, CollageError
 
 
@@ -20,7 +21,7 @@ class BackendStatus:
 
 
 def backend_status(name: str) -> BackendStatus:
-    device = (REGISTRY.get(name) or VARIANTS[name])[1]
+    device = (backends.REGISTRY.get(name) or VARIANTS[name])[1]  # read now: tests swap the registry
     try:
         backend = get_backend(name)
     except (BackendUnavailable, CollageError) as e:

@@ -4,9 +4,10 @@
     outputs = art.run({"input": x})               # {output name: np.ndarray}
 
 Loading imports numpy, the standard library and the backends the artifact uses: nothing of the
-tuner (no search, no cost database, no optuna, no pandas, no networkx, no tqdm). It checks, before
-loading anything, the manifest's format version, every partition file's sha256 and every backend's
-version, and names the file or backend that does not match.
+tuner (no search, no cost database, no optuna, no pandas, no networkx, no tqdm), and for ONNX Runtime
+partitions not even onnx (sessions are built from the saved files; tests/runtime/test_without_onnx.py).
+It checks, before loading anything, the manifest's format version, every partition file's sha256 and
+every backend's version, and names the file or backend that does not match.
 
 A backend version mismatch is an error by default, because the plan (which backend runs which
 nodes) was measured with the recorded versions and its outputs were checked against them; pass

@@ -218,3 +218,19 @@ def test_a_missing_extra_is_named(tmp_path):
     api = subprocess.run([sys.executable, "-c", BLOCK + "import collage\ncollage.tune\n"], capture_output=True, text=True,
                          timeout=300)
     assert api.returncode == 1 and "MissingExtra" in api.stderr and "collage[tune]" in api.stderr
+
+
+#: onnx comes with the extras (tune, openvino, tvm), not with `pip install collage`: make `import onnx` fail
+NO_ONNX = ("import sys\nclass _NoOnnx:\n    def find_spec(self, name, path=None, target=None):\n"
+           "        if name == 'onnx' or name.startswith('onnx.'):\n"
+           "            raise ImportError('no onnx here (blocked by the test)', name=name)\n"
+           "sys.meta_path.insert(0, _NoOnnx())\n")
+
+
+def test_tune_without_onnx_names_the_tune_extra(tmp_path):
+    """Only onnx missing (every other package of the tune extra installed): `collage tune` still says which extra."""
+    code = NO_ONNX + ("from collage.cli import main\nsys.exit(main(['tune', 'zoo:tiny-resnet', '-o', "
+                      f"{str(tmp_path / 'o')!r}]))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "needs onnx" in proc.stderr and "pip install 'collage[tune]'" in proc.stderr

@@ -43,9 +43,7 @@ import logging
 import tempfile
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
-
-import onnx
+from typing import TYPE_CHECKING, Any
 
 from collage.backends.base import Backend
 from collage.backends.onnxruntime.known_wrong import check_known_wrong, known_wrong_node
@@ -62,6 +60,9 @@ from collage.backends.onnxruntime.session import (
 )
 from collage.errors import ArtifactError, BackendUnavailable, CollageError
 from collage.util import physical_cores
+
+if TYPE_CHECKING:
+    import onnx  # compile time only (imported where used): ``load`` builds sessions from files, never imports onnx
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +186,8 @@ class OnnxRuntimeBackend(Backend):
 
     def _optimized_graph(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """ORT's optimised graph of ``model`` at this backend's level (as ORT writes it, read back)."""
+        import onnx
+
         so = self.session_options()
         with tempfile.TemporaryDirectory(prefix="collage-ort-") as tmp:
             so.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")

@@ -3,12 +3,13 @@ refused by ``supports()`` and at compile, by the backend and its linker (which d
 """
 from __future__ import annotations
 
-from typing import Any
-
-import onnx
+from typing import TYPE_CHECKING, Any
 
 from collage.backends.base import op_name
 from collage.errors import UnsupportedError
+
+if TYPE_CHECKING:
+    import onnx  # checked at compile time only: loading an artifact never imports onnx
 
 # ---------------------------------------------------------------------- node forms ORT computes wrongly
 # Found by ONNX's own backend tests run through collage (results/onnx-conformance.md, onnxruntime 1.32):
@@ -17,7 +18,9 @@ from collage.errors import UnsupportedError
 def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
     for a in node.attribute:
         if a.name == name:
-            return onnx.helper.get_attribute_value(a)
+            from onnx import helper
+
+            return helper.get_attribute_value(a)
     return default
 
 

@@ -40,14 +40,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import onnx
-from onnx import helper
-
 from collage.backends.onnxruntime.known_wrong import check_known_wrong
 from collage.backends.onnxruntime.session import OrtCompiled
 from collage.errors import CollageError
 
 if TYPE_CHECKING:
+    import onnx  # link time only (imported where used): loading a linked artifact never imports onnx
+
     from collage.backends.onnxruntime.backend import OnnxRuntimeBackend
 
 log = logging.getLogger(__name__)
@@ -84,6 +83,9 @@ class LinkedOrtCompiled(OrtCompiled):
 @functools.cache
 def block_size() -> int:
     """ONNX Runtime's NCHWc block size on this CPU (the channel padding of a ``ReorderInput`` of 1 channel)."""
+    import onnx
+    from onnx import helper
+
     node = helper.make_node("ReorderInput", ["x"], ["y"], domain=NCHWC_DOMAIN, channels_last=0)
     graph = helper.make_graph([node], "nchwc_probe", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 1, 1, 1])],
                               [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
@@ -98,6 +100,8 @@ def block_size() -> int:
 
 def optimized_graph(backend: OnnxRuntimeBackend, model: onnx.ModelProto) -> onnx.ModelProto:
     """ORT's level-``all`` optimised graph of ``model``, residual routing applied as ``compile`` does."""
+    import onnx
+
     routed = backend._routed_form(model)
     return onnx.load_from_string(routed) if routed is not None else backend._optimized_graph(model)
 
@@ -105,6 +109,8 @@ def optimized_graph(backend: OnnxRuntimeBackend, model: onnx.ModelProto) -> onnx
 def _channels_last(node: onnx.NodeProto) -> int:
     for a in node.attribute:
         if a.name == "channels_last":
+            from onnx import helper
+
             return int(helper.get_attribute_value(a))
     return 0
 
@@ -118,9 +124,11 @@ def _readers(graph: onnx.GraphProto, name: str) -> list[onnx.NodeProto]:
 
 
 def _dims(value: onnx.ValueInfoProto) -> list[int] | None:
+    from onnx import TensorProto
+
     tt = value.type.tensor_type
     dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim]
-    if tt.elem_type != onnx.TensorProto.FLOAT or len(dims) != 4 or min(dims) < 1:
+    if tt.elem_type != TensorProto.FLOAT or len(dims) != 4 or min(dims) < 1:
         return None
     return dims
 

@@ -3,7 +3,10 @@ docstring, "Residual cuts"): the graph rewrites that route a cut residual input 
 before ORT optimises the partition, and take the MaxPool out of ORT's optimised graph again."""
 from __future__ import annotations
 
-import onnx
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import onnx  # compile time only (imported where used): loading an artifact never imports onnx
 
 #: Marks the 1x1 MaxPool that ``route_residual_inputs`` adds (the name survives ORT's NCHWc rewrite).
 _ROUTE = "__collage_nchwc_route"
@@ -11,6 +14,8 @@ _ROUTE = "__collage_nchwc_route"
 
 def residual_inputs(model: onnx.ModelProto) -> list[str]:
     """Graph inputs (4-D float, not initializers) read by both a Conv and an Add/Sum: cut residual inputs."""
+    from onnx import TensorProto
+
     inits = {t.name for t in model.graph.initializer}
     readers: dict[str, set[str]] = {}
     for node in model.graph.node:
@@ -20,7 +25,7 @@ def residual_inputs(model: onnx.ModelProto) -> list[str]:
     for value in model.graph.input:
         ttype = value.type.tensor_type
         ops = readers.get(value.name, set())
-        if (value.name not in inits and ttype.elem_type == onnx.TensorProto.FLOAT and len(ttype.shape.dim) == 4
+        if (value.name not in inits and ttype.elem_type == TensorProto.FLOAT and len(ttype.shape.dim) == 4
                 and "Conv" in ops and ops & {"Add", "Sum"}):
             out.append(value.name)
     return out
@@ -28,6 +33,8 @@ def residual_inputs(model: onnx.ModelProto) -> list[str]:
 
 def route_residual_inputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
     """A copy of ``model`` where each input in ``names`` reaches its readers through a 1x1 MaxPool."""
+    import onnx
+
     routed = onnx.ModelProto()
     routed.CopyFrom(model)
     graph = routed.graph

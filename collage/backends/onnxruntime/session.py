@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnx
 
 from collage.backends.base import Compiled
 from collage.errors import ArtifactError, BackendUnavailable, CollageError
 from collage.util import physical_cores, sha256_bytes
 
 if TYPE_CHECKING:
+    import onnx  # annotations only: sessions are built from files/bytes, loading never imports onnx
+
     from collage.backends.onnxruntime.backend import OnnxRuntimeBackend
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ def make_session(model: onnx.ModelProto | bytes | str | Path, *, optimize: bool 
         so.use_per_session_threads = False
     else:
         so.intra_op_num_threads = threads or physical_cores()
-    if isinstance(model, onnx.ModelProto):
+    if hasattr(model, "SerializeToString"):  # an onnx.ModelProto (tested without importing onnx)
         data: bytes | str = model.SerializeToString()
     else:
         data = str(model) if isinstance(model, Path) else model
@@ -183,7 +184,7 @@ class OrtCompiled(Compiled):
             try:
                 self._run(self._cbinding, None)
             except Exception as e:  # noqa: BLE001 - a runtime failure (bad values, shapes) as one clear error
-                what = self._model.graph.name if isinstance(self._model, onnx.ModelProto) else self._model.name
+                what = self._model.name if isinstance(self._model, Path) else self._model.graph.name
                 raise CollageError(f"onnxruntime failed running {what!r}: {' '.join(str(e).split())}") from e
         for name in self._passthrough:  # the bound input (converted if it had to be) is the output
             np.copyto(self._outputs[name], self._in_values[name][1])
