@@ -7,8 +7,9 @@ Every case must end as a pass or a clean refusal (a CollageError, counted as ski
 tolerance artefacts of the tests themselves) are data with a reason: collage/onnx_conformance_exclusions.py.
 
 Fast tier: ONNX's simple and pytorch-operator models plus every 16th node case (about 180 cases per plan).
-The full suite (about 2,000 cases per plan; 1.5 min for onnxruntime, 8 for openvino, 10 for mixed on 2 cores)
-is marked slow; benchmarks/onnx_conformance.py runs it and writes results/onnx-conformance.md.
+Slow tier: every case but the shipped "light" real models (about 1,990 per plan), which take most of the
+time (13 of mixed's 38 min on the loaded machine): benchmarks/onnx_conformance.py runs the whole suite, light
+models included, and writes results/onnx-conformance.md.
 """
 from __future__ import annotations
 
@@ -54,11 +55,15 @@ def test_onnx_suite_fast_subset(plan):
     _assert_clean(plan, _run(plan, cases))
 
 
+#: every category but RealModel (the light models: in the benchmark, not in CI)
+SLOW_CATEGORIES = ("NodeModel", "SimpleModel", "PyTorchConvertedModel", "PyTorchOperatorModel")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("plan", PLANS)
-def test_onnx_suite_full(plan):
+def test_onnx_suite_without_light_models(plan):
     _need(plan)
-    cases, _ = conformance_cases(plan)
+    cases, _ = conformance_cases(plan, categories=SLOW_CATEGORIES)
     _assert_clean(plan, _run(plan, cases))
 
 
