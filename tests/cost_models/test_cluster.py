@@ -283,5 +283,7 @@ def test_tune_survives_a_node_killed_mid_tune(cluster, postgres, tmp_path, monke
     m = res.report["measurements"]
     assert m["unmeasured"] == 0 and m["measured_now"] == m["distinct_keys"]
     rows = db.all()
-    assert len(rows) == len({c.key for c in rows}) == m["distinct_keys"] and db.claims() == []
+    # every finished measurement is in the DB once; beside the candidates' keys it holds the pieces the tuner
+    # timed to price the ORT <-> OpenVINO switch on this model (cost_models.transitions.model_transition_model)
+    assert len(rows) == len({c.key for c in rows}) >= m["distinct_keys"] and db.claims() == []
     assert (Path(res.out_dir) / "manifest.json").is_file()
