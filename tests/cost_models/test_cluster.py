@@ -237,9 +237,14 @@ def test_tune_on_cluster_equals_local_tune_on_the_same_db(cluster, postgres, tmp
 def test_cli_tune_on_cluster_through_ray_client(cluster, postgres, tmp_path):
     url = postgres.fresh_url()
     out = tmp_path / "art"
-    proc = subprocess.run([sys.executable, "-m", "collage.cli", "tune", "zoo:tiny-resnet", "-o", str(out),
-                           "--cluster", cluster.client_address, "--db", url, "--max-nodes", "1", "--budget", "90s"],
-                          capture_output=True, text=True, timeout=900)
+    cmd = [sys.executable, "-m", "collage.cli", "tune", "zoo:tiny-resnet", "-o", str(out),
+           "--cluster", cluster.client_address, "--db", url, "--max-nodes", "1", "--budget", "90s"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0 and "Starting Ray client server failed" in proc.stderr:
+        # Ray's proxy starts a client server per connection and gives it a fixed gRPC timeout, which a loaded
+        # 2-core machine can miss (seen once, in the run right after the node-kill test): Ray's flake, not
+        # collage's (which turned it into its one-line error); the connection is tried once more.
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "measured end to end" in proc.stdout
     report = json.loads((out / "report.json").read_text())
