@@ -44,7 +44,7 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
@@ -80,6 +80,26 @@ class Compiled(abc.ABC):
     @abc.abstractmethod
     def save(self, directory: Path) -> dict[str, Any]:
         """Write this partition's files into ``directory``; return its manifest entry."""
+
+
+#: failures of a trial conversion that mean "could not tell now", never "unsupported" (not cached: see
+#: ``Backend.refusal_errors``)
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (MemoryError, OSError, TimeoutError)
+
+
+def trial_refusal(trial: Callable[[], object]) -> str | None:
+    """Run a backend's trial conversion of a one-node model (its ``_check_supported``): None when it works;
+    the reason when it refuses (an UnsupportedError's message, or the runtime's own error as
+    ``"Type: message"``); a transient failure (``TRANSIENT_ERRORS``) propagates, so it is not cached."""
+    try:
+        trial()
+    except UnsupportedError as e:
+        return str(e)
+    except TRANSIENT_ERRORS:
+        raise
+    except Exception as e:  # noqa: BLE001 - the runtime's message is the answer
+        return f"{type(e).__name__}: {e}"
+    return None
 
 
 class Backend(abc.ABC):

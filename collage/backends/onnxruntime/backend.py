@@ -45,7 +45,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from collage.backends.base import Backend
+from collage.backends.base import Backend, trial_refusal
 from collage.backends.onnxruntime.known_wrong import check_known_wrong, known_wrong_node
 from collage.backends.onnxruntime.route import (
     drop_routes,
@@ -154,13 +154,7 @@ class OnnxRuntimeBackend(Backend):
         found = known_wrong_node(model)
         if found is not None:
             return found[1]
-        try:
-            self._session(model.SerializeToString(), opt_level="disable", quiet=True)
-        except (MemoryError, OSError, TimeoutError):
-            raise  # no refusal: could not tell now (Backend.refusal_errors)
-        except Exception as e:  # noqa: BLE001 - the runtime's message is the answer
-            return f"{type(e).__name__}: {e}"
-        return None
+        return trial_refusal(lambda: self._session(model.SerializeToString(), opt_level="disable", quiet=True))
 
     def compile(self, model: onnx.ModelProto) -> OrtCompiled:
         check_known_wrong(self.name, model)

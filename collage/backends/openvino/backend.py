@@ -30,7 +30,7 @@ from typing import Any
 
 import onnx
 
-from collage.backends.base import Backend, Compiled
+from collage.backends.base import Backend, Compiled, trial_refusal
 from collage.backends.openvino.compiled import OVCompiled, core, openvino_module
 from collage.backends.openvino.exact import check_exact, inexact_node
 from collage.errors import ArtifactError, BackendUnavailable, CollageError
@@ -94,13 +94,7 @@ class OpenVINOBackend(Backend):
         found = inexact_node(model)
         if found is not None:
             return found[1]
-        try:
-            self._compile(self._read(model.SerializeToString()))
-        except (MemoryError, OSError, TimeoutError):
-            raise  # no refusal: could not tell now (Backend.refusal_errors)
-        except Exception as e:  # noqa: BLE001 - the runtime's message is the answer
-            return f"{type(e).__name__}: {e}"
-        return None
+        return trial_refusal(lambda: self._compile(self._read(model.SerializeToString())))
 
     def compile(self, model: onnx.ModelProto) -> OVCompiled:
         check_exact(self.name, model)

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from collage.backends.base import Backend, Compiled
+from collage.backends.base import Backend, Compiled, trial_refusal
 from collage.errors import ArtifactError, CollageError, UnsupportedError
 from collage.util import sha256_bytes
 
@@ -267,15 +267,7 @@ class TorchBackend(Backend):
             torch.cuda.synchronize(program.device)
 
     def _check_supported(self, model: onnx.ModelProto) -> str | None:
-        try:
-            self._trial(Program(model, self.device))
-        except UnsupportedError as e:
-            return str(e)
-        except (MemoryError, OSError, TimeoutError):
-            raise  # no refusal: could not tell now (Backend.refusal_errors)
-        except Exception as e:  # noqa: BLE001 - the runtime's message is the answer
-            return f"{type(e).__name__}: {e}"
-        return None
+        return trial_refusal(lambda: self._trial(Program(model, self.device)))
 
     def compile(self, model: onnx.ModelProto) -> TorchCompiled:
         try:
