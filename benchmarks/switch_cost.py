@@ -41,7 +41,12 @@ log = logging.getLogger("benchmarks.switch_cost")
 
 SETTINGS: dict[str, dict[str, dict]] = {
     "before": {"onnxruntime": {"shared_pool": True, "spin": False}, "openvino": {"pinning": False}},
-    "after": {"onnxruntime": {"shared_pool": False, "spin": False, "spin_us": 100}, "openvino": {"pinning": False}},
+    "timed": {"onnxruntime": {"shared_pool": False, "spin": False, "wait": "timed", "spin_us": 100},
+              "openvino": {"pinning": False}},
+    "stop": {"onnxruntime": {"shared_pool": False, "spin": False, "wait": "stop", "spin_us": 0},
+             "openvino": {"pinning": False}},
+    "stop1ms": {"onnxruntime": {"shared_pool": False, "spin": False, "wait": "stop", "spin_us": 1000},
+                "openvino": {"pinning": False}},
 }
 
 

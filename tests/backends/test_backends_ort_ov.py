@@ -107,20 +107,27 @@ def test_version_and_options_name_what_changes_results(backend):
 
 
 # ---------------------------------------------------------------------- settings
-def test_onnxruntime_own_pools_spin_briefly():
-    """Default (issue 19): each session on its own pool that spins at most 100 us after a run; no global pool."""
+def test_onnxruntime_own_pools_wait_as_asked():
+    """``shared_pool=False`` (issue 19): a session's own pool waits as ``wait`` says; no global pool appears."""
     from collage.backends.onnxruntime import session as ortb
 
-    b = get_backend("onnxruntime")
     if ortb.global_pool_threads() is not None:
         pytest.skip("an earlier test in this process created the shared pool (every session then joins it)")
+    b = get_backend("onnxruntime", shared_pool=False)
     so = b.session_options()
     assert so.use_per_session_threads is True and so.intra_op_num_threads == physical_cores()
     assert so.get_session_config_entry("session.intra_op.allow_spinning") == "1"
     assert so.get_session_config_entry("session.intra_op.spin_duration_us") == "100"
-    assert b.options["spin_us"] == 100 and b.options["shared_pool"] is False
-    off = get_backend("onnxruntime", spin_us=0).session_options()
+    assert b.options["spin_us"] == 100 and b.options["wait"] == "timed" and b.options["shared_pool"] is False
+    stop = get_backend("onnxruntime", shared_pool=False, wait="stop", spin_us=0).session_options()
+    assert stop.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    assert stop.get_session_config_entry("session.force_spinning_stop") == "1"
+    with pytest.raises(RuntimeError, match="does not have configuration"):
+        stop.get_session_config_entry("session.intra_op.spin_duration_us")
+    off = get_backend("onnxruntime", shared_pool=False, wait="sleep").session_options()
     assert off.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    with pytest.raises(CollageError, match="wait must be one of"):
+        get_backend("onnxruntime", shared_pool=False, wait="nap")
     f = _feeds(6)
     np.testing.assert_allclose(b.compile(_add_mul()).run(f)["y"], _expect(f)["y"], rtol=1e-6)
     assert ortb.global_pool_threads() is None

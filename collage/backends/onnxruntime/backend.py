@@ -1,28 +1,30 @@
 """ONNX Runtime on CPU (the MLAS kernels): the universal fallback backend.
 
-Threading (measured: results/transitions.md, issue 19): by default every session owns an intra-op
-pool of ``threads`` threads (default ``collage.util.physical_cores()``; inter-op 1) that spins at most
-``spin_us`` microseconds (100) for more work after a parallel section, then sleeps
-(``session.intra_op.spin_duration_us``, time-based spinning, ONNX Runtime >= 1.32). So when a partition on
-another runtime (OpenVINO) runs next, ONNX Runtime's threads have already let go of the cores: a switch
-costs what the call costs, not the ~6.5 ms of two pools fighting over 2 cores.
-
-``shared_pool=True`` is the scheme collage used before: ONE process-wide intra-op pool, created by
-``set_global_thread_pool_sizes`` before the first session. Its workers spin ~50 ms after every run
-whatever the sessions ask (``session.force_spinning_stop`` and ``allow_spinning`` reach per-session pools
-only: onnxruntime/core/session/inference_session.cc; Python has no binding for the global pool's spin
-control), which made every ONNX Runtime -> OpenVINO switch cost milliseconds. **Side effect** of that
-pool: once it exists, ONNX Runtime refuses any session in the process that asks for its own pool
-("use_per_session_threads must be false when using a global thread pool"). So that other code in the
-process (reference runs, zoo calibration, tests) keeps working, creating the pool also makes
-``onnxruntime.InferenceSession`` switch any session that asks for its own pool to the shared one
+Threading (measured: results/transitions-wait.md, results/transitions-quiet.md, issue 19): by default
+(``shared_pool=True``) every session joins ONE process-wide intra-op pool of ``threads`` threads (default
+``collage.util.physical_cores()``; inter-op 1), created by ``set_global_thread_pool_sizes`` before the first
+session. It is the fastest scheme measured here for ONNX Runtime alone and for chains of ONNX Runtime
+partitions (ResNet-50 in 18 pieces: 1.21-1.28x its whole model, against 1.17-2.6x with a pool per session),
+and its price is the hand-over: its workers spin ~50 ms after every run whatever the sessions ask
+(``session.force_spinning_stop`` and ``allow_spinning`` reach per-session pools only:
+onnxruntime/core/session/inference_session.cc; Python has no binding for the global pool's spin control),
+so an OpenVINO partition right after an ONNX Runtime one shares the cores with that spin (+3 to +13 ms
+per switch at BERT-base scale in these runs). The tuner measures that switch with real work on both sides
+and the search pays it (collage.cost_models.transitions), so a mixed plan is chosen only where it still
+wins. **Side effect** of that pool: once it exists, ONNX Runtime refuses any session in the process that
+asks for its own pool ("use_per_session_threads must be false when using a global thread pool"). So that
+other code in the process (reference runs, zoo calibration, tests) keeps working, creating the pool also
+makes ``onnxruntime.InferenceSession`` switch any session that asks for its own pool to the shared one
 (``session._adopt_plain_sessions``; its ``intra_op_num_threads`` is then ignored), and every session of
 this backend created later joins it too. New code should build plain sessions with :func:`make_session`.
 
-Hand-over: ``spin=False`` (the default) stops spinning after a run as above (per-session pools:
-``spin_us`` of time-based spin, 0 = ``allow_spinning`` 0; the shared pool: ``session.force_spinning_stop``,
-which it ignores); ``spin=True`` keeps ONNX Runtime's default spin-wait (faster back-to-back ORT calls,
-slower hand-over).
+``shared_pool=False``: each session owns its pool (in a process where the shared pool does not exist yet);
+``wait`` says how its workers wait between parallel sections: ``"timed"`` (spin at most ``spin_us``, then
+sleep: ``session.intra_op.spin_duration_us``, ONNX Runtime >= 1.32), ``"stop"`` (spin while a run lasts
+(at most ``spin_us`` per wait when non-zero), stop when it returns: ``session.force_spinning_stop``) or
+``"sleep"`` (``allow_spinning`` 0). These hand the cores over at once (the switch within noise of 0) but
+made ONNX Runtime alone up to 1.2x and same-runtime chains up to 2x slower here.
+``spin=True`` keeps ONNX Runtime's default spin-wait on a session's own pool (no stop after a run).
 
 Residual cuts (``residual_fusion=True``, the default; measured: results/chain.md): at level ``all``
 ONNX Runtime runs convolutions in its blocked NCHWc layout and fuses a residual Add/Sum (+ Relu)
@@ -71,6 +73,10 @@ _OPT_LEVELS = ("disable", "basic", "extended", "all")
 #: With its own pool and ``spin=False``: microseconds a worker keeps spinning for more work before it
 #: sleeps (``session.intra_op.spin_duration_us``, time-based spinning, ORT PR #27916).
 SPIN_US = 100
+#: With its own pool and ``spin=False``, how its workers wait between parallel sections: ``"timed"`` (spin
+#: ``spin_us``, then sleep), ``"stop"`` (spin while a run lasts, stop when it returns:
+#: ``session.force_spinning_stop``) or ``"sleep"`` (never spin: ``allow_spinning`` 0).
+WAITS = ("timed", "stop", "sleep")
 
 class OnnxRuntimeBackend(Backend):
     """ONNX Runtime, CPU execution provider, fp32 (see the module docstring for threading)."""
@@ -78,9 +84,9 @@ class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
     device = "cpu"
 
-    def __init__(self, threads: int | None = None, spin: bool = False, shared_pool: bool = False,
+    def __init__(self, threads: int | None = None, spin: bool = False, shared_pool: bool = True,
                  opt_level: str = "all", precision: str = "fp32", residual_fusion: bool = True,
-                 spin_us: int = SPIN_US) -> None:
+                 spin_us: int = SPIN_US, wait: str = "timed") -> None:
         if precision != "fp32":
             raise CollageError(f"onnxruntime (CPU) runs fp32 only, not {precision!r}")
         if opt_level not in _OPT_LEVELS:
@@ -92,6 +98,9 @@ class OnnxRuntimeBackend(Backend):
         self.precision = precision
         self.residual_fusion = bool(residual_fusion)
         self.spin_us = max(0, int(spin_us))
+        if wait not in WAITS:
+            raise CollageError(f"onnxruntime: wait must be one of {WAITS}, not {wait!r}")
+        self.wait = wait
 
     def available(self) -> str | None:
         try:
@@ -113,7 +122,9 @@ class OnnxRuntimeBackend(Backend):
         if self.name == "onnxruntime":  # a CPU compile option: subclasses (onnxruntime-cuda) neither take nor use it
             opts["residual_fusion"] = self.residual_fusion
             if not self.shared_pool and not self.spin:
-                opts["spin_us"] = self.spin_us
+                opts["wait"] = self.wait
+                if self.wait != "sleep":
+                    opts["spin_us"] = self.spin_us
         return opts
 
     def session_options(self, opt_level: str | None = None) -> Any:
@@ -136,9 +147,14 @@ class OnnxRuntimeBackend(Backend):
             so.inter_op_num_threads = 1
         if self.spin:
             so.add_session_config_entry("session.intra_op.allow_spinning", "1")
-        elif not so.use_per_session_threads or not self.spin_us:
+        elif not so.use_per_session_threads or self.wait == "sleep" or (self.wait == "timed" and not self.spin_us):
             so.add_session_config_entry("session.intra_op.allow_spinning", "0")
             so.add_session_config_entry("session.force_spinning_stop", "1")
+        elif self.wait == "stop":  # its own pool spins while a run lasts and stops when the run returns
+            so.add_session_config_entry("session.intra_op.allow_spinning", "1")
+            so.add_session_config_entry("session.force_spinning_stop", "1")
+            if self.spin_us:  # and within the run spins at most spin_us between parallel sections
+                so.add_session_config_entry("session.intra_op.spin_duration_us", str(self.spin_us))
         else:  # its own pool spins at most spin_us after a parallel section, then sleeps (ORT >= 1.32)
             so.add_session_config_entry("session.intra_op.allow_spinning", "1")
             so.add_session_config_entry("session.intra_op.spin_duration_us", str(self.spin_us))
