@@ -151,10 +151,12 @@ class LearnedCosts:
 
     @classmethod
     def train(cls, db: CostDB, variants: Iterable[Variant] | None = None, *, kind: str = FEATURES_KIND,
-              exclude: Iterable[str] = (), seed: int = 0) -> LearnedCosts:
+              exclude: Iterable[str] = (), seed: int = 0,
+              features: Mapping[str, Mapping[str, float]] | None = None) -> LearnedCosts:
         """A model for each of ``variants`` (None: every variant in the DB) with at least ``MIN_ROWS`` usable
-        rows; ``exclude``: fingerprints left out of training (a held-out model)."""
-        data = training_rows(db, variants, kind=kind, exclude=exclude)
+        rows; ``exclude``: fingerprints left out of training (a held-out model); ``features``: by fingerprint,
+        instead of the DB's (a DB measured before features were stored)."""
+        data = training_rows(db, variants, kind=kind, exclude=exclude, features=features)
         models = {}
         for v, (feats, ms) in data.items():
             if len(ms) >= MIN_ROWS:
@@ -178,12 +180,14 @@ class LearnedCosts:
 
 
 def training_rows(db: CostDB, variants: Iterable[Variant] | None = None, *, kind: str = FEATURES_KIND,
-                  exclude: Iterable[str] = ()) -> dict[Variant, tuple[list[dict[str, float]], list[float]]]:
-    """Per variant: the features and measured medians of every successful cost in ``db`` with features."""
+                  exclude: Iterable[str] = (), features: Mapping[str, Mapping[str, float]] | None = None
+                  ) -> dict[Variant, tuple[list[Mapping[str, float]], list[float]]]:
+    """Per variant: the features and measured medians of every successful cost in ``db`` with features (the
+    DB's, or ``features`` by fingerprint)."""
     wanted = None if variants is None else set(variants)
     skip = set(exclude)
-    feats = db.get_features(kind)
-    out: dict[Variant, tuple[list[dict[str, float]], list[float]]] = {}
+    feats = db.get_features(kind) if features is None else features
+    out: dict[Variant, tuple[list[Mapping[str, float]], list[float]]] = {}
     for c in db.all():
         if not c.ok or c.median_ms is None or c.median_ms <= 0 or c.fingerprint in skip:
             continue
