@@ -22,6 +22,12 @@ Contract (``CostDB``), in the style of Optuna's storages:
   ``data`` (a hash of the calibration inputs and the candidate's weights).
 * A **ranges** document (``put_ranges``/``get_ranges``) holds the int8 activation ranges of a model
   calibrated once on a calibration set (keyed by model structure + weights, and calibration data + method).
+* A **features** row (``put_features``/``get_features``) is what a candidate is before it runs
+  (``collage.cost_models.features``): a JSON ``{name: number}`` keyed by (fingerprint, ``kind``), the kind
+  naming the feature extractor's version. Costs are keyed by fingerprint without the model they came from;
+  features stored by fingerprint let the learned cost model (``collage.cost_models.learned``) train on every
+  measured row of every model. The table was added beside the others (``features_v1``): no existing table's
+  layout or meaning changed, so the schema version stays and older DBs gain the table on first open.
 * ``study_storage()`` is the URL of an Optuna storage inside the same database (the refinement study
   lives beside the costs, so an interrupted refinement resumes), or None for a store that has none.
 * Methods raise ``CollageError`` subclasses only for unusable locations (``get_db``); reading a
@@ -242,6 +248,14 @@ class CostDB(abc.ABC):
         """Store a ranges document (JSON-able), replacing any earlier one; committed on return."""
 
     @abc.abstractmethod
+    def put_features(self, kind: str, rows: Mapping[str, Mapping[str, float]]) -> None:
+        """Store ``{fingerprint: features}`` under ``kind`` (replacing rows there), in one transaction."""
+
+    @abc.abstractmethod
+    def get_features(self, kind: str, fingerprints: Iterable[str] | None = None) -> dict[str, dict[str, float]]:
+        """``{fingerprint: features}`` stored under ``kind`` (of ``fingerprints``, or all)."""
+
+    @abc.abstractmethod
     def study_storage(self) -> str | None:
         """URL of an Optuna storage in this database (SQLAlchemy form), or None."""
 
@@ -278,6 +292,7 @@ class SQLiteCostDB(CostDB):
     claims_table = f"claims_v{SCHEMA_VERSION}"
     errors_table = f"errors_v{SCHEMA_VERSION}"
     ranges_table = f"int8_ranges_v{SCHEMA_VERSION}"
+    features_table = f"features_v{SCHEMA_VERSION}"
 
     def __init__(self, path: str | os.PathLike, *, busy_timeout_s: float = 60.0) -> None:
         self.path = Path(path).expanduser()
@@ -374,6 +389,8 @@ class SQLiteCostDB(CostDB):
                 cos REAL, finite INTEGER NOT NULL, detail TEXT, created REAL, PRIMARY KEY ({pk}, data))""")
             conn.execute(f"""CREATE TABLE IF NOT EXISTS {self.ranges_table} (model TEXT NOT NULL, data TEXT NOT NULL,
                 ranges TEXT NOT NULL, created REAL, PRIMARY KEY (model, data))""")
+            conn.execute(f"""CREATE TABLE IF NOT EXISTS {self.features_table} (fingerprint TEXT NOT NULL,
+                kind TEXT NOT NULL, features TEXT NOT NULL, created REAL, PRIMARY KEY (fingerprint, kind))""")
             conn.execute("CREATE TABLE IF NOT EXISTS collage_meta (name TEXT PRIMARY KEY, value TEXT)")
             conn.execute("INSERT OR IGNORE INTO collage_meta VALUES ('created_by', 'collage')")
             conn.execute("INSERT OR REPLACE INTO collage_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
@@ -497,6 +514,33 @@ class SQLiteCostDB(CostDB):
         self._write(f"INSERT OR REPLACE INTO {self.ranges_table} VALUES (?,?,?,?)",
                     (model, data, json.dumps(dict(doc)), time.time()))
 
+    # features of candidates (collage.cost_models.features) ----------------
+    def put_features(self, kind: str, rows: Mapping[str, Mapping[str, float]]) -> None:
+        now = time.time()
+        values = [(fp, kind, canonical_json(dict(f)), now) for fp, f in rows.items()]
+        if not values:
+            return
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(f"INSERT OR REPLACE INTO {self.features_table} VALUES (?,?,?,?)", values)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def get_features(self, kind: str, fingerprints: Iterable[str] | None = None) -> dict[str, dict[str, float]]:
+        conn = self._conn()
+        sql = f"SELECT fingerprint, features FROM {self.features_table} WHERE kind=?"
+        if fingerprints is None:
+            rows = conn.execute(sql, (kind,)).fetchall()
+        else:
+            fps, rows = sorted(set(fingerprints)), []
+            for i in range(0, len(fps), 500):
+                chunk = fps[i:i + 500]
+                rows += conn.execute(f"{sql} AND fingerprint IN ({','.join('?' * len(chunk))})", (kind, *chunk)).fetchall()
+        return {fp: json.loads(text) for fp, text in rows}
+
     def study_storage(self) -> str | None:
         return f"sqlite:///{self.path.resolve()}"
 
@@ -531,5 +575,5 @@ def _clear_db_errors(method: Any) -> Any:
 
 for _name in ("get", "get_many", "put", "all", "put_transition", "get_transition", "all_transitions", "claim",
               "release", "claims", "get_error", "put_error", "error_count", "get_ranges", "put_ranges",
-              "schema_version"):
+              "put_features", "get_features", "schema_version"):
     setattr(SQLiteCostDB, _name, _clear_db_errors(getattr(SQLiteCostDB, _name)))

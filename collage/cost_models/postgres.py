@@ -4,7 +4,7 @@
 
 Every machine of a cluster (and every tuner) shares one database, so that what one machine measured
 is never measured again by another. The tables are those of ``SQLiteCostDB`` with the same names
-(``costs_v1``, ``transitions_v1``, ``claims_v1``, ``errors_v1``, ``collage_meta``), created on first
+(``costs_v1``, ``transitions_v1``, ``claims_v1``, ``errors_v1``, ``features_v1``, ``collage_meta``), created on first
 use under an advisory lock (two processes opening a fresh database at once do not race).
 
 * Every write is its own transaction, committed on return (autocommit connection): a process killed
@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from collage.cost_models.db import (COST_COLUMNS, KEY_COLUMNS, SCHEMA_VERSION, Claim, Cost, CostDB, CostKey, Transition,
-                                    error_columns, owner_dead)
+                                    canonical_json, error_columns, owner_dead)
 from collage.errors import CollageError
 
 #: the database server's clock, in seconds since the epoch
@@ -64,6 +64,7 @@ class PostgresCostDB(CostDB):
     claims_table = f"claims_v{SCHEMA_VERSION}"
     errors_table = f"errors_v{SCHEMA_VERSION}"
     ranges_table = f"int8_ranges_v{SCHEMA_VERSION}"
+    features_table = f"features_v{SCHEMA_VERSION}"
 
     def __init__(self, url: str, *, connect_timeout_s: float = 10.0) -> None:
         scheme, sep, rest = url.partition("://")
@@ -128,6 +129,9 @@ class PostgresCostDB(CostDB):
                     created DOUBLE PRECISION, PRIMARY KEY ({pk}, data))""")
                 cur.execute(f"""CREATE TABLE IF NOT EXISTS {self.ranges_table} (model TEXT NOT NULL, data TEXT NOT NULL,
                     ranges TEXT NOT NULL, created DOUBLE PRECISION, PRIMARY KEY (model, data))""")
+                cur.execute(f"""CREATE TABLE IF NOT EXISTS {self.features_table} (fingerprint TEXT NOT NULL,
+                    kind TEXT NOT NULL, features TEXT NOT NULL, created DOUBLE PRECISION,
+                    PRIMARY KEY (fingerprint, kind))""")
                 cur.execute("CREATE TABLE IF NOT EXISTS collage_meta (name TEXT PRIMARY KEY, value TEXT)")
                 cur.execute("INSERT INTO collage_meta VALUES ('created_by', 'collage') ON CONFLICT DO NOTHING")
                 cur.execute("INSERT INTO collage_meta VALUES ('schema_version', %s) "
@@ -243,6 +247,21 @@ class PostgresCostDB(CostDB):
         self._exec(f"INSERT INTO {self.ranges_table} VALUES (%s,%s,%s,%s) ON CONFLICT (model, data) "
                    "DO UPDATE SET ranges=EXCLUDED.ranges, created=EXCLUDED.created",
                    (model, data, json.dumps(dict(doc)), time.time()))
+
+    def put_features(self, kind: str, rows: Mapping[str, Mapping[str, float]]) -> None:
+        now = time.time()
+        values = [(fp, kind, canonical_json(dict(f)), now) for fp, f in rows.items()]
+        if not values:
+            return
+        with self._tx() as cur:
+            cur.executemany(f"INSERT INTO {self.features_table} VALUES (%s,%s,%s,%s) ON CONFLICT (fingerprint, kind) "
+                            "DO UPDATE SET features=EXCLUDED.features, created=EXCLUDED.created", values)
+
+    def get_features(self, kind: str, fingerprints: Iterable[str] | None = None) -> dict[str, dict[str, float]]:
+        sql = f"SELECT fingerprint, features FROM {self.features_table} WHERE kind=%s"
+        rows = (self._rows(sql, (kind,)) if fingerprints is None
+                else self._rows(f"{sql} AND fingerprint = ANY(%s)", (kind, sorted(set(fingerprints)))))
+        return {fp: json.loads(text) for fp, text in rows}
 
     def study_storage(self) -> str | None:
         return "postgresql+psycopg://" + self.url.partition("://")[2]

@@ -12,7 +12,17 @@ by ``collage report``.
       "budget_s": 15.0,         # null: no budget
       "budget_cut": true,       # the budget ran out before every candidate was measured
       "unmeasured_nodes": [3, 4],   # smallest and largest unmeasured candidate, in nodes (null if none)
-      "refinement": {"requested": 4, "ran": 0, "why_none": "the plan is one partition: ..."}
+      "refinement": {"requested": 4, "ran": 0, "why_none": "the plan is one partition: ..."},
+      "estimates": {            # under a budget (collage.tuner.guided): what the learned cost model priced
+        "distinct": 242, "measured": 159,
+        "estimated": 83,        # unmeasured, priced by the model while guiding (never exported)
+        "unpriced": 0,          # unmeasured, no model for its backend variant (too few rows)
+        "error": {"n": 57, "median_ape": 12.0, "p90_ape": 41.0, "in_range": 0.7},  # predicted before measuring
+        "error_by_backend": {"onnxruntime": {...}, ...}, "training_rows": {"onnxruntime": 2210, ...},
+        "rounds": 31, "converged_levels": [0, 1],   # estimate -> search -> measure rounds; levels whose plan
+                                                    # came out measured throughout
+        "last_rounds": [{"level": 1, "predicted_ms": 1.2, "partitions": 5, "estimated": 2, "measured": 2}, ...],
+        "stopped": "the budget ran out", "optimistic_plan": {...}, "fit_s": 1.1, "search_s": 0.4}
     }
 """
 from __future__ import annotations
@@ -51,8 +61,9 @@ def measured_line(cov: Mapping[str, Any]) -> str:
     left = cov.get("unmeasured") or 0
     if left:
         sizes = cov.get("unmeasured_nodes")
-        span = "" if not sizes else f" ({sizes[0]} nodes, measured last)" if sizes[0] == sizes[1] else \
-            f" ({sizes[0]}-{sizes[1]} nodes, measured last)"
+        last = "" if cov.get("estimates") else ", measured last"  # guided: not an order by size
+        span = "" if not sizes else f" ({sizes[0]} nodes{last})" if sizes[0] == sizes[1] else \
+            f" ({sizes[0]}-{sizes[1]} nodes{last})"
         why = f"the {cov['budget_s']:.0f} s budget" if cov.get("budget_cut") else "the measurement job"
         text += f"; {why} cut the other {left}{span}: they are not in the search"
     return text
@@ -64,3 +75,21 @@ def refinement_line(cov: Mapping[str, Any]) -> str:
         return f"refinement: {r['ran']} measured trial(s) of {r.get('requested', r['ran'])} asked for"
     asked = f"{r['requested']} trial(s) asked for, none ran: " if r.get("requested") else "none: "
     return "refinement: " + asked + str(r.get("why_none") or "not asked for")
+
+
+def estimates_line(est: Mapping[str, Any]) -> str:
+    """One sentence on guided measuring: 'guided by the learned cost model: 83 candidates estimated, none exported
+    (every partition of the plan is measured); predicted before measuring, 57 of them were off by 12% (median),
+    41% (p90), 70% within the predicted 10-90% range'."""
+    text = (f"guided by the learned cost model: {est.get('estimated', 0)} candidate(s) estimated"
+            + (f", {est['unpriced']} unpriced (too few measurements of their backend)" if est.get("unpriced") else "")
+            + ", none exported (every partition of the plan is measured)")
+    err = est.get("error") or {}
+    if err.get("n"):
+        text += (f"; predicted before measuring, {err['n']} of them were off by {err['median_ape']:.0f}% (median), "
+                 f"{err['p90_ape']:.0f}% (p90)")
+        if err.get("in_range") is not None:
+            text += f", {100 * err['in_range']:.0f}% within the predicted 10-90% range"
+    else:
+        text += "; no prediction was measured this run"
+    return text

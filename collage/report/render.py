@@ -56,7 +56,7 @@ import pandas as pd
 from collage.runtime.artifact import artifact_dir, is_archive
 from collage.runtime.manifest import REPORT_FILE, read_manifest
 from collage.errors import ArtifactError
-from collage.report.coverage import measured_line, refinement_line
+from collage.report.coverage import estimates_line, measured_line, refinement_line
 from collage.report.svg import num as _num, op_summary as _op_summary, render_bars, render_svg
 
 # ---------------------------------------------------------------------- inputs
@@ -261,6 +261,8 @@ def _coverage_section(report: dict) -> Section | None:
     if cov is None:
         return None
     bullets = [measured_line(cov)[0].upper() + measured_line(cov)[1:]]
+    if cov.get("estimates"):
+        bullets.append(estimates_line(cov["estimates"])[0].upper() + estimates_line(cov["estimates"])[1:])
     if cov.get("refinement"):
         bullets.append(refinement_line(cov)[0].upper() + refinement_line(cov)[1:])
     return Section("What was measured", bullets=bullets)

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 from collage.errors import BackendUnavailable, CollageError, UnsupportedError
 from collage.graph.ir import Graph
 from collage.plan import Plan
-from collage.report.coverage import measured_line, measurement_coverage, refinement, refinement_line
+from collage.report.coverage import (estimates_line, measured_line, measurement_coverage, refinement,
+                                     refinement_line)
 from collage.tuner.options import DEFAULT_BACKENDS, DEFAULT_TOLERANCE, TuneOptions
 from collage.tuner.verify import check_numerics, measure_interleaved, stale_costs
 from collage.util import parse_duration, say
@@ -212,6 +213,7 @@ class TuneJob:
     def __init__(self, model: str | os.PathLike | onnx.ModelProto, options: TuneOptions, work: Path) -> None:
         self.options, self.work = options, work
         self.t_start = time.monotonic()
+        self.transition_s = 0.0
         self.graph = load_model_graph(model, options.shapes)
         self.backend_options = options.all_backend_options()
         self.backends = resolve_backends(list(options.backends), options.target, self.backend_options)
@@ -291,19 +293,27 @@ class TuneJob:
 
         budget_s = self.options.budget_s
         self.tvm_run = None
-        if self.options.tvm_budget_s is not None:
+        self.guided = None
+        if budget_s is not None and self.options.tvm_budget_s is None and not self.precision.low:
+            raw = self.measure_guided(cands)
+        elif self.options.tvm_budget_s is not None:
             vendor = [c for c in cands if c.backend != "tvm"]
             first = measure_candidates(self.graph, [(c.nodes, c.backend) for c in vendor], db=self.db,
                                        budget_s=self.budget_left(), progress=self.options.progress,
                                        executor=self.options.cluster, backend_options=self.backend_options)
             tuned = self.tune_tvm([c for c in cands if c.backend == "tvm"], first)
             cands = [c for c in cands if c.backend != "tvm" or c in tuned]
-        raw = measure_candidates(self.graph, [(c.nodes, c.backend) for c in cands], db=self.db,
-                                 budget_s=self.budget_left(),
-                                 progress=self.options.progress, executor=self.options.cluster,
-                                 backend_options=self.backend_options)
+        if self.guided is None:
+            raw = measure_candidates(self.graph, [(c.nodes, c.backend) for c in cands], db=self.db,
+                                     budget_s=self.budget_left(),
+                                     progress=self.options.progress, executor=self.options.cluster,
+                                     backend_options=self.backend_options)
         self.coverage = measurement_coverage(raw, [(c.nodes, c.backend) for c in cands], budget_s)
+        if self.guided is not None:
+            self.coverage["estimates"] = self.guided.report()
         self.say("%s", measured_line(self.coverage))
+        if self.guided is not None:
+            self.say("%s", estimates_line(self.coverage["estimates"]))
         if budget_s is not None and self.coverage["distinct"] and not self.coverage["with_cost"]:
             raise CollageError(f"the {budget_s:.0f} s budget ran out before any candidate was measured (loading and "
                                f"setting up took {time.monotonic() - self.t_start:.0f} s of it); give a longer --budget")
@@ -320,11 +330,42 @@ class TuneJob:
         return Measured(raw, costs, failures)
 
     def budget_left(self) -> float | None:
-        """Seconds left of the measuring budget (None: no budget); the TVM tuning budget is not counted in it."""
+        """Seconds left of the measuring budget (None: no budget); the TVM tuning budget and measuring the
+        switch costs between backends (once per machine, before guided measuring) are not counted in it."""
         if self.options.budget_s is None:
             return None
         tvm_s = self.tvm_run.spent_s if getattr(self, "tvm_run", None) is not None else 0.0
-        return max(1.0, self.options.budget_s - (time.monotonic() - self.t_start - tvm_s))
+        return max(1.0, self.options.budget_s - (time.monotonic() - self.t_start - tvm_s - self.transition_s))
+
+    def measure_guided(self, cands: Sequence[Candidate]) -> Any:
+        """3a. Under a budget: measure what can change the plan first, the learned cost model pricing the rest
+        while it guides (collage.tuner.guided); every cost the later search uses is measured."""
+        from collage.cost_models.executor import get_executor
+        from collage.cost_models.measure import measure_candidates
+        from collage.cost_models.transitions import transition_model
+        from collage.search.exact import search_exact
+        from collage.tuner.guided import GuidedMeasuring
+
+        t0 = time.monotonic()
+        transition = transition_model(self.names, self.db, backend_options=self.backend_options)
+        self.transition_s = time.monotonic() - t0
+        runner = get_executor(self.options.cluster)  # one set of workers for every round
+
+        def measure(batch: Sequence[Candidate], left: float | None) -> Any:
+            return measure_candidates(self.graph, [(c.nodes, c.backend) for c in batch], db=self.db,
+                                      budget_s=left, progress=False, executor=runner,
+                                      backend_options=self.backend_options)
+
+        deadline = time.monotonic() + (self.budget_left() or 0.0)
+        self.say("guided measuring: %d candidates, %.0f s left of the budget", len(cands), deadline - time.monotonic())
+        try:
+            self.guided = GuidedMeasuring(self.graph, cands, self.backends, self.db, measure=measure,
+                                          search=lambda costs: search_exact(self.graph, costs, transition),
+                                          deadline=deadline, say=self.say, seed=self.options.seed)
+            return self.guided.run()
+        finally:
+            if runner is not self.options.cluster:
+                runner.close()
 
     def tune_tvm(self, tvm_cands: Sequence[Candidate], vendor_raw: Any) -> set[Candidate]:
         """3b. The TVM tuning budget (collage.tuner.tvm_budget): rank the TVM candidates by their vendor cost over

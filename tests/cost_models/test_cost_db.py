@@ -113,6 +113,19 @@ def test_threads_share_one_instance(db):
     assert not errors and len(db.all()) == 100
 
 
+def test_features_store(db):
+    """Features by (fingerprint, kind): all or some of a kind, replaced on put, other kinds apart."""
+    assert db.get_features("cand-v1") == {}
+    db.put_features("cand-v1", {"abc": {"nodes": 2.0, "op:Conv": 1.0}, "def": {"nodes": 1.0}})
+    db.put_features("cand-v0", {"abc": {"nodes": 99.0}})
+    assert db.get_features("cand-v1") == {"abc": {"nodes": 2.0, "op:Conv": 1.0}, "def": {"nodes": 1.0}}
+    assert db.get_features("cand-v1", ["def", "zzz"]) == {"def": {"nodes": 1.0}}
+    db.put_features("cand-v1", {"def": {"nodes": 3.0}})
+    assert db.get_features("cand-v1", ["def"]) == {"def": {"nodes": 3.0}}
+    assert db.get_features("cand-v0") == {"abc": {"nodes": 99.0}}
+    db.put_features("cand-v1", {})
+
+
 def test_schema_version(db):
     assert db.schema_version() == SCHEMA_VERSION
 

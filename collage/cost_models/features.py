@@ -1,0 +1,120 @@
+"""What a candidate subgraph is, as numbers, before it runs: the learned cost model's inputs.
+
+``candidate_features(graph, nodes)`` is a flat ``{name: number}`` dict computed from the graph alone
+(``collage.graph.stats.node_flops`` for FLOPs), a function of the candidate's structural fingerprint
+(op types, attributes, shapes, dtypes, wiring), so it is stored once per fingerprint in the cost DB
+(``CostDB.put_features`` under ``FEATURES_KIND``) beside the costs measured under that fingerprint:
+
+* ``nodes``, ``depth`` (nodes on the longest path inside), ``inputs``, ``outputs`` (boundary tensors);
+* ``flops``, ``mac_flops`` (Conv/ConvTranspose/MatMul/Gemm), ``in_bytes``, ``out_bytes`` (boundary tensors),
+  ``weight_bytes`` (initializers read), ``act_bytes`` (every tensor produced inside);
+* per op type ``op:TYPE`` (count) and ``flops:TYPE`` (its FLOPs);
+* ``non_fp32``: nodes whose first output is not float32 (int64 shape arithmetic, bool masks, fp16).
+
+Why stored, not recomputed at training time: the model is trained on every measurement in the DB, of
+every model ever tuned into it, and the DB keeps costs by fingerprint without the models they came from.
+Features stored with the fingerprint when a tune first sees it make every later tune's training set
+complete without the source models at hand. ``FEATURES_KIND`` changes when the features do (older rows
+are then ignored, never misread).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from collage.errors import ModelError
+
+if TYPE_CHECKING:
+    from collage.graph.ir import Graph
+
+#: the version of ``candidate_features``: rows stored under another kind are not read
+FEATURES_KIND = "cand-v1"
+
+#: the ops whose FLOPs are multiply-accumulates (collage.graph.stats.MAC_OPS)
+_MAC = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+
+
+class NodeFacts:
+    """Per-node numbers of one graph, computed once and summed over many candidates."""
+
+    def __init__(self, graph: Graph) -> None:
+        from collage.graph.stats import node_flops
+
+        self.graph = graph
+        n = len(graph)
+        self.op = [graph.op_type(i) for i in range(n)]
+        self.flops = [float(node_flops(graph, i)) for i in range(n)]
+        self.out_bytes = [float(sum(_nbytes(graph, t) for t in graph.op(i).output if t)) for i in range(n)]
+        self.weights = [[t for t in graph.reads(i) if t in graph.initializers] for i in range(n)]
+        self.fp32 = [_first_dtype(graph, i) == "float32" for i in range(n)]
+        self.preds = [sorted(graph.dag.predecessors(i)) for i in range(n)]
+
+
+def _nbytes(graph: Graph, t: str) -> int:
+    try:
+        return graph.tensor(t).nbytes
+    except ModelError:  # an output nothing reads may have no shape (Dropout's mask)
+        return 0
+
+
+def _first_dtype(graph: Graph, i: int) -> str:
+    outs = [t for t in graph.op(i).output if t]
+    try:
+        return str(graph.tensor(outs[0]).dtype) if outs else "float32"
+    except ModelError:
+        return "float32"
+
+
+def candidate_features(graph: Graph, nodes: Sequence[int], facts: NodeFacts | None = None) -> dict[str, float]:
+    """The features of ``nodes`` of ``graph`` (module docstring); ``facts``: ``NodeFacts(graph)`` to reuse."""
+    facts = facts or NodeFacts(graph)
+    ids = sorted(set(nodes))
+    inside = set(ids)
+    entering, leaving = graph.boundary(ids)
+    f: dict[str, float] = {"nodes": float(len(ids)), "inputs": float(len(entering)), "outputs": float(len(leaving)),
+                           "in_bytes": float(sum(_nbytes(graph, t) for t in entering)),
+                           "out_bytes": float(sum(_nbytes(graph, t) for t in leaving))}
+    flops = mac = act = 0.0
+    weights: set[str] = set()
+    longest: dict[int, int] = {}
+    non_fp32 = 0
+    for i in ids:
+        op = facts.op[i]
+        f[f"op:{op}"] = f.get(f"op:{op}", 0.0) + 1.0
+        f[f"flops:{op}"] = f.get(f"flops:{op}", 0.0) + facts.flops[i]
+        flops += facts.flops[i]
+        mac += facts.flops[i] if op in _MAC else 0.0
+        act += facts.out_bytes[i]
+        weights.update(facts.weights[i])
+        non_fp32 += not facts.fp32[i]
+        longest[i] = 1 + max((longest[j] for j in facts.preds[i] if j in inside), default=0)
+    f.update(flops=flops, mac_flops=mac, act_bytes=act, depth=float(max(longest.values())),
+             weight_bytes=float(sum(graph.tensor(t).nbytes for t in weights)), non_fp32=float(non_fp32))
+    return f
+
+
+def features_by_fingerprint(graph: Graph, node_sets: Iterable[Sequence[int]],
+                            fingerprints: Mapping[tuple[int, ...], str]) -> dict[str, dict[str, float]]:
+    """``{fingerprint: features}`` of ``node_sets`` (one computation per distinct fingerprint)."""
+    facts = NodeFacts(graph)
+    out: dict[str, dict[str, float]] = {}
+    for nodes in node_sets:
+        fp = fingerprints[tuple(nodes)]
+        if fp not in out:
+            out[fp] = candidate_features(graph, nodes, facts)
+    return out
+
+
+def feature_matrix(rows: Sequence[Mapping[str, float]], columns: Sequence[str]) -> np.ndarray:
+    """``rows`` as a dense float matrix over ``columns`` (missing: 0), each value ``log1p``'d: sizes span
+    orders of magnitude, and latency follows them multiplicatively."""
+    index = {c: k for k, c in enumerate(columns)}
+    x = np.zeros((len(rows), len(columns)), dtype=np.float64)
+    for r, row in enumerate(rows):
+        for name, v in row.items():
+            k = index.get(name)
+            if k is not None:
+                x[r, k] = np.log1p(max(0.0, float(v)))
+    return x

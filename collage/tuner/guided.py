@@ -1,0 +1,303 @@
+"""Guided measuring: under a budget, measure first what can change the plan; price the rest with the learned model.
+
+On a large graph the measuring budget runs out long before the candidates do (a 525-node decoder: 36 of
+3,124 in 4 minutes), and measuring in enumeration order leaves the search to choose among whatever came
+first. Instead, a branch-and-bound over measurements:
+
+1. **Seed.** The whole model on each backend (the baselines need them), and, for a backend variant the cost
+   DB holds fewer than ``SEED_ROWS`` training rows for (a fresh DB), a seeded random sample of its
+   candidates (at most ``SEED_SHARE`` of the budget): the learned model's first training set.
+2. **Estimate.** The learned cost model (``collage.cost_models.learned``, trained on every measurement in
+   the DB for the same backend variant, all models) prices every unmeasured candidate: 10/50/90% quantiles.
+3. **Search** the cheapest cover with measured costs where known and the *optimistic* estimate (the low
+   quantile x the level's factor, ``OPTIMISM``) elsewhere, estimates marked as such.
+4. **Measure** the plan's estimated partitions (their predictions recorded first: the model's error on this
+   run's own measurements), retrain when the measured rows grew, and repeat from 2.
+
+When the optimistic plan is measured throughout, no unmeasured candidate can beat it unless it costs less
+than its low estimate: that level has converged, and the next, more optimistic level (a lower factor) brings in
+the near rivals. After the last level, what is left of the budget measures the rest in the tuner's measuring
+order (``collage.tuner.job.measuring_order``). The budget is a promise: measuring stops at it.
+
+**Every exported partition is measured**: estimates only choose what to measure. The tuner's search
+(``collage.tuner.search_step``) then runs on measured costs alone, so where the budget ended with estimated
+partitions in the optimistic plan, the plan exported is the best all-measured one (the whole model on one
+backend is always among them), and the never-worse end-to-end check judges it as before. The report says how
+many candidates were measured and how many estimated, and how far the predictions were from the measurements
+(``GuidedMeasuring.report``).
+"""
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from collage.cost_models.db import Cost, CostKey, key_for
+from collage.cost_models.features import FEATURES_KIND, features_by_fingerprint
+from collage.cost_models.learned import Estimate, LearnedCosts, Variant, error_summary, training_rows, variant_of
+from collage.cost_models.measure import CostTable
+from collage.search.candidates import Candidate
+
+if TYPE_CHECKING:
+    from collage.cost_models.db import CostDB
+    from collage.graph.ir import Graph
+    from collage.plan import Plan
+
+log = logging.getLogger(__name__)
+
+#: factors on the low quantile, one convergence level each: the plan under each is measured before the next
+OPTIMISM = (1.0, 0.7, 0.5)
+#: a variant with fewer training rows in the DB is seeded with this many of its candidates, measured at random
+SEED_ROWS = 40
+#: the share of the budget the seed may take
+SEED_SHARE = 0.25
+#: retrain once the variants' measured rows grew by this share (or by RETRAIN_MIN rows)
+RETRAIN_GROWTH, RETRAIN_MIN = 0.1, 5
+#: rounds listed in the report (the last ones)
+LAST_ROUNDS = 10
+
+#: measure(candidates, seconds or None) -> measure_candidates' table of them
+Measure = Callable[[Sequence[Candidate], "float | None"], CostTable]
+#: search(costs, transition) -> the cheapest cover
+Search = Callable[[Mapping[Candidate, float]], "Plan"]
+
+
+@dataclass
+class Round:
+    """One estimate -> search -> measure round."""
+
+    level: int
+    predicted_ms: float
+    partitions: int
+    estimated: int  # of the plan's partitions
+    measured: int = 0  # of them measured in this round
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"level": self.level, "predicted_ms": self.predicted_ms, "partitions": self.partitions,
+                "estimated": self.estimated, "measured": self.measured}
+
+
+@dataclass
+class Prediction:
+    """What the model said about a key before it was measured."""
+
+    key: CostKey
+    backend: str
+    estimate: Estimate
+
+
+class GuidedMeasuring:
+    """The loop of the module docstring over one graph's candidates; ``run`` returns the measured table."""
+
+    def __init__(self, graph: Graph, cands: Sequence[Candidate], backends: Sequence[Any], db: CostDB, *,
+                 measure: Measure, search: Search, deadline: float | None, say: Callable[..., None] = lambda *a: None,
+                 seed: int = 0) -> None:
+        self.graph, self.cands, self.db = graph, list(cands), db
+        self.measure_fn, self.search_fn, self.deadline, self.say, self.seed = measure, search, deadline, say, seed
+        by_name = {b.name: b for b in backends}
+        fps = {c.nodes: "" for c in self.cands}
+        for nodes in fps:
+            fps[nodes] = graph.fingerprint(nodes)
+        self.fps = fps
+        self.key: dict[Candidate, CostKey] = {c: key_for(by_name[c.backend], fps[c.nodes]) for c in self.cands}
+        self.variant: dict[str, Variant] = {b.name: variant_of(key_for(b, "")) for b in backends}
+        self.distinct = set(self.key.values())
+        self.known: dict[CostKey, Cost] = db.get_many(self.distinct)
+        self.reused = len(self.known)
+        self.measured_now = self.failed = 0
+        self.stuck: set[CostKey] = set()  # asked for and not measured (claimed elsewhere, lost): not asked again
+        self.model: LearnedCosts | None = None
+        self.trained_rows = -1
+        self.estimates: dict[CostKey, Estimate] = {}
+        self.predictions: list[Prediction] = []
+        self.rounds: list[Round] = []
+        self.fit_s = 0.0
+        self.searches_s = 0.0
+        self.last_plan: Plan | None = None
+        self.stopped = ""
+        self.t0 = time.monotonic()
+        self.store_features()
+
+    # ------------------------------------------------------------------ state
+    def left(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def over(self) -> bool:
+        left = self.left()
+        return left is not None and left <= 0
+
+    def is_measured(self, c: Candidate) -> bool:
+        return self.key[c] in self.known
+
+    def store_features(self) -> None:
+        """Features of every distinct fingerprint not yet in the DB (training data for every later tune)."""
+        have = self.db.get_features(FEATURES_KIND, set(self.fps.values()))
+        missing = [nodes for nodes, fp in self.fps.items() if fp not in have]
+        new = features_by_fingerprint(self.graph, missing, self.fps) if missing else {}
+        self.db.put_features(FEATURES_KIND, new)
+        self.features = {**have, **new}
+
+    # ------------------------------------------------------------------ steps
+    def run(self) -> CostTable:
+        n = len(self.graph)
+        self.take([c for c in self.cands if len(c.nodes) == n], "whole model")
+        self.seed_thin_variants()
+        level = 0
+        while level < len(OPTIMISM) and not self.over():
+            self.retrain()
+            plan = self.search(OPTIMISM[level])
+            if plan is None:
+                break
+            todo = [c for p in plan.partitions if not self.is_measured(c := Candidate(p.nodes, p.backend))]
+            self.rounds.append(Round(level, float(plan.predicted_ms or 0.0), len(plan.partitions), len(todo)))
+            if not todo:
+                level += 1
+                continue
+            self.rounds[-1].measured = self.take(todo, f"round {len(self.rounds)}")
+        rest = [c for c in self.cands if not self.is_measured(c) and self.key[c] not in self.stuck]
+        if rest and not self.over():
+            self.take(rest, "the rest, in measuring order")
+        self.stopped = ("every candidate measured" if all(self.is_measured(c) for c in self.cands) else
+                        "the budget ran out" if self.over() else "no candidate left to measure")
+        if self.model is not None or self.trained_rows >= 0:
+            self.retrain(final=True)  # estimates of what is left, for the report
+        return self.table()
+
+    def take(self, batch: Sequence[Candidate], why: str) -> int:
+        """Measure ``batch`` (the unmeasured of it) within the budget; predictions recorded first. Returns how
+        many of its keys got a cost."""
+        todo, seen = [], set()
+        for c in batch:
+            k = self.key[c]
+            if k in self.known or k in self.stuck or k in seen:
+                continue
+            seen.add(k)
+            todo.append(c)
+        if not todo or self.over():
+            return 0
+        for c in todo:
+            est = self.estimates.get(self.key[c])
+            if est is not None:
+                self.predictions.append(Prediction(self.key[c], c.backend, est))
+        table = self.measure_fn(todo, self.left())
+        got = 0
+        for c in todo:
+            cost = table.get((c.nodes, c.backend))
+            if cost is not None and self.key[c] not in self.known:
+                self.known[self.key[c]] = cost
+                got += 1
+        self.measured_now += int(getattr(table, "measured", 0) or 0)
+        self.failed += int(getattr(table, "failed", 0) or 0)
+        if not self.over():
+            self.stuck.update(self.key[c] for c in todo if self.key[c] not in self.known)
+        log.debug("%s: measured %d of %d", why, got, len(todo))
+        return got
+
+    def seed_thin_variants(self) -> None:
+        """A variant with too few training rows in the DB: a seeded random sample of its candidates."""
+        rows = {v: len(ms) for v, (_, ms) in training_rows(self.db, self.variant.values()).items()}
+        budget = None if self.deadline is None else SEED_SHARE * max(0.0, self.left() or 0.0)
+        sample: list[Candidate] = []
+        rng = random.Random(self.seed)
+        for name, v in sorted(self.variant.items()):
+            need = SEED_ROWS - rows.get(v, 0)
+            if need <= 0:
+                continue
+            mine = sorted({self.key[c]: c for c in self.cands if c.backend == name and not self.is_measured(c)}.values(),
+                          key=lambda c: (len(c.nodes), c.nodes))
+            sample += rng.sample(mine, min(need, len(mine)))
+        if not sample:
+            return
+        self.say("guided measuring: seeding the learned model with %d candidate(s) (%s had few rows in the cost DB)",
+                 len(sample), ", ".join(n for n, v in self.variant.items() if rows.get(v, 0) < SEED_ROWS))
+        deadline, self.deadline = self.deadline, (None if budget is None else time.monotonic() + budget)
+        try:
+            self.take(sample, "seed")
+        finally:
+            self.deadline = deadline
+
+    def retrain(self, final: bool = False) -> None:
+        """Train the model again when the measured rows grew enough; estimate every unmeasured key."""
+        ok = sum(1 for c in self.known.values() if c.ok)
+        grown = ok - max(0, self.trained_rows)
+        if self.trained_rows >= 0 and grown < max(RETRAIN_MIN, RETRAIN_GROWTH * self.trained_rows) and not final:
+            return
+        if final and grown == 0 and self.trained_rows >= 0:
+            return
+        t0 = time.perf_counter()
+        self.model = LearnedCosts.train(self.db, set(self.variant.values()), seed=self.seed)
+        self.trained_rows = ok
+        self.estimates = {}
+        for name, v in self.variant.items():
+            keys = sorted({k for c, k in self.key.items() if c.backend == name and k not in self.known})
+            feats = [self.features[k.fingerprint] for k in keys if k.fingerprint in self.features]
+            keys = [k for k in keys if k.fingerprint in self.features]
+            est = self.model.estimate(v, feats) if keys else None
+            if est is not None:
+                self.estimates.update(zip(keys, est))
+        self.fit_s += time.perf_counter() - t0
+
+    def search(self, factor: float) -> Plan | None:
+        """The cheapest cover with measured costs where known, ``factor`` x the low estimate elsewhere."""
+        costs: dict[Candidate, float] = {}
+        for c, k in self.key.items():
+            cost = self.known.get(k)
+            if cost is not None:
+                if cost.ok and cost.median_ms is not None:
+                    costs[c] = float(cost.median_ms)
+            elif k not in self.stuck and (est := self.estimates.get(k)) is not None:
+                costs[c] = factor * est.low_ms
+        t0 = time.perf_counter()
+        try:
+            plan = self.search_fn(costs)
+        except Exception as e:  # noqa: BLE001 - a guide, not the tune's search: measure the rest in order
+            log.warning("guided measuring: search failed (%s); measuring in order", e)
+            return None
+        finally:
+            self.searches_s += time.perf_counter() - t0
+        self.last_plan = plan
+        return plan
+
+    # ------------------------------------------------------------------ results
+    def table(self) -> CostTable:
+        """``measure_candidates``' table over every candidate (the job's Measured.raw)."""
+        t = CostTable(candidates=len(self.cands), distinct=len(self.distinct))
+        t.reused, t.measured, t.failed = self.reused, self.measured_now, self.failed
+        t.unmeasured = len(self.distinct) - len(self.known)
+        t.elapsed_s = time.monotonic() - self.t0
+        for c, k in self.key.items():
+            if k in self.known:
+                t[(c.nodes, c.backend)] = self.known[k]
+        return t
+
+    def report(self) -> dict[str, Any]:
+        """report.json's ``"estimates"`` (collage.report.coverage.estimates_line says it in words)."""
+        measured = {k: c for k, c in self.known.items() if c.ok}
+        pairs = [(p, measured[p.key].median_ms) for p in self.predictions if p.key in measured]
+        per_backend: dict[str, Any] = {}
+        for name in sorted(self.variant):
+            mine = [(p, m) for p, m in pairs if p.backend == name]
+            per_backend[name] = error_summary([p.estimate.mid_ms for p, _ in mine], [m for _, m in mine],
+                                              [p.estimate.low_ms for p, _ in mine], [p.estimate.high_ms for p, _ in mine])
+        unmeasured = self.distinct - set(self.known)
+        last = self.last_plan
+        return {
+            "distinct": len(self.distinct), "measured": len(self.known), "estimated": sum(k in self.estimates
+                                                                                         for k in unmeasured),
+            "unpriced": sum(k not in self.estimates for k in unmeasured),
+            "error": error_summary([p.estimate.mid_ms for p, _ in pairs], [m for _, m in pairs],
+                                   [p.estimate.low_ms for p, _ in pairs], [p.estimate.high_ms for p, _ in pairs]),
+            "error_by_backend": per_backend,
+            "training_rows": self.model.rows() if self.model is not None else {},
+            "rounds": len(self.rounds), "converged_levels": sorted({r.level for r in self.rounds if not r.estimated}),
+            "last_rounds": [r.to_dict() for r in self.rounds[-LAST_ROUNDS:]], "stopped": self.stopped,
+            "optimistic_plan": None if last is None else {
+                "predicted_ms": last.predicted_ms,
+                "partitions": [{"backend": p.backend, "nodes": len(p.nodes),
+                                "estimated": not self.is_measured(Candidate(p.nodes, p.backend))}
+                               for p in last.partitions]},
+            "fit_s": self.fit_s, "search_s": self.searches_s,
+        }
