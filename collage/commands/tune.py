@@ -25,6 +25,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "tuning database is shared across candidates and tunes (report.json: tvm_tuning)")
     p.add_argument("--budget", default=None, type=duration_arg, help="time limit for measuring candidates: 90, 30s, 10m, 1h30m, 1.5h (default: none, measure every "
                         "candidate); what it cuts is said on the terminal and in the report")
+    p.add_argument("--measure-order", default="enumeration", choices=["enumeration", "guided"],
+                   help="under --budget, what is measured first: the candidates in enumeration order (default), or "
+                        "'guided': a cost model learned from the cost DB prices the rest and the measuring goes to "
+                        "the candidates that can change the plan (report: coverage.estimates)")
     p.add_argument("--db", default=None, help="cost database: a path, sqlite:///PATH or postgresql://USER@HOST:PORT/DB (default ~/.cache/collage/costs.sqlite)")
     p.add_argument("--cluster", default=None, metavar="ray://HOST:PORT",
                    help="measure the candidates on a Ray cluster's measurement nodes: ray://HOST:PORT, HOST:PORT, "
@@ -59,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
                shapes=parse_shapes(args.shape), limits=limits, archive=args.archive,
                tolerance={"atol": args.atol, "rtol": args.rtol},
                accuracy=args.accuracy, calibration=args.calibration, progress=not args.quiet, cluster=args.cluster,
-               backend_options=parse_backend_options(args.backend_option), tvm_budget=args.tvm_budget)
+               backend_options=parse_backend_options(args.backend_option), tvm_budget=args.tvm_budget,
+               measure_order=args.measure_order)
     if args.json:
         print(res.to_json(indent=2))
         return 0

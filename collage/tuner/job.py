@@ -91,7 +91,7 @@ def tune(model: str | os.PathLike | onnx.ModelProto, out_dir: str | os.PathLike,
          tolerance: Mapping[str, float] | None = None, accuracy: str | Budget | None = None,
          calibration: str | os.PathLike | None = None, progress: bool = True, seed: int = 0, cluster: Any = None,
          budget_s: float | None = None, backend_options: Mapping[str, Mapping[str, Any]] | None = None,
-         tvm_budget: str | float | None = None) -> TuneResult:
+         tvm_budget: str | float | None = None, measure_order: str = "enumeration") -> TuneResult:
     """Tune ``model`` (an ONNX path, ``zoo:NAME`` or ModelProto) for ``target`` over ``backends`` and write
     the artifact to ``out_dir``.
 
@@ -99,7 +99,8 @@ def tune(model: str | os.PathLike | onnx.ModelProto, out_dir: str | os.PathLike,
     (``budget_s=`` is the older spelling, in seconds). The other keywords are :class:`TuneOptions`' fields
     (documented there). ``backend_options``: constructor options per backend (``{"tvm": {"tuning":
     "metaschedule", "trials": 64}}``); ``tvm_budget``: a duration of MetaSchedule tuning spent on the candidates
-    where TVM can change the plan (:mod:`collage.tuner.tvm_budget`). Callable any number of times in one process. The exported attempts, refinement
+    where TVM can change the plan (:mod:`collage.tuner.tvm_budget`); ``measure_order="guided"``: under a budget,
+    measure first what can change the plan (:mod:`collage.tuner.guided`). Callable any number of times in one process. The exported attempts, refinement
     trials and verification copies go to a scratch folder (1-2 GB for a large model) that is removed when
     the tune ends, however it ends; the artifact in ``out_dir`` and the cost DB stay.
     """
@@ -107,7 +108,7 @@ def tune(model: str | os.PathLike | onnx.ModelProto, out_dir: str | os.PathLike,
                                 refine_trials=refine_trials, shapes=shapes, limits=limits, archive=archive,
                                 tolerance=tolerance, accuracy=accuracy, calibration=calibration,
                                 progress=progress, seed=seed, cluster=cluster, backend_options=backend_options,
-                                tvm_budget=tvm_budget)
+                                tvm_budget=tvm_budget, measure_order=measure_order)
     return run_tune(model, out_dir, options)
 
 
@@ -294,7 +295,7 @@ class TuneJob:
         budget_s = self.options.budget_s
         self.tvm_run = None
         self.guided = None
-        if budget_s is not None and self.options.tvm_budget_s is None and not self.precision.low:
+        if self.options.measure_order == "guided" and self.options.tvm_budget_s is None and not self.precision.low:
             raw = self.measure_guided(cands)
         elif self.options.tvm_budget_s is not None:
             vendor = [c for c in cands if c.backend != "tvm"]

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 DEFAULT_BACKENDS = ("onnxruntime", "openvino")
 #: artifact outputs vs the ORT fp32 whole-model reference
 DEFAULT_TOLERANCE = {"atol": 1e-4, "rtol": 1e-3}
+#: orders in which candidates are measured under a budget (TuneOptions.measure_order)
+MEASURE_ORDERS = ("enumeration", "guided")
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,9 @@ class TuneOptions:
     {"tuning": "metaschedule", "trials": 64}}``), used wherever the backend is built (measurement workers,
     baselines, export) and part of its cost key. tvm_budget_s: seconds of MetaSchedule tuning inside the tune,
     spent on the candidates where TVM can change the plan (collage.tuner.tvm_budget; None: no such step).
+    measure_order: under a budget, which candidates are measured first: ``"enumeration"`` (the candidates in
+    the order they are enumerated, the default) or ``"guided"`` (collage.tuner.guided: the learned cost model
+    prices what is not measured yet and the measuring goes to the candidates that can change the plan).
     """
 
     target: str = "cpu"
@@ -61,6 +66,7 @@ class TuneOptions:
     cluster: Any = None
     backend_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     tvm_budget_s: float | None = None
+    measure_order: str = "enumeration"
 
     def __post_init__(self) -> None:
         if not self.backends:
@@ -77,6 +83,12 @@ class TuneOptions:
         if stray:
             raise CollageError(f"tune: backend options for {', '.join(stray)}, which is not among the backends "
                              f"({', '.join(self.backends)})")
+        if self.measure_order not in MEASURE_ORDERS:
+            raise CollageError(f"tune: measure_order must be one of {', '.join(MEASURE_ORDERS)}, not "
+                               f"{self.measure_order!r}")
+        if self.measure_order == "guided" and self.budget_s is None:
+            raise CollageError("tune: guided measuring (--measure-order guided) needs a measuring budget (--budget); "
+                               "without one every candidate is measured")
         unknown = set(self.tolerance) - {"atol", "rtol"}
         if unknown:
             raise ValueError(f"tune: tolerance takes atol and rtol, not {sorted(unknown)}")

@@ -174,6 +174,8 @@ CASES = [
      ["other.sqlite", "not a collage cost DB"]),
     ("db-not-sqlite", ["tune", "static.onnx", "-o", "o1", "--backends", "onnxruntime", "--db", "afile"],
      ["afile", "not an SQLite file"]),
+    ("tune-guided-no-budget", ["tune", "static.onnx", "-o", "o1", "--backends", "onnxruntime", "--measure-order",
+                               "guided"], ["--budget", "guided"]),
     # output locations (checked before any measuring)
     ("tune-o-under-file", ["tune", "static.onnx", "-o", "afile/out", "--backends", "onnxruntime"],
      ["afile", "is a file"]),

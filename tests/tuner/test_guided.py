@@ -188,7 +188,7 @@ def test_a_tune_never_exports_an_unmeasured_partition(tmp_path, monkeypatch):
     monkeypatch.setattr(TuneJob, "search", search)
     db = SQLiteCostDB(tmp_path / "costs.sqlite")
     res = collage.tune("zoo:tiny-resnet", tmp_path / "out", backends=["onnxruntime", "openvino"], budget="20s", db=db,
-                       progress=False)
+                       progress=False, measure_order="guided")
     est = res.report["coverage"]["estimates"]
     assert est["estimated"] > 0 and est["measured"] < est["distinct"], est
     backends = {b: get_backend(b) for b in ("onnxruntime", "openvino")}
@@ -208,3 +208,14 @@ def test_a_tune_never_exports_an_unmeasured_partition(tmp_path, monkeypatch):
     from collage.report.render import render_markdown
 
     assert "guided by the learned cost model" in render_markdown(res.out_dir).lower()
+
+
+def test_guided_measuring_is_asked_for_and_needs_a_budget():
+    from collage.errors import CollageError
+    from collage.tuner.options import TuneOptions
+
+    assert TuneOptions().measure_order == "enumeration"
+    with pytest.raises(CollageError, match="needs a measuring budget"):
+        TuneOptions(measure_order="guided")
+    with pytest.raises(CollageError, match="measure_order must be one of"):
+        TuneOptions(budget_s=10.0, measure_order="random")
