@@ -18,10 +18,10 @@ and attention's Softmax stay float, measured on resnet50: cos 0.9993 core vs 0.9
 (every op ORT's QDQ quantizer knows).
 
 **Where the ranges come from at compile time**: the backend's ``ranges`` option (a JSON file written by
-:func:`save_ranges`), else the file named by the environment variable ``COLLAGE_INT8_RANGES`` (set by
-the precision tuner for the model being tuned, so measurement worker processes and artifact export,
-which build backends by name, find them). The ranges are not part of the cost key: an int8 kernel's
-latency does not depend on scale values. A tensor without a recorded range is left in float.
+:func:`save_ranges`). The precision tuner sets it for the model being tuned in the tune's backend options,
+which reach every place a backend is built by name (measurement worker processes, export). The ranges
+are not part of the cost key (``options`` leaves them out): an int8 kernel's latency does not depend on
+scale values. A tensor without a recorded range is left in float.
 """
 from __future__ import annotations
 
@@ -40,8 +40,6 @@ from collage.errors import CompileError
 
 log = logging.getLogger(__name__)
 
-#: environment variable naming the ranges file of the model being tuned
-RANGES_ENV = "COLLAGE_INT8_RANGES"
 #: op sets a variant may quantize
 CORE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 #: version of the QDQ recipe (part of the variants' version strings: cost, support and error keys)
@@ -159,10 +157,6 @@ def load_ranges(path: str | Path) -> Ranges:
     return _loaded[key]
 
 
-def ranges_path(explicit: str | None) -> str | None:
-    return explicit or os.environ.get(RANGES_ENV) or None
-
-
 # ---------------------------------------------------------------------- quantizing a candidate
 def quantize(model: onnx.ModelProto, ranges: Mapping[str, tuple[float, float]], ops: str = "core") -> onnx.ModelProto:
     """``model`` (a cut-out candidate, original tensor names) in QDQ form with the recorded ranges (module doc)."""
@@ -192,9 +186,8 @@ def quantize(model: onnx.ModelProto, ranges: Mapping[str, tuple[float, float]], 
 
 
 def quantize_with(model: onnx.ModelProto, explicit: str | None, ops: str, who: str) -> onnx.ModelProto:
-    """``quantize`` with the ranges of ``explicit`` or ``$COLLAGE_INT8_RANGES``; CompileError naming both when none."""
-    path = ranges_path(explicit)
-    if path is None:
-        raise CompileError(f"{who}: no calibrated int8 ranges: pass ranges=FILE (collage.backends.qdq.save_ranges) or "
-                           f"set {RANGES_ENV}; collage tune does this under --accuracy")
-    return quantize(model, load_ranges(path), ops)
+    """``quantize`` with the ranges in the file ``explicit``; CompileError saying how to get them when none."""
+    if not explicit:
+        raise CompileError(f"{who}: no calibrated int8 ranges: pass the backend option ranges=FILE "
+                           "(collage.backends.qdq.save_ranges); collage tune does this under --accuracy")
+    return quantize(model, load_ranges(explicit), ops)

@@ -225,6 +225,8 @@ class TuneJob:
         self.db = get_db(options.db)  # a bad model, backend or cost DB is refused before any progress line
         self.say("%s: %d nodes", self.graph.name, len(self.graph))
         self.precision = precision_strategy(self.graph, self.backends, options, self.db)
+        for name, opts in self.precision.backend_options.items():  # e.g. the int8 variants' calibrated ranges
+            self.backend_options.setdefault(name, {}).update(opts)
 
     def say(self, msg: str, *args: object) -> None:
         say(self.options.progress, msg, *args, logger=log)
@@ -238,7 +240,7 @@ class TuneJob:
         from collage.cost_models.transitions import transition_model
         from collage.graph.inputs import random_inputs
 
-        self.transition = transition_model(self.names, self.db)
+        self.transition = transition_model(self.names, self.db, backend_options=self.backend_options)
         self.feeds = random_inputs(self.graph, seed=self.options.seed)
         self.precision.work = self.work
         base = self.baselines(supports, measured)

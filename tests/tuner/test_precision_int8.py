@@ -55,11 +55,10 @@ def test_int8_availability_follows_cpu_flags(monkeypatch, tmp_path):
     assert qdq.cpu_int8_reason() is None
 
 
-def test_int8_compile_without_ranges_says_what_to_do(monkeypatch):
+def test_int8_compile_without_ranges_says_what_to_do():
     from collage import zoo
     from collage.errors import CompileError
 
-    monkeypatch.delenv(qdq.RANGES_ENV, raising=False)
     g = zoo.load_graph("zoo:tiny-resnet")
     with pytest.raises(CompileError, match="no calibrated int8 ranges"):
         get_backend("onnxruntime-int8").compile(g.model)

@@ -10,7 +10,9 @@ The job holds one strategy for the whole run and calls it at the same points wha
 - ``whole_model_alternatives(plan)``: compiled competitors for the verification round;
 - ``is_low(plan)``: the plan holds lower-precision partitions (no fp32 tolerance check, no refinement);
 - ``check(plan, artifact, fp32_numerics)``: the final numerics; ``report(plan)``: report.json's "precision"
-  section (None: no section).
+  section (None: no section);
+- ``backend_options``: constructor options the strategy adds per backend name (the int8 variants' calibrated
+  ``ranges``), which the job merges into the options it builds backends with.
 
 :class:`Fp32Only` is the strategy without an accuracy budget: every point passes through (the DP's plan,
 no alternatives, the fp32 numerics as they are). :class:`collage.tuner.precision.tuner.PrecisionTuner` is the
@@ -39,6 +41,7 @@ class Fp32Only:
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self.work: Path | None = None
+        self.backend_options: dict[str, dict[str, Any]] = {}
 
     def prescreen(self, cands: Sequence[Candidate]) -> list[Candidate]:
         return list(cands)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import shutil
 import sys
 import tempfile
@@ -133,8 +132,8 @@ class PrecisionTuner(BudgetedSearch):
     def prepare_int8(self, method: str = qdq.DEFAULT_METHOD) -> None:
         """The int8 variants' activation ranges of this model on the calibration set: from the cost DB's
         SQLite file (``ErrorStore.get_ranges``) when known, else calibrated now (one fp32 run over the
-        samples) and stored; written to a file that the int8 backends (and, through
-        ``$COLLAGE_INT8_RANGES``, the measurement workers and exports) quantize every candidate with."""
+        samples) and stored; written to a file that the int8 backends quantize every candidate with (their
+        ``ranges`` option in ``backend_options``, which the job passes wherever it builds them by name)."""
         int8 = self.int8_backends()
         if not int8:
             return
@@ -158,9 +157,9 @@ class PrecisionTuner(BudgetedSearch):
             store.put_ranges(model, data, doc)
         path = qdq.save_ranges({k: (v[0], v[1]) for k, v in doc["ranges"].items()},
                                cache_dir() / "int8-ranges" / f"{model}-{data}.json", {k: v for k, v in doc.items() if k != "ranges"})
-        os.environ[qdq.RANGES_ENV] = str(path)  # workers and exports build the int8 backends by name
         for b in int8:
             b.ranges = str(path)
+            self.backend_options.setdefault(b.name, {})["ranges"] = str(path)  # workers, exports: by name
         self.int8 = {"method": method, "ops": ops[0], "tensors": len(doc["ranges"]), "calibration_runs": runs,
                      "reused": runs == 0, "seconds": round(time.monotonic() - t0, 3), "file": str(path),
                      "calibration": self.calib.to_dict()}
