@@ -13,6 +13,16 @@ optional; the report shows what is there)::
                                                              # (null or {"error": "..."} when it failed)
       "plan_ms": 27.9,            # measured end-to-end median of the stitched artifact (same run)
       "predicted_ms": 26.5,       # the search's objective (partition costs + transition costs)
+      "searched_plan": {"partitions": [{"backend": "openvino", "nodes": [0, 1, 2], "cost_ms": 3.1}, ...],
+                        "predicted_ms": 27.0},
+                                  # the plan the search handed to the end-to-end checks, priced with the
+                                  # per-partition overhead measured in this run (partition_overhead_ms) charged;
+                                  # the final plan differs where never worse, refinement or a whole-model
+                                  # alternative replaced it (the notes say which)
+      "cost_db_plan": {...} | null,   # same form: the search over the cost DB's contents alone (candidate and
+                                  # transition costs, nothing of this run's timings charged): tunes on the same
+                                  # DB contents derive the same one; null under an accuracy budget (that search
+                                  # also rests on errors of stitched plans measured in the run)
       "numerics": {"max_abs_err": 3e-6,                      # vs the ONNX Runtime fp32 reference
                    "tolerance": 1e-3 | {"atol": 1e-4, "rtol": 1e-3},
                    "ok": true,                               # optional; else max_abs_err <= tolerance

@@ -173,6 +173,14 @@ def measuring_order(cands: Sequence[Candidate], n: int, coarse: set[tuple[tuple[
     return sorted(cands, key=key)
 
 
+def plan_summary(plan: Plan) -> dict[str, Any]:
+    """report.json's form of a searched plan: each partition's backend, node ids and cost as the search priced it,
+    and the search's prediction."""
+    return {"partitions": [{"backend": p.backend, "nodes": list(p.nodes), "cost_ms": p.cost_ms}
+                           for p in plan.partitions],
+            "predicted_ms": plan.predicted_ms}
+
+
 @dataclass
 class Measured:
     """What the measuring step found: the DB's answer, the candidates with a cost, the count of failures."""
@@ -441,12 +449,18 @@ class TuneJob:
                                                                charged, prec))
 
         t0 = time.perf_counter()
+        # what the cost DB's contents alone give (nothing of this run's timings charged): two tunes on the same
+        # DB contents derive the same plan. Under an accuracy budget the search also rests on errors of stitched
+        # plans measured in the run, so there is none (and no extra rounds of error measurements are spent).
+        from_db = None if prec.low else do_search(measured.costs)
         plan, charged, attempts = search_checked(graph, measured.costs, overhead, do_search, self.feeds, self.work,
                                                  base.best_single_ms, target=opts.target, progress=opts.progress,
                                                  backend_options=self.backend_options)
         search_s = time.perf_counter() - t0
         self.say("search: %s (%d attempt(s), %.2f s)", plan.describe(), attempts, search_s)
-        return plan, charged, {"overhead": overhead, "attempts": attempts, "search_s": search_s}
+        return plan, charged, {"overhead": overhead, "attempts": attempts, "search_s": search_s,
+                               "searched_plan": plan_summary(plan),
+                               "cost_db_plan": None if from_db is None else plan_summary(from_db)}
 
     def verify(self, plan: Plan, measured: Measured, base: Baselines) -> Verified:
         """6. The stitched plan vs each single backend, interleaved, same run. A lower-precision backend on
@@ -571,7 +585,7 @@ class TuneJob:
 
     def report(self, verified: Verified, numerics: dict[str, Any] | None, artifact: Any, *, counts: dict[str, int],
                measured: Measured, n_cands: int, overhead: Any, attempts: int,
-               search_s: float) -> dict[str, Any]:
+               search_s: float, searched_plan: dict[str, Any], cost_db_plan: dict[str, Any] | None) -> dict[str, Any]:
         """10. report.json's content."""
         raw, plan = measured.raw, verified.plan
         report = {
@@ -579,6 +593,7 @@ class TuneJob:
             "backends": self.names, "baselines": verified.baselines, "plan_ms": verified.plan_ms,
             "predicted_ms": plan.predicted_ms, "numerics": numerics, "notes": list(plan.notes),
             "candidates": counts, "partition_overhead_ms": overhead, "search_attempts": attempts,
+            "searched_plan": searched_plan, "cost_db_plan": cost_db_plan,
             "measurements": {"candidates": n_cands, "with_cost": len(measured.costs),
                              "failed_candidates": measured.failures,
                              "distinct_keys": getattr(raw, "distinct", None), "reused": getattr(raw, "reused", None),

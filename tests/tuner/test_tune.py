@@ -88,6 +88,14 @@ def test_retune_reuses_every_measurement(tmp_path, monkeypatch):
     assert first.report["measurements"]["with_cost"] > 0
     assert second.report["measurements"]["measured_now"] == 0
     assert second.report["measurements"]["reused"] == second.report["measurements"]["distinct_keys"] > 0
+    # the plan the cost DB alone gives is the same for both tunes (their final plans rest on end-to-end timings)
+    on_disk = json.loads((tmp_path / "b" / "report.json").read_text())
+    assert on_disk["cost_db_plan"] == second.report["cost_db_plan"] == first.report["cost_db_plan"]
+    n = len(zoo.load_graph("zoo:tiny-resnet"))
+    for key in ("cost_db_plan", "searched_plan"):
+        parts = on_disk[key]["partitions"]
+        assert sorted(i for p in parts for i in p["nodes"]) == list(range(n)), key
+        assert {p["backend"] for p in parts} <= set(BACKENDS) and on_disk[key]["predicted_ms"] > 0
     assert not list(scratch.glob("collage-tune-*"))  # the exported attempts do not pile up in /tmp
     assert (tmp_path / "b" / "manifest.json").is_file()
 
