@@ -137,11 +137,14 @@ class Kept(NamedTuple):
 
 
 def search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition | None = None,
-           *, stats: SearchStats | None = None, max_states: int = 1_000_000) -> Plan:
+           *, stats: SearchStats | None = None, max_states: int = 1_000_000, deadline: float | None = None) -> Plan:
     """The cheapest executable exact cover of ``graph`` by the candidates in ``costs`` (module docstring).
 
     ``max_states`` is a safety valve: past that many expanded states the greedy plan found first is
     returned, with a note saying it is not proven optimal (BERT-base with three backends needs ~2e4).
+    ``deadline`` (a ``time.monotonic()`` value): raise :class:`OutOfTime` once it has passed, or earlier once
+    the covered sets settled so far say it would pass (checked at the first and every 16th covered set, after a second of
+    settling: elapsed time x nodes / nodes settled); any thread.
     """
     if len(graph) == 0:
         raise CollageError(f"{graph.name}: the graph has no nodes to place")
@@ -156,7 +159,11 @@ def search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition 
         raise CollageError(f"{graph.name}: no candidate with a usable cost covers {graph.node_label(i)}: no backend "
                            "supports it, or every measurement of it failed; enable a backend that runs "
                            f"{graph.op_type(i)} (onnxruntime runs every ONNX op)")
-    return CoverSearch(graph, table, transition).run(stats or SearchStats(), max_states)
+    return CoverSearch(graph, table, transition, deadline).run(stats or SearchStats(), max_states)
+
+
+class OutOfTime(CollageError):
+    """The search's ``deadline`` passed (or would have before it finished)."""
 
 
 class CoverSearch:
@@ -164,8 +171,9 @@ class CoverSearch:
     registered as they are reached, the greedy bound, then the covered sets settled by increasing size."""
 
     def __init__(self, graph: Graph, table: Mapping[tuple[int, ...], Mapping[str, float]],
-                 transition: Transition | None) -> None:
+                 transition: Transition | None, deadline: float | None = None) -> None:
         self.t_start = time.perf_counter()
+        self.deadline = deadline
         self.graph, self.table, self.transition = graph, table, transition
         n = self.n = len(graph)
         self.full = (1 << n) - 1
@@ -402,8 +410,15 @@ class CoverSearch:
         """The covered sets by increasing size: (the goal's record, or the greedy plan past ``max_states``,
         or None when stuck; the deepest covered set taken up)."""
         deepest = 0
+        deadline, begun, taken = self.deadline, time.monotonic(), 0
         for size in range(self.n + 1):
             for cid in self.buckets[size]:
+                taken += 1
+                if deadline is not None and taken & 15 == 1:
+                    now = time.monotonic()
+                    if now > deadline or (now - begun > 1.0 and begun + (now - begun) * self.n / max(size, 1) > deadline):
+                        raise OutOfTime(f"{self.graph.name}: the search would not finish by its deadline "
+                                        f"({size} of {self.n} nodes settled)")
                 found = self.reached[cid]
                 self.reached[cid] = None
                 if not found:

@@ -64,3 +64,31 @@ def test_steps_match_the_rule_on_random_dags(g, seed):
     backends = ("a", "b")
     costs = {c: rng.randint(1, 6) * 0.5 for c in enumerate_candidates(g, all_supported(g, backends), Limits(max_nodes=4))}
     check_every_covered_set(g, costs)
+
+
+def test_deadline_stops_the_dp_in_any_thread():
+    import threading
+    import time
+
+    import pytest
+
+    from collage.search import search
+    from collage.search.dp import OutOfTime
+
+    g = make_dag([("Relu", (-1,))] + [("Relu", (i,)) for i in range(40)])
+    costs = {c: 1.0 for c in enumerate_candidates(g, all_supported(g, ("a", "b")), Limits(max_nodes=3))}
+    errors = []
+
+    def run():
+        try:
+            search(g, costs, deadline=time.monotonic() - 1.0)
+        except OutOfTime as e:
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    assert len(errors) == 1 and "deadline" in str(errors[0])
+    assert len(search(g, costs, deadline=time.monotonic() + 60).partitions) == 1  # the whole graph
+    with pytest.raises(OutOfTime):
+        search(g, costs, deadline=time.monotonic() - 1.0)
