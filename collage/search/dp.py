@@ -72,8 +72,31 @@ class SearchStats:
     expanded = 0
 
 
+def _bits(mask: int) -> Iterator[int]:
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
 def _first_zero(mask: int) -> int:
     return (~mask & (mask + 1)).bit_length() - 1
+
+
+class Bucket(NamedTuple):
+    """The groups with one first node and one set of outside predecessors."""
+
+    ext_pred: int
+    union: int                              # the union of their masks
+    members: tuple[tuple[int, Group], ...]  # (mask, group), in the groups' order
+    groups: tuple[Group, ...]
+
+
+def _union(masks: Iterator[int]) -> int:
+    out = 0
+    for m in masks:
+        out |= m
+    return out
 
 
 class StateRecord(NamedTuple):
@@ -88,13 +111,10 @@ class StateRecord(NamedTuple):
 
 
 class Move(NamedTuple):
-    """A step a covered set may take, with what it needs from any frontier of that set."""
+    """A step a covered set may take (what it reads from the frontier and adds to it is the group's)."""
 
     group: Group
     next_id: int                                   # id of the covered set after the step
-    reads: tuple[tuple[int, tuple, tuple], ...]    # per tensor read: (frontier shift, hand-over rows, h terms)
-    keep: tuple[tuple[int, int, int], ...]         # frontier digits kept, as runs (old shift, mask, new shift)
-    fresh: tuple[int, ...]                         # per backend: the step's new frontier digits
 
 
 class Successor(NamedTuple):
@@ -117,11 +137,14 @@ class Kept(NamedTuple):
 
 
 def search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition | None = None,
-           *, stats: SearchStats | None = None, max_states: int = 1_000_000) -> Plan:
+           *, stats: SearchStats | None = None, max_states: int = 1_000_000, deadline: float | None = None) -> Plan:
     """The cheapest executable exact cover of ``graph`` by the candidates in ``costs`` (module docstring).
 
     ``max_states`` is a safety valve: past that many expanded states the greedy plan found first is
     returned, with a note saying it is not proven optimal (BERT-base with three backends needs ~2e4).
+    ``deadline`` (a ``time.monotonic()`` value): raise :class:`OutOfTime` once it has passed, or earlier once
+    the covered sets settled so far say it would pass (checked at the first and every 16th covered set, after a second of
+    settling: elapsed time x nodes / nodes settled); any thread.
     """
     if len(graph) == 0:
         raise CollageError(f"{graph.name}: the graph has no nodes to place")
@@ -136,7 +159,11 @@ def search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition 
         raise CollageError(f"{graph.name}: no candidate with a usable cost covers {graph.node_label(i)}: no backend "
                            "supports it, or every measurement of it failed; enable a backend that runs "
                            f"{graph.op_type(i)} (onnxruntime runs every ONNX op)")
-    return CoverSearch(graph, table, transition).run(stats or SearchStats(), max_states)
+    return CoverSearch(graph, table, transition, deadline).run(stats or SearchStats(), max_states)
+
+
+class OutOfTime(CollageError):
+    """The search's ``deadline`` passed (or would have before it finished)."""
 
 
 class CoverSearch:
@@ -144,8 +171,9 @@ class CoverSearch:
     registered as they are reached, the greedy bound, then the covered sets settled by increasing size."""
 
     def __init__(self, graph: Graph, table: Mapping[tuple[int, ...], Mapping[str, float]],
-                 transition: Transition | None) -> None:
+                 transition: Transition | None, deadline: float | None = None) -> None:
         self.t_start = time.perf_counter()
+        self.deadline = deadline
         self.graph, self.table, self.transition = graph, table, transition
         n = self.n = len(graph)
         self.full = (1 << n) - 1
@@ -158,21 +186,36 @@ class CoverSearch:
         self.sources = sum(1 << i for i in range(n) if not self.preds[i])
         self.trans_cache: dict[tuple[int, int, int], int] = {}
         groups = build_groups(graph, table, {b: k for k, b in enumerate(self.backends)}, self.preds, self.succ)
-        self.by_min: list[list[tuple[int, int, Group]]] = [[] for _ in range(n)]
+        # the groups by first node, bucketed by their outside predecessors (a few hundred buckets where a node
+        # starts thousands of groups: Inception-v2's branch tails before a Concat); per bucket the union of the
+        # masks and the members (mask, group) in the order of the groups
+        by_min: list[dict[int, list[tuple[int, Group]]]] = [{} for _ in range(n)]
         self.by_node: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
         for g in groups:  # sorted by nodes, so by first node
-            self.by_min[g.nodes[0]].append((g.mask, g.ext_pred, g))
+            by_min[g.nodes[0]].setdefault(g.ext_pred, []).append((g.mask, g))
             for i in g.nodes:
                 self.by_node[i].append((g.nodes[0], g.mask, g.ext_pred))
+        self.by_min: list[list[Bucket]] = [
+            [Bucket(ext_pred, _union(m for m, _ in members), tuple(members), tuple(g for _, g in members))
+             for ext_pred, members in buckets.items()] for buckets in by_min]
+        self.rank = {id(g): k for k, g in enumerate(groups)}
         self.bits = max(1, (self.nb - 1).bit_length())  # a frontier digit holds a backend index
         self.digit = (1 << self.bits) - 1
         self.h0 = prepare(graph, groups, self.nb, self.bits, self.hand_over)
+        bits = self.bits
+        for g in groups:  # the frontier digits a step reads, and those it adds (every member read outside)
+            g.at = tuple((p * bits, rows, hw) for p, rows, hw in g.ins)
+            g.outs_mask = graph.mask(g.outs) if g.outs else 0
+            low = sum(1 << (u * bits) for u in g.outs)
+            g.fresh = tuple(b * low for b in range(self.nb))
         self.out_tensors = self._out_tensors()
         # Covered sets get small ids. A state is one int: (frontier << 32) | id, where the frontier holds the
-        # backend of the k-th frontier node (by node id) of that covered set in bits k*bits.. of it.
+        # backend of frontier node u in bits u*bits.. of it (a fixed place per node: a step keeps the digits
+        # of the nodes still read, one AND, and adds its own, one OR).
         self.cov_id: dict[int, int] = {}
         self.covs: list[int] = []                          # id -> covered mask
-        self.fnodes_of: list[list[int]] = []               # id -> frontier nodes, sorted
+        self.fnodes_of: list[int] = []                     # id -> frontier nodes (mask)
+        self.fdigits_of: list[int] = []                    # id -> every bit of the frontier nodes' digits
         self.moves_of: list[list[Move] | None] = []        # id -> allowed steps (lazily)
         self.reached: list[dict[int, StateRecord] | None] = []  # id -> {frontier: record}
         self.buckets: list[list[int]] = [[] for _ in range(n + 1)]  # covered set size -> ids
@@ -209,13 +252,17 @@ class CoverSearch:
                     out[u].append((readers, worst))
         return out
 
-    def register(self, cov: int, fnodes: list[int]) -> int:
-        """The id of covered set ``cov`` (with frontier nodes ``fnodes``), registering it when new."""
+    def register(self, cov: int, fnodes: int) -> int:
+        """The id of covered set ``cov`` (with frontier nodes ``fnodes``, a mask), registering it when new."""
         cid = self.cov_id.get(cov)
         if cid is None:
             cid = self.cov_id[cov] = len(self.covs)
             self.covs.append(cov)
             self.fnodes_of.append(fnodes)
+            bits, digit, digits = self.bits, self.digit, 0
+            for u in _bits(fnodes):
+                digits |= digit << (u * bits)
+            self.fdigits_of.append(digits)
             self.moves_of.append(None)
             self.reached.append({})
             self.buckets[cov.bit_count()].append(cid)
@@ -229,10 +276,9 @@ class CoverSearch:
         covered = self.covs[cid]
         uncovered = self.full & ~covered
         fnodes = self.fnodes_of[cid]
-        where = {u: k * self.bits for k, u in enumerate(fnodes)}
         first = _first_zero(covered)
         rest = self.sources  # ready nodes read only graph inputs or covered nodes: the frontier's
-        for u in fnodes:
+        for u in _bits(fnodes):
             rest |= self.succ[u]
         rest &= uncovered
         while rest:
@@ -242,13 +288,25 @@ class CoverSearch:
             if self.preds[r] & uncovered:
                 continue  # not ready
             blocked = False
-            for mask, ext_pred, grp in self.by_min[r]:
-                if mask & covered:
-                    continue
-                if ext_pred & uncovered:
-                    blocked = True
-                    continue
-                out.append(self.move(covered, fnodes, where, grp))
+            allowed: list[Group] = []
+            for ext_pred, union, members, grps in self.by_min[r]:
+                if ext_pred & uncovered:  # these need an uncovered input: r is blocked if one of them is disjoint
+                    if not blocked:
+                        if not union & covered:
+                            blocked = True
+                        else:
+                            for mask, _ in members:
+                                if not mask & covered:
+                                    blocked = True
+                                    break
+                elif not union & covered:
+                    allowed.extend(grps)
+                else:
+                    allowed.extend(grp for mask, grp in members if not mask & covered)
+            if allowed:
+                rank = self.rank
+                allowed.sort(key=lambda g: rank[id(g)])  # the groups' order, whatever the buckets'
+                out.extend(self.move(covered, fnodes, grp) for grp in allowed)
             if not blocked and r > first:
                 blocked = self.blocked_later(r, first, covered, uncovered)
             if not blocked:
@@ -263,43 +321,35 @@ class CoverSearch:
                 return True
         return False
 
-    def move(self, covered: int, fnodes: list[int], where: Mapping[int, int], grp: Group) -> Move:
-        """The step of ``grp`` from covered set ``covered``: the next covered set and how frontiers map."""
-        bits, succ = self.bits, self.succ
+    def move(self, covered: int, fnodes: int, grp: Group) -> Move:
+        """The step of ``grp`` from covered set ``covered`` (frontier nodes ``fnodes``): the next covered set."""
         new_cov = covered | grp.mask
-        new_unc = self.full & ~new_cov
-        merged = sorted([(u, where[u]) for u in fnodes if succ[u] & new_unc]
-                        + [(u, -1) for u in grp.outs if succ[u] & new_unc])
-        nid = self.register(new_cov, [u for u, _ in merged])
-        # the old digits kept, as runs (old shift, mask, new shift) of consecutive ones
-        runs: list[list[int]] = []
-        fresh = 0
-        for k, (_, src) in enumerate(merged):
-            if src < 0:
-                fresh |= 1 << (k * bits)
-            elif runs and runs[-1][0] + runs[-1][1] == src and runs[-1][2] + runs[-1][1] == k * bits:
-                runs[-1][1] += bits
-            else:
-                runs.append([src, bits, k * bits])
-        keep = tuple((src, (1 << width) - 1, dst) for src, width, dst in runs)
-        reads = tuple((where[p], rows, hw) for p, rows, hw in grp.ins)
-        return Move(grp, nid, reads, keep, tuple(b * fresh for b in range(self.nb)))
+        nid = self.cov_id.get(new_cov)
+        if nid is None:
+            # the step's members read outside stay (their readers are uncovered: ``covered`` is closed under
+            # predecessors); of the old frontier only the step's outside predecessors can leave it
+            new_unc = self.full & ~new_cov
+            succ = self.succ
+            nodes = fnodes | grp.outs_mask
+            for p in _bits(fnodes & grp.ext_pred):
+                if not succ[p] & new_unc:
+                    nodes ^= 1 << p
+            nid = self.register(new_cov, nodes)
+        return Move(grp, nid)
 
     def enter(self, move: Move, front: int, f: int) -> tuple[int, list, int]:
         """What a step from frontier ``front`` shares across its backends: ``f`` less the heuristic of the
         nodes it covers and of the hand-overs it settles, the transition rows of the tensors it reads
         (by their producers' backends), and the frontier digits that stay."""
         digit = self.digit
-        base = f - move.group.hconst
+        grp = move.group
+        base = f - grp.hconst
         rows = []
-        for s, trows, hw in move.reads:
+        for s, trows, hw in grp.at:
             pb = (front >> s) & digit
             rows.append(trows[pb])
             base -= hw[pb]
-        nf0 = 0
-        for src, m, dst in move.keep:
-            nf0 |= ((front >> src) & m) << dst
-        return base, rows, nf0
+        return base, rows, front & self.fdigits_of[move.next_id]
 
     def moves(self, cid: int) -> list[Move]:
         moves = self.moves_of[cid]
@@ -314,11 +364,11 @@ class CoverSearch:
             grp = mv.group
             for b, q in grp.options:
                 step = q + sum(row[b] for row in rows)
-                yield Successor(base + step + grp.hadd[b], step, grp, b, mv.next_id, nf0 | mv.fresh[b])
+                yield Successor(base + step + grp.hadd[b], step, grp, b, mv.next_id, nf0 | grp.fresh[b])
 
     def dive(self, rank: Callable[[Successor], Any]) -> tuple[float, list[tuple[Group, int]]]:
         """A greedy plan (the successor ``rank`` puts first at every step) and its cost: an upper bound."""
-        cid, front, g_cost, f = self.register(0, []), 0, 0, self.h0
+        cid, front, g_cost, f = self.register(0, 0), 0, 0, self.h0
         path = []
         while self.covs[cid] != self.full:
             pick = min(self.successors(cid, front, f), default=None, key=rank)
@@ -340,9 +390,9 @@ class CoverSearch:
                                  key=lambda r: r[0])
         log.debug("%s: greedy plan bound %s, heuristic at the start %s (set up in %.3f s)", self.graph.name,
                   self.bound, self.h0, time.perf_counter() - self.t_start)
-        start = self.register(0, [])
+        start = self.register(0, 0)
         self.reached[start][0] = StateRecord(0, 0, self.h0, -1, None, 0)
-        self.goal_id = self.register(self.full, [])
+        self.goal_id = self.register(self.full, 0)
         self.expanded = self.pushed = 0
         goal, deepest = self.settle_all(greedy, max_states)
         stats.expanded, stats.pushed = self.expanded, self.pushed
@@ -360,8 +410,15 @@ class CoverSearch:
         """The covered sets by increasing size: (the goal's record, or the greedy plan past ``max_states``,
         or None when stuck; the deepest covered set taken up)."""
         deepest = 0
+        deadline, begun, taken = self.deadline, time.monotonic(), 0
         for size in range(self.n + 1):
             for cid in self.buckets[size]:
+                taken += 1
+                if deadline is not None and taken & 15 == 1:
+                    now = time.monotonic()
+                    if now > deadline or (now - begun > 1.0 and begun + (now - begun) * self.n / max(size, 1) > deadline):
+                        raise OutOfTime(f"{self.graph.name}: the search would not finish by its deadline "
+                                        f"({size} of {self.n} nodes settled)")
                 found = self.reached[cid]
                 self.reached[cid] = None
                 if not found:
@@ -384,10 +441,11 @@ class CoverSearch:
         they are recorded as settled."""
         bits = self.bits
         unc = self.full & ~self.covs[cid]
-        pens = [sum((r & unc).bit_count() * w for r, w in self.out_tensors[u]) for u in self.fnodes_of[cid]]
-        worst = sum(pens)
+        fnodes = list(_bits(self.fnodes_of[cid]))
+        pens = {u: sum((r & unc).bit_count() * w for r, w in self.out_tensors[u]) for u in fnodes}
+        worst = sum(pens.values())
         dcache = {0: 0}
-        low_bits = sum(1 << (k * bits) for k in range(len(pens)))  # the lowest bit of each digit
+        low_bits = sum(1 << (u * bits) for u in fnodes)  # the lowest bit of each digit
         spread = tuple(range(1, bits))  # shifts that fold a digit onto its lowest bit
         kept: list[Kept] = []
         for cost, parts, front in sorted([(rec.cost, rec.parts, fr) for fr, rec in found.items()]):
@@ -426,7 +484,7 @@ class CoverSearch:
                 if f + grp.least > bound:
                     continue  # no backend for this step keeps g + h within the greedy plan's cost
                 base, rows, nf0 = self.enter(mv, front, f)
-                hadd, fresh, nid = grp.hadd, mv.fresh, mv.next_id
+                hadd, fresh, nid = grp.hadd, grp.fresh, mv.next_id
                 into = reached[nid]
                 for b, q in grp.options:
                     step = q
@@ -469,7 +527,7 @@ class CoverSearch:
         return plan
 
 
-def _penalty(pens: list[int], y: int, bits: int) -> int:
+def _penalty(pens: Mapping[int, int], y: int, bits: int) -> int:
     """Sum of the penalties of the frontier digits flagged in ``y`` (lowest bit of each digit)."""
     total = 0
     while y:

@@ -50,6 +50,10 @@ class Group:
     hconst: int = 0       # heuristic terms of members that head a chain
     hadd: tuple = ()      # per backend: heuristic terms of the chain successors this step uncovers
     least: int = 0        # a lower bound on the growth of g + h over the step, whatever the backends
+    # filled by the search (collage.search.dp.CoverSearch), for its frontier encoding:
+    at: tuple = ()        # per tensor read: (frontier shift of its producer, hand-over rows, h terms)
+    outs_mask: int = 0    # ``outs`` as a mask
+    fresh: tuple = ()     # per backend: the frontier digits of ``outs`` on it
 
 
 def build_groups(graph: Graph, table: Mapping[tuple[int, ...], Mapping[str, float]], bidx: Mapping[str, int],

@@ -7,16 +7,15 @@ either runs out solves the same cover with :func:`collage.search.ilp.ilp_search`
 the DP's greedy plan when it has one, so the answer is still the proven optimum (or, past
 ``ilp_time_limit``, the best plan HiGHS found, with a note). Same arguments and result as ``search``.
 
-The DP's time limit is a ``SIGALRM`` timer (the DP is a pure-Python loop, so the signal lands between
-two of its steps and abandons it cleanly); it only applies in the main thread of a process with
-``signal.setitimer``, elsewhere only the state valve does. States are a poor clock: Inception-v2's four
-branches make each state dear (~800 states/s against ~20,000 on BERT-base).
+The DP's time limit is a deadline the DP checks as it settles covered sets (any thread): it stops when
+the deadline has passed or when its progress so far (nodes settled per second) says it would pass it, so
+a graph whose frontier explodes (the ladder stress graph) goes to the ILP early, while one that needs
+long but steady work (Inception-v2: ~113,000 states, ~13 s) finishes. States are a poor clock:
+Inception-v2's four branches make each state dear (~9,000 states/s against ~20,000 on BERT-base).
 """
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,19 +24,19 @@ from typing import TYPE_CHECKING, Any
 from collage.plan import Plan
 from collage.search.candidates import Candidate
 from collage.search.cover import Transition
-from collage.search.dp import SearchStats, search
+from collage.search.dp import OutOfTime, SearchStats, search
 
 if TYPE_CHECKING:
     from collage.graph.ir import Graph
 
 log = logging.getLogger(__name__)
 
-#: DP states expanded before the ILP takes over (with the time limit, whichever comes first). BERT-base with
-#: three backends needs 18,610, every other zoo model fewer (results/search-time.md).
-DP_STATES = 100_000
-#: Seconds the DP may take before the ILP takes over (every zoo model's DP takes under 3 s here, except
-#: Inception-v2's, which takes minutes).
-DP_TIME_LIMIT = 4.0
+#: DP states expanded before the ILP takes over (with the time limit, whichever comes first). Inception-v2
+#: with three backends needs ~113,000, every other zoo model under 20,000 (results/search-time.md).
+DP_STATES = 250_000
+#: Seconds the DP may take (or is projected to take) before the ILP takes over (every zoo model's DP takes
+#: under 2 s here, except Inception-v2's, ~13 s).
+DP_TIME_LIMIT = 30.0
 #: Seconds HiGHS may take before the best plan found so far is used (with a "not proven optimal" note).
 ILP_TIME_LIMIT = 60.0
 
@@ -56,39 +55,17 @@ class ExactStats:
         return "ilp" if self.ilp is not None else "dp"
 
 
-class _OutOfTime(Exception):
-    pass
-
-
-def _dp_within(seconds: float | None, run):
-    """``run()``, or None when it takes longer than ``seconds`` (main thread only; see the module docstring)."""
-    if not seconds or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        return run()
-
-    def ring(signum, frame):  # noqa: ANN001 - signal handler signature
-        raise _OutOfTime
-
-    previous = signal.signal(signal.SIGALRM, ring)
-    outer, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
-    t0 = time.monotonic()
-    try:
-        return run()
-    except _OutOfTime:
-        return None
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        if outer:  # someone else's timer was running: give it back what is left of it
-            signal.setitimer(signal.ITIMER_REAL, max(1e-3, outer - (time.monotonic() - t0)))
-
-
 def search_exact(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition | None = None, *,
                  stats: ExactStats | None = None, max_states: int = DP_STATES,
                  dp_time_limit: float | None = DP_TIME_LIMIT, ilp_time_limit: float = ILP_TIME_LIMIT) -> Plan:
     """The cheapest executable exact cover: the DP, or the ILP where the DP runs out (module docstring)."""
     stats = stats if stats is not None else ExactStats()
     t0 = time.perf_counter()
-    plan = _dp_within(dp_time_limit, lambda: search(graph, costs, transition, stats=stats.dp, max_states=max_states))
+    try:
+        plan = search(graph, costs, transition, stats=stats.dp, max_states=max_states,
+                      deadline=time.monotonic() + dp_time_limit if dp_time_limit else None)
+    except OutOfTime:
+        plan = None
     stats.dp_s = time.perf_counter() - t0
     if plan is not None and stats.dp.expanded <= max_states:
         return plan
