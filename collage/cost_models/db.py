@@ -316,11 +316,11 @@ class SQLiteCostDB(CostDB):
             return
         if not path.is_file():
             raise CollageError(f"cost database {path}: not a file; pass --db with a file path")
-        with open(path, "rb") as f:
-            head = f.read(16)
-        if head != b"SQLite format 3\x00":
-            raise CollageError(f"cost database {path}: not an SQLite file (the file holds something else); "
-                               "pass --db with another path, or move the file away")
+        # Read through SQLite only, never with open(): closing any other descriptor of the file drops every POSIX
+        # lock this process holds on it, including those of an SQLiteCostDB already open on the same path (collage
+        # bench opens one per model). Another process closing its connection then finds no other user, checkpoints
+        # and deletes the -wal file under the open connection: its later writes are lost and every new connection
+        # gets "disk I/O error". SQLite's own connections share the locks and keep such descriptors open.
         try:
             conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=self.busy_timeout_s)
             try:
@@ -329,6 +329,9 @@ class SQLiteCostDB(CostDB):
             finally:
                 conn.close()
         except sqlite3.DatabaseError as e:
+            if "file is not a database" in str(e):
+                raise CollageError(f"cost database {path}: not an SQLite file (the file holds something else); "
+                                   "pass --db with another path, or move the file away") from None
             raise CollageError(f"cost database {path}: damaged or unreadable SQLite file ({e}); collage does not "
                                "write to it. Move it away (collage starts a new one; its measurements are lost) or "
                                f"try to save them with `sqlite3 {path} .recover`") from None

@@ -212,6 +212,26 @@ def test_sqlite_put_is_visible_to_another_process(tmp_path):
     assert SQLiteCostDB(path).get(CostKey("p", "b", "v", "cpu", "{}", "m")).median_ms == 3.0
 
 
+def test_a_second_instance_keeps_the_first_ones_wal_alive(tmp_path):
+    """A second SQLiteCostDB on the same file in one process (collage bench opens one per model) must not drop the
+    first one's locks (a Python open()/close() of the file does): another process that opens the DB read-write and
+    closes it (a backup, `sqlite3 costs.sqlite .backup`) would then delete the -wal under the open connection, its
+    later writes would go to the deleted file, and every new connection would get "disk I/O error"."""
+    path = tmp_path / "c.sqlite"
+    first = SQLiteCostDB(path)
+    first.put(Cost.from_key(_key("a"), median_ms=1.0, samples=1))
+    SQLiteCostDB(path)  # its open-time checks, while `first` holds its connection
+    code = (f"import sqlite3; c = sqlite3.connect({str(path)!r}); c.execute('SELECT COUNT(*) FROM sqlite_master')"
+            ".fetchall(); c.close()")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    first.put(Cost.from_key(_key("b"), median_ms=2.0, samples=1))
+    code = ("from collage.cost_models.db import *\n"
+            f"db = SQLiteCostDB({str(path)!r})\n"
+            "print(sorted(c.fingerprint for c in db.all()))\n")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "['a', 'b']"
+
+
 def test_get_db_variants(tmp_path, monkeypatch):
     monkeypatch.setenv("COLLAGE_CACHE", str(tmp_path / "cache"))
     default = get_db(None)
