@@ -41,12 +41,12 @@ log = logging.getLogger("benchmarks.switch_cost")
 
 SETTINGS: dict[str, dict[str, dict]] = {
     "before": {"onnxruntime": {"shared_pool": True, "spin": False}, "openvino": {"pinning": False}},
+    "nice": {"onnxruntime": {"shared_pool": True, "spin": False, "pool_nice": 19}, "openvino": {"pinning": False}},
     "timed": {"onnxruntime": {"shared_pool": False, "spin": False, "wait": "timed", "spin_us": 100},
               "openvino": {"pinning": False}},
     "stop": {"onnxruntime": {"shared_pool": False, "spin": False, "wait": "stop", "spin_us": 0},
              "openvino": {"pinning": False}},
-    "stop1ms": {"onnxruntime": {"shared_pool": False, "spin": False, "wait": "stop", "spin_us": 1000},
-                "openvino": {"pinning": False}},
+
 }
 
 
@@ -132,11 +132,11 @@ def worker(setting: str, rounds: int, cycles: int, out: Path) -> None:
     out.write_text(json.dumps({"setting": setting, "options": opts, "pieces18": len(parts), "samples": samples}))
 
 
-def _run_processes(rounds: int, cycles: int, repeats: int) -> dict[str, list[dict]]:
-    got: dict[str, list[dict]] = {s: [] for s in SETTINGS}
+def _run_processes(rounds: int, cycles: int, repeats: int, settings: list[str]) -> dict[str, list[dict]]:
+    got: dict[str, list[dict]] = {s: [] for s in settings}
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(repeats):
-            for setting in SETTINGS:
+            for setting in settings:
                 path = Path(tmp) / f"{setting}-{rep}.json"
                 log.info("%s, process %d of %d ...", setting, rep + 1, repeats)
                 subprocess.run([sys.executable, "-m", "benchmarks.switch_cost", "--worker", setting, "--rounds", str(rounds),
@@ -204,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-o", "--output", type=Path, default=Path("results") / "transitions.md")
     ap.add_argument("--worker", choices=sorted(SETTINGS), help=argparse.SUPPRESS)
     ap.add_argument("--json", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--settings", default=",".join(SETTINGS),
+                    help=f"comma-separated settings to compare (default: all of {', '.join(SETTINGS)})")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     if args.worker:
@@ -212,7 +214,11 @@ def main(argv: list[str] | None = None) -> int:
     from collage.util import machine_id
 
     t0 = time.time()
-    got = _run_processes(args.rounds, args.cycles, args.repeats)
+    settings = [s for s in args.settings.split(",") if s]
+    unknown = sorted(set(settings) - set(SETTINGS))
+    if unknown:
+        ap.error(f"unknown settings {unknown}; known: {', '.join(SETTINGS)}")
+    got = _run_processes(args.rounds, args.cycles, args.repeats, settings)
     body, summary = tables(got, args.cycles)
     cmd = "python -m benchmarks.switch_cost " + " ".join(argv if argv is not None else sys.argv[1:])
     head = [
@@ -226,16 +232,21 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "Settings:",
         "",
-        *[f"- **{k}**: `{json.dumps(v)}`" for k, v in SETTINGS.items()],
+        *[f"- **{k}**: `{json.dumps(SETTINGS[k])}`" for k in settings],
         "- before = collage's defaults until issue 19: one process-wide ONNX Runtime pool "
         "(`set_global_thread_pool_sizes`), `session.force_spinning_stop` 1 and `allow_spinning` 0 per session, which "
         "never reach that pool (onnxruntime/core/session/inference_session.cc: spinning control applies to "
         "per-session pools only); its worker spins ~50 ms after every run (1<<20 SpinPause).",
-        "- after = every ONNX Runtime session on its own pool of 2 threads with `session.intra_op.allow_spinning` 1 and "
+        "- nice = before, with the pool's worker threads at nice +19 (`setpriority` per thread id, Linux): while "
+        "ONNX Runtime runs alone they get a core as before; when its spin overlaps another runtime's threads "
+        "the kernel gives the core to those.",
+        "- timed = every ONNX Runtime session on its own pool of 2 threads with `session.intra_op.allow_spinning` 1 and "
         "`session.intra_op.spin_duration_us` 100 (time-based spinning, ORT PR #27916, in 1.32): workers spin at most "
         "0.1 ms for more work, then sleep. OpenVINO: nothing to set; its oneTBB 2021.13 workers yield ~1 ms "
         "after a task (`worker_wait_leave_duration`), no property or environment variable of OpenVINO 2026.4 "
         "shortens it; pinning made no measurable difference (research notes /tmp/r19, issue 19).",
+        "- stop = every ONNX Runtime session on its own pool, spinning while a run lasts and stopped when it "
+        "returns (`session.force_spinning_stop` 1).",
         "",
         "Per switch X -> Y = (the half on Y right after a half on X) - (the same half on Y right after a half on Y), "
         "averaged over both halves; \"over alone\" columns: the same calls against the half called back to back. "

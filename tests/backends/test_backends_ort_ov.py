@@ -133,6 +133,30 @@ def test_onnxruntime_own_pools_wait_as_asked():
     assert ortb.global_pool_threads() is None
 
 
+def test_onnxruntime_pool_nice_lowers_only_the_pool_workers(tmp_path):
+    """``pool_nice`` (issue 19): the shared pool's worker threads, and only they, run at a lower priority.
+    In a fresh process: the pool is made once per process."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os\n"
+        "from collage.backends import get_backend\n"
+        "from tests.backends.test_backends_ort_ov import _add_mul\n"
+        "base = os.getpriority(os.PRIO_PROCESS, 0)\n"
+        "before = set(os.listdir('/proc/self/task'))\n"
+        "get_backend('onnxruntime', shared_pool=True, pool_nice=7).compile(_add_mul())\n"
+        "new = set(os.listdir('/proc/self/task')) - before\n"
+        "lowered = [t for t in new if os.getpriority(os.PRIO_PROCESS, int(t)) == min(19, base + 7)]\n"
+        "print(len(new), len(lowered), os.getpriority(os.PRIO_PROCESS, os.getpid()) == base)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+    assert out.returncode == 0, out.stderr[-2000:]
+    new, lowered, main_same = out.stdout.split()
+    assert int(lowered) == physical_cores() - 1 and main_same == "True", out.stdout
+    assert get_backend("onnxruntime", pool_nice=7).options["pool_nice"] == 7
+
+
 def test_onnxruntime_shares_one_pool_and_stops_spinning():
     from collage.backends.onnxruntime import session as ortb
 

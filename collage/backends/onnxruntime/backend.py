@@ -18,6 +18,11 @@ makes ``onnxruntime.InferenceSession`` switch any session that asks for its own 
 (``session._adopt_plain_sessions``; its ``intra_op_num_threads`` is then ignored), and every session of
 this backend created later joins it too. New code should build plain sessions with :func:`make_session`.
 
+``pool_nice`` (shared pool, Linux): the pool's worker threads run that much lower in priority
+(``setpriority`` on their thread ids when the pool is made; the calling thread keeps its own). Alone,
+ONNX Runtime's workers still get a core each; when their after-run spin overlaps another runtime's
+threads, the kernel gives those the core (results/transitions-nice.md).
+
 ``shared_pool=False``: each session owns its pool (in a process where the shared pool does not exist yet);
 ``wait`` says how its workers wait between parallel sections: ``"timed"`` (spin at most ``spin_us``, then
 sleep: ``session.intra_op.spin_duration_us``, ONNX Runtime >= 1.32), ``"stop"`` (spin while a run lasts
@@ -86,7 +91,7 @@ class OnnxRuntimeBackend(Backend):
 
     def __init__(self, threads: int | None = None, spin: bool = False, shared_pool: bool = True,
                  opt_level: str = "all", precision: str = "fp32", residual_fusion: bool = True,
-                 spin_us: int = SPIN_US, wait: str = "timed") -> None:
+                 spin_us: int = SPIN_US, wait: str = "timed", pool_nice: int = 0) -> None:
         if precision != "fp32":
             raise CollageError(f"onnxruntime (CPU) runs fp32 only, not {precision!r}")
         if opt_level not in _OPT_LEVELS:
@@ -101,6 +106,7 @@ class OnnxRuntimeBackend(Backend):
         if wait not in WAITS:
             raise CollageError(f"onnxruntime: wait must be one of {WAITS}, not {wait!r}")
         self.wait = wait
+        self.pool_nice = max(0, int(pool_nice))
 
     def available(self) -> str | None:
         try:
@@ -121,6 +127,8 @@ class OnnxRuntimeBackend(Backend):
                 "spin": self.spin, "shared_pool": self.shared_pool}
         if self.name == "onnxruntime":  # a CPU compile option: subclasses (onnxruntime-cuda) neither take nor use it
             opts["residual_fusion"] = self.residual_fusion
+            if self.shared_pool and self.pool_nice:
+                opts["pool_nice"] = self.pool_nice
             if not self.shared_pool and not self.spin:
                 opts["wait"] = self.wait
                 if self.wait != "sleep":
@@ -140,7 +148,7 @@ class OnnxRuntimeBackend(Backend):
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         if self.shared_pool or global_pool_threads() is not None:
             if self.shared_pool:
-                ensure_global_pool(self.threads)
+                ensure_global_pool(self.threads, self.pool_nice)
             so.use_per_session_threads = False
         else:
             so.intra_op_num_threads = self.threads

@@ -9,6 +9,7 @@ pool and its side effect are described in the backend's module docstring.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -44,13 +45,30 @@ def global_pool_threads() -> int | None:
     return _global_pool_threads
 
 
-def ensure_global_pool(threads: int) -> None:
+def _thread_ids() -> set[int]:
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    except OSError:  # not Linux: no per-thread priorities to set
+        return set()
+
+
+def ensure_global_pool(threads: int, nice: int = 0) -> None:
+    """Create the process-wide pool (once); ``nice`` > 0 lowers its worker threads' scheduling priority
+    (Linux, per thread: ``setpriority`` on each worker's thread id; see the backend's module docstring)."""
     global _global_pool_threads
     with _pool_lock:
         if _global_pool_threads is None:
             from onnxruntime.capi import _pybind_state
 
-            _pybind_state.set_global_thread_pool_sizes(threads, 1)
+            before = _thread_ids()
+            _pybind_state.set_global_thread_pool_sizes(threads, 1)  # starts the pool's workers now
+            workers = _thread_ids() - before
+            if nice > 0:
+                for tid in workers:
+                    try:
+                        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
+                    except OSError as e:  # the thread ended, or no such call here: run at normal priority
+                        log.debug("onnxruntime: cannot lower the priority of pool thread %d: %s", tid, e)
             _global_pool_threads = threads
             _adopt_plain_sessions(onnxruntime_module())
             log.debug("onnxruntime: process-wide pool of %d intra-op threads", threads)
