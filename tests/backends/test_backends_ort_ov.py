@@ -136,9 +136,12 @@ def test_onnxruntime_own_pools_wait_as_asked():
 def test_onnxruntime_pool_nice_lowers_only_the_pool_workers(tmp_path):
     """``pool_nice`` (issue 19): the shared pool's worker threads, and only they, run at a lower priority.
     In a fresh process: the pool is made once per process."""
+    import os
     import subprocess
     import sys
 
+    if os.getpriority(os.PRIO_PROCESS, 0) > 12:
+        pytest.skip("this process runs at nice > 12: no room to lower the pool's priority by 7 more")
     code = (
         "import os\n"
         "from collage.backends import get_backend\n"
@@ -147,7 +150,7 @@ def test_onnxruntime_pool_nice_lowers_only_the_pool_workers(tmp_path):
         "before = set(os.listdir('/proc/self/task'))\n"
         "get_backend('onnxruntime', shared_pool=True, pool_nice=7).compile(_add_mul())\n"
         "new = set(os.listdir('/proc/self/task')) - before\n"
-        "lowered = [t for t in new if os.getpriority(os.PRIO_PROCESS, int(t)) == min(19, base + 7)]\n"
+        "lowered = [t for t in new if os.getpriority(os.PRIO_PROCESS, int(t)) == base + 7]\n"
         "print(len(new), len(lowered), os.getpriority(os.PRIO_PROCESS, os.getpid()) == base)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2]))
