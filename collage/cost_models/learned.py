@@ -9,8 +9,8 @@ all models ever tuned into the DB, not only the one at hand.
 The model has two parts:
 
 * an **additive line** in milliseconds: a per-call constant + non-negative weights on the node count, the
-  boundary, weight and activation bytes, the FLOPs and multiply-accumulate FLOPs (and, with
-  ``per_op=True``, per op class of at least ``OP_MIN_ROWS`` training rows: its FLOPs and bytes), fitted by
+  boundary, weight and activation bytes, the FLOPs and multiply-accumulate FLOPs (and, in one of the two
+  parts, per op class of at least ``OP_MIN_ROWS`` training rows: its FLOPs and bytes), fitted by
   non-negative least squares on the *relative* error. That is how latency is made: a call's fixed
   overhead plus work at some rate per kind of work, so a small candidate is never priced below the per-call
   floor and a big one grows linearly with its work, whatever sizes training saw. It replaced a ridge line over
@@ -23,6 +23,9 @@ The model has two parts:
   predicts constants), so they cannot blow up on a candidate unlike any trained one. One booster fits the
   three quantiles ``QUANTILES`` at once; ``Estimate.low_ms`` / ``high_ms`` are the 10% / 90% quantiles, the
   uncertainty the guided measuring (``collage.tuner.guided``) is optimistic with.
+
+Two such parts, a line over sizes alone and a line with per-op-class rates, each with its trees; the model's
+quantiles are the geometric mean of theirs (``PER_OP``).
 
 With fewer than ``TREE_MIN_ROWS`` rows the line alone is used, its range the residuals' empirical
 quantiles; with fewer than ``MIN_ROWS``, the variant has no model (its unmeasured candidates are not
@@ -64,9 +67,10 @@ ROUNDS, DEPTH, ETA = 100, 3, 0.05
 TREE_SHARES = ("share", "opshare")
 #: ridge penalty of the additive line, on columns scaled to their median nonzero value, per row
 RIDGE = 1e-3
-#: per-op-class columns in the line by default (VariantModel.fit's per_op): off, the line over sizes alone and
-#: the trees on each class's shares predicted models never seen better (results/cost-model.md)
-PER_OP = False
+#: the parts of a variant's model by default (VariantModel.fit's per_op): "both", a line over sizes alone and a
+#: line with per-op-class columns, each with its trees, their quantiles averaged in log space. Either alone won
+#: on some DBs and lost on others; the mean was within a point of the better one on each (results/cost-model.md)
+PER_OP: bool | str = "both"
 #: a per-op-class column enters the line only with this many training rows holding that op class
 OP_MIN_ROWS = 30
 
@@ -104,27 +108,19 @@ def _xgboost() -> Any:
 
 
 @dataclass
-class VariantModel:
-    """One variant's fitted model (module docstring). ``predict`` returns ms."""
+class LinePlusTrees:
+    """One additive line (with or without per-op-class columns) and the trees on its residual."""
 
     columns: list[str]  # the additive line's columns: "1", LINE_COLUMNS, per-op-class columns
     weights: np.ndarray  # ms per unit of each column (>= 0)
     tree_columns: list[str] = field(default_factory=list)
     booster: Any = None  # xgboost.Booster on the line's log residual, or None (line only)
     spread: np.ndarray = field(default_factory=lambda: np.zeros(len(QUANTILES)))  # residual quantiles (line only)
-    rows: int = 0
-    fit_s: float = 0.0
 
     @classmethod
-    def fit(cls, features: Sequence[Mapping[str, float]], ms: Sequence[float], *, seed: int = 0,
-            trees: bool = True, per_op: bool | None = None) -> VariantModel:
-        """``per_op``: per-op-class columns in the line (None: ``PER_OP``); False: the line over sizes only (the
-        trees still see each class's share)."""
-        t0 = time.perf_counter()
-        y = np.asarray(ms, dtype=np.float64)
-        if len(y) < MIN_ROWS:
-            raise CollageError(f"the learned cost model needs at least {MIN_ROWS} measured rows, got {len(y)}")
-        groups = OP_GROUPS if (PER_OP if per_op is None else per_op) else ()
+    def fit(cls, features: Sequence[Mapping[str, float]], y: np.ndarray, *, seed: int, trees: bool,
+            per_op: bool) -> LinePlusTrees:
+        groups = OP_GROUPS if per_op else ()
         counts: dict[str, int] = {}
         for row in features:
             for c, v in row.items():
@@ -134,39 +130,68 @@ class VariantModel:
         x = _dense(features, columns)
         weights = _fit_line(x, y)
         base = np.maximum(x @ weights, _TINY)
-        resid = np.log(y) - np.log(base)
-        model = cls(columns, weights, rows=len(y))
+        part = cls(columns, weights)
         if trees and len(y) >= TREE_MIN_ROWS:
             xgb = _xgboost()
             ops = sorted({c.split(":", 1)[1] for row in features for c in row if c.startswith("flops:")})
-            model.tree_columns = _TREE_BASE + [f"{k}:{o}" for k in TREE_SHARES for o in ops]
-            dtrain = xgb.DMatrix(_tree_x(features, model.tree_columns), label=np.log(y),
+            part.tree_columns = _TREE_BASE + [f"{k}:{o}" for k in TREE_SHARES for o in ops]
+            dtrain = xgb.DMatrix(_tree_x(features, part.tree_columns), label=np.log(y),
                                  base_margin=np.repeat(np.log(base)[:, None], len(QUANTILES), axis=1))
             params = {"objective": "reg:quantileerror", "quantile_alpha": np.array(QUANTILES), "tree_method": "hist",
                       "max_depth": DEPTH, "eta": ETA, "min_child_weight": 5, "subsample": 0.8, "lambda": 5.0,
                       "nthread": 1, "seed": seed, "verbosity": 0}
-            model.booster = xgb.train(params, dtrain, num_boost_round=ROUNDS)
+            part.booster = xgb.train(params, dtrain, num_boost_round=ROUNDS)
         else:
-            model.spread = np.quantile(resid, QUANTILES)
-        model.fit_s = time.perf_counter() - t0
-        return model
+            part.spread = np.quantile(np.log(y) - np.log(base), QUANTILES)
+        return part
 
     def line(self, features: Sequence[Mapping[str, float]]) -> np.ndarray:
         """The additive line's ms (no residual correction)."""
         return np.maximum(_dense(features, self.columns) @ self.weights, _TINY)
 
+    def log_predict(self, features: Sequence[Mapping[str, float]]) -> np.ndarray:
+        base = np.log(self.line(features))
+        if self.booster is None:
+            return base[:, None] + self.spread[None, :]
+        xgb = _xgboost()
+        d = xgb.DMatrix(_tree_x(features, self.tree_columns),
+                        base_margin=np.repeat(base[:, None], len(QUANTILES), axis=1))
+        return np.asarray(self.booster.predict(d)).reshape(len(features), len(QUANTILES))
+
+
+@dataclass
+class VariantModel:
+    """One variant's fitted model (module docstring): the geometric mean of its parts' quantiles. ``predict``
+    returns ms."""
+
+    parts: list[LinePlusTrees]
+    rows: int = 0
+    fit_s: float = 0.0
+
+    @property
+    def booster(self) -> Any:
+        """A part's trees, or None when every part is a line alone (too few rows, or ``trees=False``)."""
+        return next((p.booster for p in self.parts if p.booster is not None), None)
+
+    @classmethod
+    def fit(cls, features: Sequence[Mapping[str, float]], ms: Sequence[float], *, seed: int = 0,
+            trees: bool = True, per_op: bool | None = None) -> VariantModel:
+        """``per_op``: True, one part with per-op-class columns in its line; False, one part whose line is over
+        sizes only (its trees still see each class's share); None: ``PER_OP`` (``"both"``: the two parts)."""
+        t0 = time.perf_counter()
+        y = np.asarray(ms, dtype=np.float64)
+        if len(y) < MIN_ROWS:
+            raise CollageError(f"the learned cost model needs at least {MIN_ROWS} measured rows, got {len(y)}")
+        which = PER_OP if per_op is None else per_op
+        kinds = (False, True) if which == "both" else (bool(which),)
+        parts = [LinePlusTrees.fit(features, y, seed=seed, trees=trees, per_op=k) for k in kinds]
+        return cls(parts, rows=len(y), fit_s=time.perf_counter() - t0)
+
     def predict(self, features: Sequence[Mapping[str, float]]) -> np.ndarray:
         """``(len(features), 3)`` ms: low, middle, high (sorted per row)."""
         if not features:
             return np.zeros((0, len(QUANTILES)))
-        base = np.log(self.line(features))
-        if self.booster is None:
-            logs = base[:, None] + self.spread[None, :]
-        else:
-            xgb = _xgboost()
-            d = xgb.DMatrix(_tree_x(features, self.tree_columns),
-                            base_margin=np.repeat(base[:, None], len(QUANTILES), axis=1))
-            logs = np.asarray(self.booster.predict(d)).reshape(len(features), len(QUANTILES))
+        logs = np.mean([p.log_predict(features) for p in self.parts], axis=0)
         return np.exp(np.sort(logs, axis=1))
 
 
