@@ -135,6 +135,14 @@ def main(argv: list[str] | None = None) -> None:
                    "the held-out model left out too), predict the held-out model's measured candidates. Error = "
                    "|predicted median - measured median| / measured. In range: measured within the predicted "
                    "10-90% quantiles. Goal (issue 20): median <= 15% per backend.")
+    counts: dict[str, int] = {}
+    for c in db.all():
+        if c.ok and c.median_ms and c.median_ms > 0:
+            counts[c.key.backend] = counts.get(c.key.backend, 0) + 1
+    lines += [f"DB: `{args.db}`: {', '.join(f'{n} measured rows on {b}' for b, n in sorted(counts.items()))}; "
+              f"models present (measured candidate fingerprints): "
+              + ", ".join(f"{n} ({k})" for n, k in present.items()) + "; held-out predictions: "
+              + ", ".join(f"{len([p for p in pooled if p[0] == b])} on {b}" for b in sorted(counts)) + ".", ""]
     lines += ["## Per backend (all held-out predictions)", ""]
     lines += md_table(["backend", "predictions", "median error", "p90 error", "in range"], summary_rows(pooled))
     lines += ["## Per held-out model", ""]

@@ -8,14 +8,16 @@
 * ``nodes``, ``depth`` (nodes on the longest path inside), ``inputs``, ``outputs`` (boundary tensors);
 * ``flops``, ``mac_flops`` (Conv/ConvTranspose/MatMul/Gemm), ``in_bytes``, ``out_bytes`` (boundary tensors),
   ``weight_bytes`` (initializers read), ``act_bytes`` (every tensor produced inside);
-* per op type ``op:TYPE`` (count) and ``flops:TYPE`` (its FLOPs);
+* per op class (``op_class``: the op type, with a grouped Conv as ``Conv.g`` and a MatMul of two activations
+  as ``MatMul.aa``: the same FLOPs run at very different rates there) ``op:CLASS`` (count), ``flops:CLASS``
+  (its FLOPs) and ``bytes:CLASS`` (activation bytes its nodes read and write: what a memory-bound op costs);
 * ``non_fp32``: nodes whose first output is not float32 (int64 shape arithmetic, bool masks, fp16).
 
 Why stored, not recomputed at training time: the model is trained on every measurement in the DB, of
 every model ever tuned into it, and the DB keeps costs by fingerprint without the models they came from.
 Features stored with the fingerprint when a tune first sees it make every later tune's training set
 complete without the source models at hand. ``FEATURES_KIND`` changes when the features do (older rows
-are then ignored, never misread).
+are then ignored, never misread; ``cand-v2``: op classes and ``bytes:CLASS``).
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
     from collage.graph.ir import Graph
 
 #: the version of ``candidate_features``: rows stored under another kind are not read
-FEATURES_KIND = "cand-v1"
+FEATURES_KIND = "cand-v2"
 
 #: the ops whose FLOPs are multiply-accumulates (collage.graph.stats.MAC_OPS)
 _MAC = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
@@ -44,12 +46,27 @@ class NodeFacts:
 
         self.graph = graph
         n = len(graph)
-        self.op = [graph.op_type(i) for i in range(n)]
+        self.op = [op_class(graph, i) for i in range(n)]
         self.flops = [float(node_flops(graph, i)) for i in range(n)]
         self.out_bytes = [float(sum(_nbytes(graph, t) for t in graph.op(i).output if t)) for i in range(n)]
+        self.in_bytes = [float(sum(_nbytes(graph, t) for t in set(graph.reads(i)) if t not in graph.initializers))
+                         for i in range(n)]
         self.weights = [[t for t in graph.reads(i) if t in graph.initializers] for i in range(n)]
         self.fp32 = [_first_dtype(graph, i) == "float32" for i in range(n)]
         self.preds = [sorted(graph.dag.predecessors(i)) for i in range(n)]
+
+
+def op_class(graph: Graph, i: int) -> str:
+    """Node ``i``'s op type, refined where one type runs at two very different rates: a grouped Conv
+    (depthwise: memory-bound) is ``Conv.g``, a MatMul of two activations (attention's scores and context:
+    batched, no packed weight) is ``MatMul.aa``."""
+    node = graph.op(i)
+    op = node.op_type
+    if op == "Conv" and any(a.name == "group" and a.i > 1 for a in node.attribute):
+        return "Conv.g"
+    if op == "MatMul" and not any(t in graph.initializers for t in node.input):
+        return "MatMul.aa"
+    return op
 
 
 def _nbytes(graph: Graph, t: str) -> int:
@@ -84,8 +101,9 @@ def candidate_features(graph: Graph, nodes: Sequence[int], facts: NodeFacts | No
         op = facts.op[i]
         f[f"op:{op}"] = f.get(f"op:{op}", 0.0) + 1.0
         f[f"flops:{op}"] = f.get(f"flops:{op}", 0.0) + facts.flops[i]
+        f[f"bytes:{op}"] = f.get(f"bytes:{op}", 0.0) + facts.in_bytes[i] + facts.out_bytes[i]
         flops += facts.flops[i]
-        mac += facts.flops[i] if op in _MAC else 0.0
+        mac += facts.flops[i] if op.split(".")[0] in _MAC else 0.0
         act += facts.out_bytes[i]
         weights.update(facts.weights[i])
         non_fp32 += not facts.fp32[i]

@@ -6,21 +6,32 @@ the same configuration, on the same machine. It is trained on every successful m
 cost DB under that variant whose fingerprint has stored features (``collage.cost_models.features``):
 all models ever tuned into the DB, not only the one at hand.
 
-The model, in log-latency space (latency spans five orders of magnitude, and errors that matter are
-ratios):
+The model has two parts:
 
-* a **ridge line** over the log sizes (FLOPs, multiply-accumulate FLOPs, boundary, weight and activation
-  bytes, node count): the part that extrapolates to candidates bigger than any measured one, which trees
-  cannot do;
-* **gradient-boosted trees** (XGBoost, ``reg:quantileerror``) on the line's residual, over every feature
-  (op-type counts and FLOPs too): per-op efficiency, per-call overhead, what the line misses. One
-  booster fits the three quantiles ``QUANTILES`` at once; ``Estimate.low_ms`` / ``high_ms`` are the 10% /
-  90% quantiles, the uncertainty the guided measuring (``collage.tuner.guided``) is optimistic with.
+* an **additive line** in milliseconds: a per-call constant + non-negative weights on the node count, the
+  boundary, weight and activation bytes, the FLOPs and multiply-accumulate FLOPs (and, in one of the two
+  parts, per op class of at least ``OP_MIN_ROWS`` training rows: its FLOPs and bytes), fitted by
+  non-negative least squares on the *relative* error. That is how latency is made: a call's fixed
+  overhead plus work at some rate per kind of work, so a small candidate is never priced below the per-call
+  floor and a big one grows linearly with its work, whatever sizes training saw. It replaced a ridge line over
+  log sizes (one power law: no floor, so candidates of a few microseconds came out ~100x too cheap, and
+  exponents fitted on a narrow range multiplied up on bigger candidates: 93% median error, p90 in the
+  thousands of percent, leave-one-model-out on a 3-model DB);
+* **gradient-boosted trees** (XGBoost, ``reg:quantileerror``) on the line's log residual, over log sizes,
+  arithmetic intensity, FLOPs per node and each op class's share of the FLOPs and of the nodes: per-class
+  efficiency, fusion, what the line misses. They correct the line by factors seen in training (a tree
+  predicts constants), so they cannot blow up on a candidate unlike any trained one. One booster fits the
+  three quantiles ``QUANTILES`` at once; ``Estimate.low_ms`` / ``high_ms`` are the 10% / 90% quantiles, the
+  uncertainty the guided measuring (``collage.tuner.guided``) is optimistic with.
+
+Two such parts, a line over sizes alone and a line with per-op-class rates, each with its trees; the model's
+quantiles are the geometric mean of theirs (``PER_OP``).
 
 With fewer than ``TREE_MIN_ROWS`` rows the line alone is used, its range the residuals' empirical
 quantiles; with fewer than ``MIN_ROWS``, the variant has no model (its unmeasured candidates are not
 priced). Training is seconds for tens of thousands of rows (one thread: measurements may be running).
-XGBoost comes with the ``tune`` extra (it is MetaSchedule's cost model in the ``tvm`` extra too).
+XGBoost and SciPy (the line's NNLS) come with the ``tune`` extra. Accuracy on models the DB has never
+seen: ``benchmarks/cost_model.py`` -> ``results/cost-model.md``.
 """
 from __future__ import annotations
 
@@ -32,7 +43,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from collage.cost_models.features import FEATURES_KIND, feature_matrix
+from collage.cost_models.features import FEATURES_KIND
 from collage.errors import CollageError
 
 if TYPE_CHECKING:
@@ -44,13 +55,24 @@ log = logging.getLogger(__name__)
 QUANTILES = (0.1, 0.5, 0.9)
 #: a variant with fewer usable rows has no model
 MIN_ROWS = 8
-#: below this many rows the ridge line alone predicts (trees on a handful of rows only memorise)
+#: below this many rows the additive line alone predicts (trees on a handful of rows only memorise)
 TREE_MIN_ROWS = 30
-#: the size features the ridge line is fitted on (log1p'd)
-LINE_COLUMNS = ("flops", "mac_flops", "in_bytes", "out_bytes", "weight_bytes", "act_bytes", "nodes")
-#: boosting rounds, tree depth, learning rate
-ROUNDS, DEPTH, ETA = 200, 4, 0.08
-RIDGE = 1e-2
+#: the size columns of the additive line (besides the per-call constant and the per-op-class columns)
+LINE_COLUMNS = ("nodes", "in_bytes", "out_bytes", "weight_bytes", "act_bytes", "flops", "mac_flops")
+#: per-op-class columns of the additive line: FLOPs and bytes moved of each op class (features.op_class)
+OP_GROUPS = ("flops:", "bytes:")
+#: boosting rounds, tree depth, learning rate of the residual trees
+ROUNDS, DEPTH, ETA = 100, 3, 0.05
+#: per op class, the trees see its share of the FLOPs ("share") and of the nodes ("opshare")
+TREE_SHARES = ("share", "opshare")
+#: ridge penalty of the additive line, on columns scaled to their median nonzero value, per row
+RIDGE = 1e-3
+#: the parts of a variant's model by default (VariantModel.fit's per_op): "both", a line over sizes alone and a
+#: line with per-op-class columns, each with its trees, their quantiles averaged in log space. Either alone won
+#: on some DBs and lost on others; the mean was within a point of the better one on each (results/cost-model.md)
+PER_OP: bool | str = "both"
+#: a per-op-class column enters the line only with this many training rows holding that op class
+OP_MIN_ROWS = 30
 
 
 class Variant(NamedTuple):
@@ -86,60 +108,149 @@ def _xgboost() -> Any:
 
 
 @dataclass
-class VariantModel:
-    """One variant's fitted model (module docstring). ``predict`` returns ms."""
+class LinePlusTrees:
+    """One additive line (with or without per-op-class columns) and the trees on its residual."""
 
-    columns: list[str]
-    coef: np.ndarray  # ridge line: intercept first, then LINE_COLUMNS
-    booster: Any = None  # xgboost.Booster on the line's residual, or None (line only)
+    columns: list[str]  # the additive line's columns: "1", LINE_COLUMNS, per-op-class columns
+    weights: np.ndarray  # ms per unit of each column (>= 0)
+    tree_columns: list[str] = field(default_factory=list)
+    booster: Any = None  # xgboost.Booster on the line's log residual, or None (line only)
     spread: np.ndarray = field(default_factory=lambda: np.zeros(len(QUANTILES)))  # residual quantiles (line only)
+
+    @classmethod
+    def fit(cls, features: Sequence[Mapping[str, float]], y: np.ndarray, *, seed: int, trees: bool,
+            per_op: bool) -> LinePlusTrees:
+        groups = OP_GROUPS if per_op else ()
+        counts: dict[str, int] = {}
+        for row in features:
+            for c, v in row.items():
+                if v > 0 and c.startswith(groups):
+                    counts[c] = counts.get(c, 0) + 1
+        columns = ["1", *LINE_COLUMNS] + sorted(c for c, n in counts.items() if n >= OP_MIN_ROWS)
+        x = _dense(features, columns)
+        weights = _fit_line(x, y)
+        base = np.maximum(x @ weights, _TINY)
+        part = cls(columns, weights)
+        if trees and len(y) >= TREE_MIN_ROWS:
+            xgb = _xgboost()
+            ops = sorted({c.split(":", 1)[1] for row in features for c in row if c.startswith("flops:")})
+            part.tree_columns = _TREE_BASE + [f"{k}:{o}" for k in TREE_SHARES for o in ops]
+            dtrain = xgb.DMatrix(_tree_x(features, part.tree_columns), label=np.log(y),
+                                 base_margin=np.repeat(np.log(base)[:, None], len(QUANTILES), axis=1))
+            params = {"objective": "reg:quantileerror", "quantile_alpha": np.array(QUANTILES), "tree_method": "hist",
+                      "max_depth": DEPTH, "eta": ETA, "min_child_weight": 5, "subsample": 0.8, "lambda": 5.0,
+                      "nthread": 1, "seed": seed, "verbosity": 0}
+            part.booster = xgb.train(params, dtrain, num_boost_round=ROUNDS)
+        else:
+            part.spread = np.quantile(np.log(y) - np.log(base), QUANTILES)
+        return part
+
+    def line(self, features: Sequence[Mapping[str, float]]) -> np.ndarray:
+        """The additive line's ms (no residual correction)."""
+        return np.maximum(_dense(features, self.columns) @ self.weights, _TINY)
+
+    def log_predict(self, features: Sequence[Mapping[str, float]]) -> np.ndarray:
+        base = np.log(self.line(features))
+        if self.booster is None:
+            return base[:, None] + self.spread[None, :]
+        xgb = _xgboost()
+        d = xgb.DMatrix(_tree_x(features, self.tree_columns),
+                        base_margin=np.repeat(base[:, None], len(QUANTILES), axis=1))
+        return np.asarray(self.booster.predict(d)).reshape(len(features), len(QUANTILES))
+
+
+@dataclass
+class VariantModel:
+    """One variant's fitted model (module docstring): the geometric mean of its parts' quantiles. ``predict``
+    returns ms."""
+
+    parts: list[LinePlusTrees]
     rows: int = 0
     fit_s: float = 0.0
 
+    @property
+    def booster(self) -> Any:
+        """A part's trees, or None when every part is a line alone (too few rows, or ``trees=False``)."""
+        return next((p.booster for p in self.parts if p.booster is not None), None)
+
     @classmethod
     def fit(cls, features: Sequence[Mapping[str, float]], ms: Sequence[float], *, seed: int = 0,
-            trees: bool = True) -> VariantModel:
+            trees: bool = True, per_op: bool | None = None) -> VariantModel:
+        """``per_op``: True, one part with per-op-class columns in its line; False, one part whose line is over
+        sizes only (its trees still see each class's share); None: ``PER_OP`` (``"both"``: the two parts)."""
         t0 = time.perf_counter()
-        y = np.log(np.asarray(ms, dtype=np.float64))
+        y = np.asarray(ms, dtype=np.float64)
         if len(y) < MIN_ROWS:
             raise CollageError(f"the learned cost model needs at least {MIN_ROWS} measured rows, got {len(y)}")
-        columns = sorted({c for row in features for c in row})
-        line_x = _line_x(features)
-        a = line_x.T @ line_x + RIDGE * np.diag([0.0] + [1.0] * (line_x.shape[1] - 1))
-        coef = np.linalg.solve(a, line_x.T @ y)
-        base = line_x @ coef
-        model = cls(columns, coef, rows=len(y))
-        if trees and len(y) >= TREE_MIN_ROWS:
-            xgb = _xgboost()
-            dtrain = xgb.DMatrix(feature_matrix(features, columns), label=y,
-                                 base_margin=np.repeat(base[:, None], len(QUANTILES), axis=1))
-            params = {"objective": "reg:quantileerror", "quantile_alpha": np.array(QUANTILES), "tree_method": "hist",
-                      "max_depth": DEPTH, "eta": ETA, "min_child_weight": 2, "subsample": 0.8, "nthread": 1,
-                      "seed": seed, "verbosity": 0}
-            model.booster = xgb.train(params, dtrain, num_boost_round=ROUNDS)
-        else:
-            model.spread = np.quantile(y - base, QUANTILES)
-        model.fit_s = time.perf_counter() - t0
-        return model
+        which = PER_OP if per_op is None else per_op
+        kinds = (False, True) if which == "both" else (bool(which),)
+        parts = [LinePlusTrees.fit(features, y, seed=seed, trees=trees, per_op=k) for k in kinds]
+        return cls(parts, rows=len(y), fit_s=time.perf_counter() - t0)
 
     def predict(self, features: Sequence[Mapping[str, float]]) -> np.ndarray:
         """``(len(features), 3)`` ms: low, middle, high (sorted per row)."""
         if not features:
             return np.zeros((0, len(QUANTILES)))
-        base = _line_x(features) @ self.coef
-        if self.booster is None:
-            logs = base[:, None] + self.spread[None, :]
-        else:
-            xgb = _xgboost()
-            d = xgb.DMatrix(feature_matrix(features, self.columns),
-                            base_margin=np.repeat(base[:, None], len(QUANTILES), axis=1))
-            logs = np.asarray(self.booster.predict(d)).reshape(len(features), len(QUANTILES))
+        logs = np.mean([p.log_predict(features) for p in self.parts], axis=0)
         return np.exp(np.sort(logs, axis=1))
 
 
-def _line_x(features: Sequence[Mapping[str, float]]) -> np.ndarray:
-    x = feature_matrix(features, LINE_COLUMNS)
-    return np.hstack([np.ones((len(features), 1)), x])
+#: no prediction below this (ms): the line may be all zero weights for a candidate of unseen op classes
+_TINY = 1e-6
+#: the trees' size columns (log1p'd), besides intensity, FLOPs per node and per-op-class shares
+_TREE_BASE = ["nodes", "depth", "inputs", "outputs", "in_bytes", "out_bytes", "weight_bytes", "act_bytes", "flops",
+              "mac_flops", "non_fp32", "intensity", "flops_per_node"]
+
+
+def _dense(features: Sequence[Mapping[str, float]], columns: Sequence[str]) -> np.ndarray:
+    """The raw (not log'd) values of ``columns``; ``"1"`` is the constant."""
+    index = {c: k for k, c in enumerate(columns)}
+    x = np.zeros((len(features), len(columns)), dtype=np.float64)
+    for r, row in enumerate(features):
+        for name, v in row.items():
+            k = index.get(name)
+            if k is not None:
+                x[r, k] = max(0.0, float(v))
+    if "1" in index:
+        x[:, index["1"]] = 1.0
+    return x
+
+
+def _fit_line(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative weights minimising the squared *relative* error of ``x @ w`` against ``y`` plus a small ridge
+    (columns scaled to their median nonzero value first, so one penalty fits every unit)."""
+    from scipy.optimize import nnls
+
+    scale = np.array([np.median(col[col > 0]) if np.any(col > 0) else 1.0 for col in x.T])
+    a = x / scale / y[:, None]
+    k = a.shape[1]
+    a = np.vstack([a, np.sqrt(RIDGE * len(y)) * np.eye(k)])
+    b = np.concatenate([np.ones(len(y)), np.zeros(k)])
+    w, _ = nnls(a, b, maxiter=max(1000, 50 * k))
+    return w / scale
+
+
+def _tree_x(features: Sequence[Mapping[str, float]], columns: Sequence[str]) -> np.ndarray:
+    """The residual trees' inputs: log sizes, and what sizes cannot say: arithmetic intensity, FLOPs per node,
+    each op class's share of the FLOPs and of the nodes."""
+    x = np.zeros((len(features), len(columns)), dtype=np.float64)
+    for r, f in enumerate(features):
+        flops = float(f.get("flops", 0.0))
+        nodes = max(1.0, float(f.get("nodes", 1.0)))
+        moved = sum(float(f.get(k, 0.0)) for k in ("in_bytes", "out_bytes", "weight_bytes", "act_bytes")) + 1.0
+        for k, c in enumerate(columns):
+            if c.startswith("share:"):
+                x[r, k] = float(f.get("flops:" + c[6:], 0.0)) / (flops + 1.0)
+            elif c.startswith("opshare:"):
+                x[r, k] = float(f.get("op:" + c[8:], 0.0)) / nodes
+
+            elif c == "intensity":
+                x[r, k] = np.log1p(flops / moved)
+            elif c == "flops_per_node":
+                x[r, k] = np.log1p(flops / nodes)
+            else:
+                x[r, k] = np.log1p(max(0.0, float(f.get(c, 0.0))))
+    return x
 
 
 @dataclass

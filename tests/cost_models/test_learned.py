@@ -40,7 +40,8 @@ def synthetic(n: int, rng: np.random.Generator, scale: float = 1.0) -> tuple[lis
 
 def test_learns_per_op_costs():
     """Held-out candidates within 15% (median): the same FLOPs cost 3x more as MatMul than as Conv, so a model
-    that only sees sizes cannot pass (checked: the line alone misses by far more)."""
+    that only sees sizes cannot pass (checked: a line over sizes alone, without per-op-class columns or trees,
+    misses by far more)."""
     rng = np.random.default_rng(0)
     train_f, train_ms = synthetic(600, rng)
     test_f, test_ms = synthetic(200, rng)
@@ -50,7 +51,7 @@ def test_learns_per_op_costs():
     assert err["median_ape"] < 15.0, err
     assert 0.5 <= err["in_range"] <= 0.98, err  # the 10-90% range holds most, not all, held-out costs
     assert model.fit_s < 10.0
-    line_only = VariantModel.fit(train_f, train_ms, trees=False).predict(test_f)
+    line_only = VariantModel.fit(train_f, train_ms, trees=False, per_op=False).predict(test_f)
     assert error_summary(line_only[:, 1], test_ms)["median_ape"] > 1.5 * err["median_ape"]
 
 
@@ -63,6 +64,26 @@ def test_extrapolates_to_bigger_candidates():
     pred = VariantModel.fit(train_f, train_ms).predict(big_f)
     assert error_summary(pred[:, 1], big_ms)["median_ape"] < 35.0
     assert 0.7 < np.median(pred[:, 1]) / np.median(big_ms) < 1.4
+
+
+@pytest.mark.parametrize("per_op", [False, True])
+def test_a_class_rare_in_training_does_not_blow_up(per_op):
+    """An op class seen in a handful of tiny training rows (where the per-call overhead is all of their cost) and
+    then in big candidates: its rate is not fitted from those rows and multiplied up (a per-op column needs
+    OP_MIN_ROWS rows; the trees' corrections are bounded by what training saw)."""
+    rng = np.random.default_rng(4)
+    train_f, train_ms = synthetic(600, rng)
+    for k in range(5):  # Reshape of a few bytes: the cost is the call
+        flops = 100.0 * (k + 1)
+        train_f.append({"nodes": 1.0, "flops": flops, "mac_flops": 0.0, "in_bytes": 0.0, "out_bytes": flops / 10,
+                        "op:Reshape": 1.0, "flops:Reshape": flops, "bytes:Reshape": flops / 10})
+        train_ms = np.append(train_ms, OVERHEAD_MS * 1.5)
+    big = [{"nodes": 1.0, "flops": 1e7, "mac_flops": 0.0, "in_bytes": 0.0, "out_bytes": 1e6, "op:Reshape": 1.0,
+            "flops:Reshape": 1e7, "bytes:Reshape": 1e6}]
+    true_ms = OVERHEAD_MS + 25.0 * 1e7 / 1e9  # a memory-bound op at an elementwise op's rate
+    pred = VariantModel.fit(train_f, train_ms, per_op=per_op).predict(big)
+    # an unknown rate: within 10x either way (a rate fitted on the five tiny rows gives ~2300x)
+    assert 1 / 10 < pred[0, 1] / true_ms < 10, (pred, true_ms)
 
 
 def test_few_rows_line_only_and_none_below_min():
