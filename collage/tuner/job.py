@@ -567,7 +567,9 @@ class TuneJob:
         already_best = len(plan.partitions) == 1 and plan.partitions[0].backend == best
         if already_best or plan_ms < best_ms:
             return Verified(plan, plan_ms, verified.artifact, verified.timings, baselines)
-        note = (f"never worse: the mixed plan measured {plan_ms:.3f} ms end to end, not faster than "
+        what = ("the mixed plan" if len({p.backend for p in plan.partitions}) > 1
+                else f"the searched plan ({plan.partitions[0].backend} in {len(plan.partitions)} partition(s))")
+        note = (f"never worse: {what} measured {plan_ms:.3f} ms end to end, not faster than "
                 f"{best} alone ({best_ms:.3f} ms); the plan is {best} on the whole model")
         self.say(note)
         kept = [x for x in plan.notes if not x.startswith("refined by")]  # facts of the run, not of the mix
