@@ -125,14 +125,14 @@ def features_by_fingerprint(graph: Graph, node_sets: Iterable[Sequence[int]],
     return out
 
 
-def feature_matrix(rows: Sequence[Mapping[str, float]], columns: Sequence[str]) -> np.ndarray:
-    """``rows`` as a dense float matrix over ``columns`` (missing: 0), each value ``log1p``'d: sizes span
-    orders of magnitude, and latency follows them multiplicatively."""
+def feature_matrix(rows: Sequence[Mapping[str, float]], columns: Sequence[str], log: bool = True) -> np.ndarray:
+    """``rows`` as a dense float matrix over ``columns`` (missing: 0; negatives: 0), each value ``log1p``'d
+    unless ``log=False``: sizes span orders of magnitude, and latency follows them multiplicatively."""
     index = {c: k for k, c in enumerate(columns)}
     x = np.zeros((len(rows), len(columns)), dtype=np.float64)
     for r, row in enumerate(rows):
         for name, v in row.items():
             k = index.get(name)
             if k is not None:
-                x[r, k] = np.log1p(max(0.0, float(v)))
-    return x
+                x[r, k] = max(0.0, float(v))
+    return np.log1p(x) if log else x

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from collage.cost_models.features import FEATURES_KIND
+from collage.cost_models.features import FEATURES_KIND, feature_matrix
 from collage.errors import CollageError
 
 if TYPE_CHECKING:
@@ -204,13 +204,8 @@ _TREE_BASE = ["nodes", "depth", "inputs", "outputs", "in_bytes", "out_bytes", "w
 
 def _dense(features: Sequence[Mapping[str, float]], columns: Sequence[str]) -> np.ndarray:
     """The raw (not log'd) values of ``columns``; ``"1"`` is the constant."""
+    x = feature_matrix(features, columns, log=False)
     index = {c: k for k, c in enumerate(columns)}
-    x = np.zeros((len(features), len(columns)), dtype=np.float64)
-    for r, row in enumerate(features):
-        for name, v in row.items():
-            k = index.get(name)
-            if k is not None:
-                x[r, k] = max(0.0, float(v))
     if "1" in index:
         x[:, index["1"]] = 1.0
     return x
