@@ -425,15 +425,11 @@ class SQLiteCostDB(CostDB):
             groups.setdefault(tuple(k[1:]), []).append(k.fingerprint)
         conn = self._conn()
         for rest, fps in groups.items():
-            for i in range(0, len(fps), 500):
-                chunk = fps[i:i + 500]
-                marks = ",".join("?" * len(chunk))
-                rows = conn.execute(
-                    f"SELECT {', '.join(COST_COLUMNS)} FROM {self.costs_table} WHERE backend=? AND version=? AND "
-                    f"device=? AND options=? AND machine=? AND fingerprint IN ({marks})", (*rest, *chunk)).fetchall()
-                for row in rows:
-                    c = Cost(*row)
-                    out[c.key] = c
+            sql = (f"SELECT {', '.join(COST_COLUMNS)} FROM {self.costs_table} WHERE backend=? AND version=? AND "
+                   "device=? AND options=? AND machine=?")
+            for row in _rows_with_fingerprints(conn, sql, rest, fps):
+                c = Cost(*row)
+                out[c.key] = c
         return out
 
     def put(self, cost: Cost) -> None:
@@ -538,10 +534,7 @@ class SQLiteCostDB(CostDB):
         if fingerprints is None:
             rows = conn.execute(sql, (kind,)).fetchall()
         else:
-            fps, rows = sorted(set(fingerprints)), []
-            for i in range(0, len(fps), 500):
-                chunk = fps[i:i + 500]
-                rows += conn.execute(f"{sql} AND fingerprint IN ({','.join('?' * len(chunk))})", (kind, *chunk)).fetchall()
+            rows = _rows_with_fingerprints(conn, sql, (kind,), sorted(set(fingerprints)))
         return {fp: json.loads(text) for fp, text in rows}
 
     def study_storage(self) -> str | None:
@@ -559,6 +552,17 @@ class SQLiteCostDB(CostDB):
 
     def __repr__(self) -> str:
         return f"SQLiteCostDB({str(self.path)!r})"
+
+
+def _rows_with_fingerprints(conn: sqlite3.Connection, sql: str, params: Sequence[Any],
+                            fingerprints: Sequence[str], chunk: int = 500) -> list[tuple]:
+    """The rows of ``sql`` (a SELECT ending in a WHERE clause) ``AND fingerprint IN (...)``, asked in chunks of
+    ``chunk`` fingerprints (SQLite bounds the number of ``?`` parameters in one statement)."""
+    rows: list[tuple] = []
+    for i in range(0, len(fingerprints), chunk):
+        part = fingerprints[i:i + chunk]
+        rows += conn.execute(f"{sql} AND fingerprint IN ({','.join('?' * len(part))})", (*params, *part)).fetchall()
+    return rows
 
 
 def _clear_db_errors(method: Any) -> Any:
