@@ -1,4 +1,4 @@
-"""What a switch between ONNX Runtime and OpenVINO costs with real work on both sides, before/after settings.
+"""What a switch between ONNX Runtime and OpenVINO costs with real work on both sides, per threading setting.
 
     python -m benchmarks.transitions --switch             # -> results/transitions.md (~10-15 min on 2 cores)
     python -m benchmarks.switch_cost --rounds 20 -o results/transitions.md   # the same, directly
@@ -16,11 +16,13 @@ Runtime's process-wide pool is per process), interleaved round robin, medians ov
 * ResNet-50 in 18 pieces (after the stem's MaxPool and every residual block) all on ONNX Runtime, against
   the whole model on ONNX Runtime in the same round (the same-runtime chain the shared pool was made for).
 
-Settings (``SETTINGS``): ``before``: collage's previous defaults (ONNX Runtime sessions on one process-wide
-pool, spin off per session, which does not reach that pool; OpenVINO unpinned). ``after``: each ONNX
-Runtime session on its own pool with time-based spinning (``session.intra_op.spin_duration_us`` = 100 after
-a parallel section, then sleep). Processes run before, after, before, after, ... (``--repeats``) and
-the tables pool their rounds, so that the machine's drift between processes cancels.
+Settings (``SETTINGS``, a subset with ``--settings``): ``before``: one process-wide ONNX Runtime pool (the
+default; spin off per session, which does not reach that pool); ``nice``: the same pool with its workers
+at a lower priority (``pool_nice``); ``timed``: each session on its own pool with time-based spinning
+(``session.intra_op.spin_duration_us`` = 100 after a parallel section, then sleep); ``stop``: each session
+on its own pool, spinning while a run lasts and stopped when it returns (``session.force_spinning_stop``).
+OpenVINO unpinned in all. Processes run the settings in turn, ``--repeats`` times, and the tables pool their
+rounds, so that the machine's drift between processes cancels.
 """
 from __future__ import annotations
 
