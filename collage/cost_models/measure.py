@@ -272,6 +272,15 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
             else:
                 deferred.append(key)
             return
+        # another process may have committed the key and dropped its claim between our read and our
+        # claim: read again under the claim, or the key is measured twice
+        done = store.get(key)
+        if done is not None and (done.ok or not retry_failed):
+            store.release(key, owner)
+            known[key] = done
+            table.reused += 1
+            bar.update(1)
+            return
         nodes, bname = rep[key]
         try:
             blob = graph.extract(nodes).SerializeToString()

@@ -21,7 +21,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from collage.backends.base import Backend, Compiled
-from collage.cost_models.db import SQLiteCostDB
+from collage.cost_models.db import Cost, SQLiteCostDB
 from collage.cost_models.measure import measure_candidates
 from collage.cost_models.measurer import Measurer
 from collage.cost_models.worker import make_feeds, median_ci_halfwidth
@@ -266,6 +266,25 @@ def test_two_processes_share_one_db(tmp_path):
     assert all(m + r == len(_OPS) for m, r in counts)
     rows = SQLiteCostDB(db_path).all()
     assert len(rows) == len(_OPS) and all(c.ok for c in rows)
+
+
+class _OtherProcessCommitsFirst(SQLiteCostDB):
+    """A DB on which, for every key, another process commits its cost and drops its claim in the gap
+    between this process's read and its claim (the interleaving that measured a key twice in CI)."""
+
+    def claim(self, key, owner, ttl_s=600.0):
+        if self.get(key) is None:
+            self.put(Cost.from_key(key, median_ms=1.25, samples=3))
+        return super().claim(key, owner, ttl_s)
+
+
+def test_a_key_committed_between_read_and_claim_is_not_measured_again(tmp_path):
+    g = _graph_of(["Relu", "Neg", "Exp"])
+    db = _OtherProcessCommitsFirst(tmp_path / "r.sqlite")
+    res = measure_candidates(g, [((i,), FAKE) for i in range(3)], db=db, cap_s=0.05, progress=False)
+    assert res.measured == 0 and res.reused == 3
+    assert all(c.median_ms == 1.25 for c in res.values())
+    assert db.claims() == []
 
 
 @pytest.mark.slow
