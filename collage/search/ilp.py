@@ -291,6 +291,9 @@ def ilp_search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transit
         else:
             _cycle_cut(graph, m, parts, holding)
     stats.solve_s = time.perf_counter() - t1
+    if not keep.all() and lower is None:  # the pricing ran out of time: optimal over the columns it reached only
+        stats.optimal = False
+        stats.status = f"{stats.status}; column generation stopped at the time limit"
     stats.columns, stats.rows, stats.nonzeros = m.ncols, m.nrows, m.nnz
     plan = to_plan(graph, [parts[k] for k in order_k], table, transition)
     log.debug("%s: ILP %d candidates (%d kept after pricing), %d hand-over terms, %d rows, %d cycle cuts: %s in "
@@ -376,14 +379,15 @@ class _Matrix:
             self._csc.sum_duplicates()
         return self._csc
 
-    def highs(self, highspy: Any, keep: np.ndarray, integral: bool, time_limit: float, abs_gap: float,
+    def highs(self, highspy: Any, keep: np.ndarray, integral: bool, deadline: float, abs_gap: float,
               threads: int) -> tuple[Any, np.ndarray]:
-        """HiGHS loaded with the x in ``keep`` and every other column; returns it and the kept columns' ids."""
+        """HiGHS loaded with the x in ``keep`` and every other column; returns it and the kept columns' ids.
+        It stops at ``deadline`` (``time.monotonic()``), see :func:`_stop_at`."""
         cols = np.concatenate([np.flatnonzero(keep), np.arange(self.ncand, self.ncols)])
         a = self.csc()[:, cols]
         h = _new_highs(highspy)
         h.setOptionValue("output_flag", False)
-        h.setOptionValue("time_limit", max(0.5, float(time_limit)))
+        _stop_at(h, deadline)
         h.setOptionValue("mip_rel_gap", 0.0)
         h.setOptionValue("mip_abs_gap", abs_gap)
         h.setOptionValue("threads", int(threads))
@@ -402,6 +406,20 @@ class _Matrix:
         return h, cols
 
 
+def _stop_at(h: Any, deadline: float) -> None:
+    """Make ``h`` stop at ``deadline``: its ``time_limit`` option, and an interrupt from HiGHS's simplex,
+    interior-point and MIP callbacks once the deadline has passed. The option alone did not hold:
+    Inception-v2's MIP over 268,038 columns ran 529 s against a 60 s limit (results/search-time.md)."""
+    h.setOptionValue("time_limit", max(0.5, deadline - time.monotonic()))
+
+    def check(e: Any) -> None:
+        if time.monotonic() >= deadline:
+            e.interrupt()
+
+    for event in (h.cbSimplexInterrupt, h.cbIpmInterrupt, h.cbMipInterrupt):
+        event.subscribe(check)
+
+
 #: Up to this many candidates the 0-1 program holds them all; beyond, column generation (``_price_columns``)
 #: keeps the LP small and reduced costs decide which candidates the MIP needs (Inception-v2 with three
 #: backends has 268,038 candidates: 3.4M nonzeros, whose root LP alone ran past 100 s).
@@ -415,8 +433,8 @@ def _price_columns(m: _Matrix, keep: np.ndarray, highspy: Any, threads: int, dea
     """Column generation on the LP relaxation: add the x with negative reduced cost to ``keep`` (and to the
     same HiGHS instance, which warm-starts from its last basis) until none is left; returns the LP optimum
     over all columns (a lower bound) and leaves every x's reduced cost in ``m.reduced``, or None when out
-    of time (then every x is kept)."""
-    h, _ = m.highs(highspy, keep, False, deadline - time.monotonic(), 0.0, threads)
+    of time (then ``keep`` stays as far as it got: the MIP over it gives a plan, not a proven one)."""
+    h, _ = m.highs(highspy, keep, False, deadline, 0.0, threads)
     a = m.csc()[:, :m.ncand]
     at = a.T.tocsr()
     cost = m.cost[:m.ncand]
@@ -438,14 +456,13 @@ def _price_columns(m: _Matrix, keep: np.ndarray, highspy: Any, threads: int, dea
         block = a[:, new]
         h.addCols(new.size, cost[new], m.lo[new], m.hi[new], block.nnz, block.indptr[:-1].astype(np.int32),
                   block.indices.astype(np.int32), block.data)
-    keep[:] = True
     return None
 
 
 def _solve_mip(m: _Matrix, keep: np.ndarray, highspy: Any, abs_gap: float, threads: int, deadline: float,
                start: np.ndarray | None, stats: IlpStats) -> tuple[np.ndarray, float]:
     """Solve the 0-1 program over the kept x; returns every x's value and the objective."""
-    h, cols = m.highs(highspy, keep, True, deadline - time.monotonic(), abs_gap, threads)
+    h, cols = m.highs(highspy, keep, True, deadline, abs_gap, threads)
     nk = int(keep.sum())
     if start is not None and start[~keep].sum() == 0:
         h.setSolution(nk, np.arange(nk, dtype=np.int32), start[keep])
