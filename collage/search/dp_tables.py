@@ -4,8 +4,10 @@ set with usable costs, its hand-over costs per producer, and the terms of the ch
 The chain heuristic (admissible and consistent, so A*-style pruning by ``g + h`` stays exact):
 
 * Per node ``i`` and backend ``b``, a *share* ``s_b(i)``: every candidate's cost on ``b`` is split
-  over its nodes in proportion to weights (their single-node costs on ``b``), and ``s_b(i)`` is the
-  smallest share ``i`` gets. A partition on ``b`` costs at least the sum of its nodes' ``s_b``.
+  over its nodes in proportion to weights (their single-node costs on ``b``), ``s_b(i)`` is the
+  smallest share ``i`` gets, and rounds of dual ascent then raise the shares while every candidate
+  still costs at least its nodes' sum (:func:`_shares`). A partition on ``b`` costs at least the sum of
+  its nodes' ``s_b``.
 * *Chains*: each node keeps at most one incoming and one outgoing graph edge (dearest hand-overs first),
   so the kept edges form disjoint paths. A kept edge ``u -> c`` with ``u`` and ``c`` on different
   backends is a tensor that ``c``'s partition reads from another backend: a hand-over every plan pays,
@@ -22,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 if TYPE_CHECKING:
     from collage.graph.ir import Graph
@@ -86,26 +90,63 @@ def build_groups(graph: Graph, table: Mapping[tuple[int, ...], Mapping[str, floa
 _INF = 1 << 62
 
 
+#: Rounds of dual ascent on the shares (:func:`_shares`); each raises the start's heuristic (Inception-v2,
+#: synthetic costs: see results/search-time.md) and costs one pass over the candidates' nodes in numpy.
+ASCENT_ROUNDS = 12
+
+
+def _shares(n: int, groups: list[Group], nb: int) -> list[list[int]]:
+    """Per node and backend the share ``s_b(i)`` (module docstring), as large as this finds while every
+    candidate on ``b`` still costs at least the sum of its nodes' shares (dual feasibility of the cover's
+    LP relaxation, per backend: so the heuristic stays admissible and consistent).
+
+    Start: each candidate's cost split over its nodes in proportion to their single-node costs, and a
+    node's share the smallest it gets. Then ``ASCENT_ROUNDS`` rounds of dual ascent: a candidate whose cost
+    exceeds its nodes' shares by ``slack`` lets each of its ``k`` nodes rise by ``slack // k``, and a node
+    rises by the least any of its candidates lets it (so no candidate's sum passes its cost). Where a few
+    fused candidates make a node's proportional share small, this moves the bound toward the LP's."""
+    rows_b, rows_q, sizes, flat = [], [], [], []
+    for g in groups:
+        for b, q in g.options:
+            rows_b.append(b)
+            rows_q.append(q)
+            sizes.append(len(g.nodes))
+            flat.extend(g.nodes)
+    if not rows_q:
+        return [[_INF] * nb for _ in range(n)]
+    row_b = np.array(rows_b, np.int64)
+    q = np.array(rows_q, np.int64)
+    k = np.array(sizes, np.int64)
+    row = np.repeat(np.arange(q.size), k)
+    key = np.array(flat, np.int64) * nb + row_b[row]       # (node, backend) of each entry
+    single = np.full(n * nb, -1, np.int64)
+    ones = k == 1
+    single[key[np.repeat(ones, k)]] = q[ones]
+    per_node = single.reshape(n, nb)
+    fallback = np.where(per_node >= 0, per_node, np.iinfo(np.int64).max).min(axis=1)
+    fallback[fallback == np.iinfo(np.int64).max] = 0
+    w = np.where(single >= 0, single, np.repeat(fallback, nb))[key]
+    total = np.bincount(row, weights=w, minlength=q.size).astype(np.int64)
+    part = np.where(total[row] > 0, (q[row] * w) // np.maximum(total[row], 1), q[row] // k[row])
+    share = np.full(n * nb, _INF, np.int64)
+    np.minimum.at(share, key, part)
+    for _ in range(ASCENT_ROUNDS):
+        used = np.bincount(row, weights=share[key], minlength=q.size)
+        rise = (q - np.rint(used).astype(np.int64)) // k   # >= 0 while the shares are feasible
+        step = np.full(n * nb, _INF, np.int64)
+        np.minimum.at(step, key, rise[row])
+        if not (step[step < _INF] > 0).any():
+            break
+        share = np.where(step < _INF, share + np.maximum(step, 0), share)
+    return share.reshape(n, nb).tolist()
+
+
 def _chains(graph: Graph, groups: list[Group], nb: int, hand_over: Callable[[int, int, int], int]
             ) -> tuple[list[int | None], list[list[int]], list[int]]:
     """The chain heuristic (module docstring): per node ``c``, its kept parent (or None), ``W[c][b]``
     (the cheapest completion of ``c``'s chain when the parent runs on ``b``) and ``W0[c]`` (any start)."""
     n = len(graph)
-    single: dict[tuple[int, int], int] = {}
-    for g in groups:
-        if len(g.nodes) == 1:
-            for b, q in g.options:
-                single[g.nodes[0], b] = q
-    fallback = [min((single[i, b] for b in range(nb) if (i, b) in single), default=0) for i in range(n)]
-    share = [[_INF] * nb for _ in range(n)]
-    for g in groups:
-        for b, q in g.options:
-            w = [single.get((i, b), fallback[i]) for i in g.nodes]
-            total = sum(w)
-            for i, wi in zip(g.nodes, w):
-                s = q * wi // total if total > 0 else q // len(g.nodes)
-                if s < share[i][b]:
-                    share[i][b] = s
+    share = _shares(n, groups, nb)
     # chains: each node keeps at most one in-edge and one out-edge, the dearest hand-overs first
     edges = []
     for u, c, data in graph.dag.edges(data=True):
