@@ -3,6 +3,7 @@
     python -m benchmarks.cost_model --db /work/data/bench/costs.sqlite          # -> results/cost-model.md
     python -m benchmarks.cost_model --db DB --models tiny-resnet squeezenet --out /tmp/cm.md
     python -m benchmarks.cost_model --db DB --retune tiny-resnet                # + the warm re-tune line
+    python -m benchmarks.cost_model --db DB --retune resnet50 --max-nodes 6 --retune-only   # that line alone
 
 Which model a measured row belongs to is not in the DB (costs are keyed by fingerprint): each zoo model
 (``--models``, default every zoo model already built) is enumerated as the tuner enumerates it (default
@@ -102,18 +103,21 @@ def summary_rows(preds: list) -> list[list[object]]:
     return rows
 
 
-def retune_line(db_path: str, model: str) -> str:
-    """A warm re-tune of ``model`` on a copy of the DB, timed (the DB must hold all its candidates)."""
+def retune_line(db_path: str, model: str, max_nodes: int | None = None) -> str:
+    """A warm re-tune of ``model`` on a copy of the DB, timed (the DB must hold all its candidates, for the
+    same ``max_nodes``)."""
     import collage
 
     with tempfile.TemporaryDirectory(prefix="collage-retune-") as tmp:
         copy = Path(tmp) / "costs.sqlite"
         shutil.copy(db_path, copy)
         t0 = time.monotonic()
-        res = collage.tune(f"zoo:{model}", Path(tmp) / "out", budget="2m", db=copy, progress=False)
+        res = collage.tune(f"zoo:{model}", Path(tmp) / "out", budget="2m", db=copy, progress=False,
+                           limits=None if max_nodes is None else Limits(max_nodes=max_nodes))
         took = time.monotonic() - t0
     cov = res.report.get("coverage") or {}
-    return (f"warm re-tune of {model} (`--budget 2m`, a copy of the DB): {took:.1f} s end to end; "
+    flag = "" if max_nodes is None else f" --max-nodes {max_nodes}"
+    return (f"warm re-tune of {model} (`--budget 2m{flag}`, a copy of the DB): {took:.1f} s end to end; "
             f"{cov.get('reused', 0)} of {cov.get('distinct', 0)} distinct candidates from the DB, "
             f"{cov.get('measured_now', 0)} measured now; goal <= 10 s: {'met' if took <= 10 else 'NOT met'}")
 
@@ -123,9 +127,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--db", required=True, help="the cost DB (path or URL)")
     ap.add_argument("--models", nargs="*", help="zoo models (default: every zoo model already built)")
     ap.add_argument("--retune", metavar="MODEL", help="also time a warm re-tune of this zoo model")
+    ap.add_argument("--retune-db", help="the DB the re-tune copies (default --db); it must hold every candidate")
+    ap.add_argument("--max-nodes", type=int, help="the re-tune's Limits.max_nodes (default: the tuner's)")
+    ap.add_argument("--retune-only", action="store_true",
+                    help="only the re-tune: its section (with this command) replaces the one in --out")
     ap.add_argument("--out", default="results/cost-model.md")
     args = ap.parse_args(argv)
     command = "python -m benchmarks.cost_model " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.retune_only:
+        if not args.retune:
+            ap.error("--retune-only needs --retune MODEL")
+        out = Path(args.out)
+        old = out.read_text().split("\n## Warm re-tune")[0].rstrip("\n") if out.exists() else ""
+        section = ["## Warm re-tune", "", f"Command: `{command}`", "",
+                   retune_line(args.retune_db or args.db, args.retune, args.max_nodes), ""]
+        out.write_text((old + "\n\n" if old else "") + "\n".join(section))
+        print("\n".join(section))
+        return
     models = args.models or [n for n in zoo.names() if zoo.is_built(n)]
     db = get_db(args.db)
     preds, fit_s, present = leave_one_out(db, models)
@@ -156,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     if absent:
         lines += [f"Not in the DB (fewer than {MIN_PRESENT} measured candidates): {', '.join(absent)}.", ""]
     if args.retune:
-        lines += ["## Warm re-tune", "", retune_line(args.db, args.retune), ""]
+        lines += ["## Warm re-tune", "", retune_line(args.retune_db or args.db, args.retune, args.max_nodes), ""]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines))
     print("\n".join(lines))
