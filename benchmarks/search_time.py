@@ -124,9 +124,10 @@ def _price(graph: Graph, plan, costs) -> int:
     return quantize(compute + moved)
 
 
-def bench(name: str, repeats: int, ilp: bool = True, graph: Graph | None = None) -> dict:
+def bench(name: str, repeats: int, ilp: bool = True, graph: Graph | None = None,
+          backends: tuple[str, ...] = BACKENDS) -> dict:
     graph = graph if graph is not None else zoo.load_graph(f"zoo:{name}")
-    supports = {b: {i: True for i in range(len(graph))} for b in BACKENDS}
+    supports = {b: {i: True for i in range(len(graph))} for b in backends}
     enum_s, exact_s = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -165,8 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-ilp", dest="ilp", action="store_false", help="do not solve each model with the ILP as well")
     ap.add_argument("--stress", action=argparse.BooleanOptionalAction, default=None,
                     help="add the wide ladder graph (default: on unless --models or --quick)")
+    ap.add_argument("--backends", default=",".join(BACKENDS),
+                    help=f"backends every node is taken as supported on (default {','.join(BACKENDS)}; the tuner's "
+                         "default is onnxruntime,openvino)")
     ap.add_argument("-o", "--output", type=Path)
     args = ap.parse_args(argv)
+    backends = tuple(b for b in args.backends.split(",") if b)
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        ap.error(f"--backends: no synthetic costs for {', '.join(unknown)} (known: {', '.join(BACKENDS)})")
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     models = args.models or (["tiny-bert", "tiny-resnet"] if args.quick else zoo.names())
     stress = args.stress if args.stress is not None else not (args.models or args.quick)
@@ -174,12 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in models:
         log.info("%s ...", name)
-        rows.append(bench(name, args.repeats, args.ilp))
+        rows.append(bench(name, args.repeats, args.ilp, backends=backends))
         log.info("%s", rows[-1])
     if stress:
         g = ladder()
         log.info("%s (stress) ...", g.name)
-        rows.append(bench(f"{g.name} (stress, not a zoo model)", args.repeats, args.ilp, graph=g))
+        rows.append(bench(f"{g.name} (stress, not a zoo model)", args.repeats, args.ilp, graph=g, backends=backends))
         log.info("%s", rows[-1])
     command = "python -m benchmarks.search_time" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
     lines = [
@@ -190,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         "The machine's 2 cores are shared with other jobs: times carry their noise (up to ~2x).",
         "",
         "Costs are **synthetic** (this times the search, not the backends): all nodes supported on "
-        f"{', '.join(BACKENDS)}; a candidate's cost comes from its nodes' estimated FLOPs with per-backend "
+        f"{', '.join(backends)}; a candidate's cost comes from its nodes' estimated FLOPs with per-backend "
         "speed factors per op class, a per-call overhead, a fusion discount and a deterministic +-25% "
         "per-(node, backend) jitter; transitions cost 0.02 ms + bytes at 4 GB/s. Default `Limits()` "
         "(max 12 nodes, at most 1 heavy op per candidate) plus the coarse range candidates the tuner adds "
