@@ -263,3 +263,32 @@ def one_line(text: str, limit: int = 400) -> str:
 
 def op_name(node: onnx.NodeProto) -> str:
     return f"{node.domain}:{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
+
+
+def node_attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
+    """Attribute ``name`` of ``node`` (strings decoded), or ``default``."""
+    for a in node.attribute:
+        if a.name == name:
+            from onnx import helper
+
+            value = helper.get_attribute_value(a)
+            return value.decode() if isinstance(value, bytes) else value
+    return default
+
+
+def first_refused(model: onnx.ModelProto, reason: Callable[[onnx.NodeProto], str | None]
+                  ) -> tuple[onnx.NodeProto, str] | None:
+    """The first node of ``model`` for which ``reason`` gives a reason, with it; None when there is none."""
+    for node in model.graph.node:
+        why = reason(node)
+        if why is not None:
+            return node, why
+    return None
+
+
+def refuse(backend_name: str, model: onnx.ModelProto, found: tuple[onnx.NodeProto, str] | None) -> None:
+    """Raise ``UnsupportedError`` naming the node ``first_refused`` found in ``model`` (no-op for None)."""
+    if found is not None:
+        node, why = found
+        raise UnsupportedError(f"{backend_name} cannot take op {op_name(node)} (node {node.name or node.output[0]!r} "
+                               f"of model {model.graph.name!r}): {why}")

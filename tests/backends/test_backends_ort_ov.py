@@ -332,3 +332,29 @@ def test_onnxruntime_residual_routing_only_where_it_applies():
     assert get_backend("onnxruntime", opt_level="extended").compile(_residual_block())._optimized is None
     opts = get_backend("onnxruntime", residual_fusion=False).options
     assert opts["residual_fusion"] is False and get_backend("onnxruntime", **opts).options == opts
+
+
+def test_node_forms_each_runtime_computes_wrongly_are_named():
+    """The rule tables (onnxruntime/known_wrong.py, openvino/exact.py): the first matching node is named, with
+    its reason, in the error a compile raises; other forms of the same op pass."""
+    from onnx import helper
+
+    from collage.backends.onnxruntime.known_wrong import check_known_wrong, known_wrong_node
+    from collage.backends.openvino.exact import inexact_node
+    from collage.errors import UnsupportedError
+
+    def model(*nodes):
+        g = helper.make_graph(list(nodes), "rules", [], [])
+        return helper.make_model(g)
+
+    ok = helper.make_node("Resize", ["x", "", "s"], ["y"], name="r_ok", mode="linear")
+    bad = helper.make_node("Resize", ["x", "", "s"], ["y2"], name="r_bad", mode="linear",
+                           coordinate_transformation_mode="align_corners")
+    assert known_wrong_node(model(ok)) is None
+    node, why = known_wrong_node(model(ok, bad))
+    assert node.name == "r_bad" and "align_corners" in why
+    with pytest.raises(UnsupportedError, match=r"onnxruntime cannot take op Resize \(node 'r_bad' of model 'rules'\)"):
+        check_known_wrong("onnxruntime", model(ok, bad))
+    pool = helper.make_node("MaxPool", ["x"], ["p"], name="pool", kernel_shape=[2, 2], ceil_mode=1)
+    found = inexact_node(model(helper.make_node("MaxPool", ["x"], ["q"], kernel_shape=[2, 2]), pool))
+    assert found is not None and found[0].name == "pool" and "ceil_mode" in found[1]

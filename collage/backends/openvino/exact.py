@@ -12,9 +12,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from collage.backends.base import op_name
+from collage.backends.base import first_refused, node_attr, refuse
 from collage.backends.support import value_types
-from collage.errors import CollageError, UnsupportedError
+from collage.errors import CollageError
 
 # ---------------------------------------------------------------------- element types computed inexactly
 # Measured (openvino 2026.4, CPU plugin; one-node Add/Mul/Max/Identity/Cast models against numpy, and ONNX's
@@ -53,14 +53,6 @@ _CARRIED = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.Ten
                       onnx.TensorProto.BOOL}) | frozenset(_INEXACT)
 
 
-def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
-    for a in node.attribute:
-        if a.name == name:
-            value = onnx.helper.get_attribute_value(a)
-            return value.decode() if isinstance(value, bytes) else value
-    return default
-
-
 def _wrong_form(node: onnx.NodeProto) -> str | None:
     """Node forms the CPU plugin computes differently from ONNX's reference: found by ONNX's own backend tests
     run through collage (results/onnx-conformance.md); the test that showed it is named."""
@@ -69,23 +61,23 @@ def _wrong_form(node: onnx.NodeProto) -> str | None:
     op = node.op_type
     given = [bool(t) for t in node.input]
     if op == "Attention":
-        if _attr(node, "left_window_size", -1) >= 0 or _attr(node, "right_window_size", -1) >= 0:
+        if node_attr(node, "left_window_size", -1) >= 0 or node_attr(node, "right_window_size", -1) >= 0:
             return "Attention with a local window: masks other positions than ONNX (test_attention_*local_window*)"
-        if _attr(node, "is_causal", 0) and len(given) > 4 and given[4]:
+        if node_attr(node, "is_causal", 0) and len(given) > 4 and given[4]:
             return "Attention with is_causal and a past key: wrong values (test_attention_4d_with_past_*_causal)"
     if op == "BitShift":
         return "BitShift: shifts by the width or more, and of negative values, differ (test_bitshift_*_int32_*)"
     if op == "DynamicQuantizeLinear":
         return "DynamicQuantizeLinear: rounds .5 cases differently (test_dynamicquantizelinear)"
-    if op in ("RNN", "GRU", "LSTM") and _attr(node, "layout", 0) == 1:
+    if op in ("RNN", "GRU", "LSTM") and node_attr(node, "layout", 0) == 1:
         return f"{op} with layout=1 (batch first): wrong values (test_*_batchwise)"
-    if op == "MaxPool" and _attr(node, "ceil_mode", 0):
+    if op == "MaxPool" and node_attr(node, "ceil_mode", 0):
         return "MaxPool with ceil_mode=1: another output size (test_maxpool_2d_ceil_output_size_reduce_by_one)"
-    if op == "RoiAlign" and _attr(node, "mode", "avg") == "max":
+    if op == "RoiAlign" and node_attr(node, "mode", "avg") == "max":
         return "RoiAlign mode=max: wrong values (test_roialign_mode_max)"
     if op == "DFT":
         return "DFT: onesided / inverse forms give other output shapes (test_dft_rfft_opset19, test_dft_irfft_opset19)"
-    if op == "SpaceToDepth" and _attr(node, "mode", "DCR") == "CRD":
+    if op == "SpaceToDepth" and node_attr(node, "mode", "DCR") == "CRD":
         return "SpaceToDepth mode=CRD: computed as DCR (test_spacetodepth_crd_mode_example)"
     return None
 
@@ -139,20 +131,12 @@ def inexact_node(model: onnx.ModelProto) -> tuple[onnx.NodeProto, str] | None:
             for a in node.attribute:
                 if a.name == "value" and a.t.data_type == _I64:
                     consts[node.output[0]] = numpy_helper.to_array(a.t)
-    for node in model.graph.node:
-        reason = _inexact_reason(node, types, consts)
-        if reason is not None:
-            return node, reason
-    return None
+    return first_refused(model, lambda node: _inexact_reason(node, types, consts))
 
 
 def check_exact(backend_name: str, model: onnx.ModelProto) -> None:
     """Raise ``UnsupportedError`` naming the first node of ``model`` the CPU plugin computes inexactly."""
-    found = inexact_node(model)
-    if found is not None:
-        node, reason = found
-        raise UnsupportedError(f"{backend_name} cannot take op {op_name(node)} (node {node.name or node.output[0]!r} "
-                               f"of model {model.graph.name!r}): {reason}")
+    refuse(backend_name, model, inexact_node(model))
 
 
 def check_int32_range(name: str, arr: np.ndarray) -> None:
