@@ -442,7 +442,7 @@ class TuneJob:
         graph, prec, opts = self.graph, self.precision, self.options
         overhead = calibrate_partition_overhead(graph, measured.costs, self.transition, self.names, self.feeds,
                                                 self.work, target=opts.target, progress=opts.progress,
-                                                backend_options=self.backend_options)
+                                                backend_options=self.backend_options, db=self.db)
 
         def do_search(charged: Mapping[Any, float]) -> Plan:
             return fill_boundaries(graph, whole_if_one_backend(graph, prec.search(charged, self.transition),

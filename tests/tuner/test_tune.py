@@ -17,6 +17,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from collage import zoo
+from collage.cost_models.db import SQLiteCostDB
 from collage.errors import CollageError
 from collage.search.candidates import Limits
 from collage.tuner.job import parse_budget, tune
@@ -88,6 +89,11 @@ def test_retune_reuses_every_measurement(tmp_path, monkeypatch):
     assert first.report["measurements"]["with_cost"] > 0
     assert second.report["measurements"]["measured_now"] == 0
     assert second.report["measurements"]["reused"] == second.report["measurements"]["distinct_keys"] > 0
+    # the per-partition overhead of each backend's chain was measured once, stored, and taken from the DB
+    # (a figure measured again would differ in its last digits)
+    assert second.report["partition_overhead_ms"] == first.report["partition_overhead_ms"]
+    stored = [t for t in SQLiteCostDB(db).all_transitions() if "partition_overhead" in t.settings]
+    assert {t.src for t in stored} == set(first.report["partition_overhead_ms"]) == set(BACKENDS)
     # the plan the cost DB alone gives is the same for both tunes (their final plans rest on end-to-end timings)
     on_disk = json.loads((tmp_path / "b" / "report.json").read_text())
     assert on_disk["cost_db_plan"] == second.report["cost_db_plan"] == first.report["cost_db_plan"]
