@@ -17,7 +17,8 @@ backend over all held-out predictions, and per model; the share of measurements 
 10-90% range.
 
 ``--retune MODEL``: a warm re-tune of MODEL against a copy of the DB (every candidate already measured,
-``--budget 2m``), timed end to end: the bench line "a warm re-tune takes <= 10 s".
+``--budget 2m``): tuned once, then again, the second timed end to end: the bench line "a warm re-tune takes
+<= 10 s" (the first tune also stores what only a tune measures, such as the per-partition overhead).
 """
 from __future__ import annotations
 
@@ -108,16 +109,21 @@ def retune_line(db_path: str, model: str, max_nodes: int | None = None) -> str:
     same ``max_nodes``)."""
     import collage
 
+    limits = None if max_nodes is None else Limits(max_nodes=max_nodes)
     with tempfile.TemporaryDirectory(prefix="collage-retune-") as tmp:
         copy = Path(tmp) / "costs.sqlite"
         shutil.copy(db_path, copy)
-        t0 = time.monotonic()
-        res = collage.tune(f"zoo:{model}", Path(tmp) / "out", budget="2m", db=copy, progress=False,
-                           limits=None if max_nodes is None else Limits(max_nodes=max_nodes))
-        took = time.monotonic() - t0
+        times = []
+        for k in range(2):  # the first tune on the DB, then the re-tune (what the first stored is reused)
+            t0 = time.monotonic()
+            res = collage.tune(f"zoo:{model}", Path(tmp) / f"out{k}", budget="2m", db=copy, progress=False,
+                               limits=limits)
+            times.append(time.monotonic() - t0)
+    took = times[-1]
     cov = res.report.get("coverage") or {}
     flag = "" if max_nodes is None else f" --max-nodes {max_nodes}"
-    return (f"warm re-tune of {model} (`--budget 2m{flag}`, a copy of the DB): {took:.1f} s end to end; "
+    return (f"warm re-tune of {model} (`--budget 2m{flag}`, a copy of the DB, tuned once before: {times[0]:.1f} s): "
+            f"{took:.1f} s end to end; "
             f"{cov.get('reused', 0)} of {cov.get('distinct', 0)} distinct candidates from the DB, "
             f"{cov.get('measured_now', 0)} measured now; goal <= 10 s: {'met' if took <= 10 else 'NOT met'}")
 
