@@ -12,7 +12,7 @@ import logging
 import math
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 def bench(models: Sequence[str], *, backends: Sequence[str], target: str = "cpu", db: Any = None,
           budget_s: float | None = None, max_nodes: int | None = None, out_dir: str | Path = "results",
           artifacts_dir: str | Path | None = None, command: str = "", cluster: Any = None,
-          progress: bool = True) -> list[dict[str, Any]]:
+          progress: bool = True, backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
     from collage.tuner.job import tune
 
     limits = None
@@ -35,7 +35,7 @@ def bench(models: Sequence[str], *, backends: Sequence[str], target: str = "cpu"
         name = spec.split(":", 1)[-1]
         try:
             res = tune(spec, art_root / name, target=target, backends=backends, db=db, budget_s=budget_s,
-                       limits=limits, cluster=cluster, progress=progress)
+                       limits=limits, cluster=cluster, progress=progress, backend_options=backend_options)
         except Exception as e:  # a model that fails is a row, not the end of the benchmark
             log.error("%s: %s", spec, e)
             rows.append({"model": name, "error": f"{type(e).__name__}: {e}"})
