@@ -147,8 +147,10 @@ def test_bench_writes_ratios(tmp_path):
     from collage.tuner.bench import bench
 
     rows = bench(["zoo:tiny-resnet"], backends=BACKENDS, db=str(tmp_path / "c.sqlite"), max_nodes=1,
-                 out_dir=tmp_path / "results")
+                 out_dir=tmp_path / "results", backend_options={"openvino": {"threads": 1}})
     assert rows[0]["model"] == "tiny-resnet" and "error" not in rows[0]
+    ov_rows = [c for c in SQLiteCostDB(tmp_path / "c.sqlite").all() if c.backend == "openvino"]
+    assert ov_rows and all(json.loads(c.options)["threads"] == 1 for c in ov_rows)  # the option reached the tune
     assert rows[0]["speedup_vs_best"] >= 1.0  # never worse: a mixed plan is kept only when faster
     md = next((tmp_path / "results").glob("*-cpu.md")).read_text()
     assert "tiny-resnet" in md and "speedup_vs_best" in md
