@@ -279,7 +279,9 @@ def reference_runs(graph: Graph, calib: Calibration, tensors: Sequence[str] = ()
 
     extra = [t for t in dict.fromkeys(tensors) if t not in graph.inputs and t not in graph.initializers]
     model = graph.with_outputs(extra) if extra else graph.model
-    compiled = get_backend("onnxruntime").compile(model)
+    # a reference run joins the process-wide pool where one exists and never makes it: made here, it
+    # would move every later session of a tune asking for its own pool onto it (backend docstring)
+    compiled = get_backend("onnxruntime", shared_pool=False).compile(model)
     out = []
     for feeds in calib.samples:
         res = {k: np.array(v, copy=True) for k, v in compiled.run(dict(feeds)).items()}

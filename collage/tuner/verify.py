@@ -54,7 +54,9 @@ def _reference_outputs(graph: Graph, feeds: Mapping[str, np.ndarray], extra: Seq
     from collage.backends import get_backend
 
     model = graph.with_outputs(list(extra)) if extra else graph.model
-    compiled = get_backend("onnxruntime").compile(model)
+    # a reference run joins the process-wide pool where one exists and never makes it: made here, it
+    # would move every later session of a tune asking for its own pool onto it (backend docstring)
+    compiled = get_backend("onnxruntime", shared_pool=False).compile(model)
     return {k: np.array(v, copy=True) for k, v in compiled.run(dict(feeds)).items()}
 
 

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -253,3 +254,24 @@ def test_a_winning_but_mispredicted_plan_is_searched_again(monkeypatch, tmp_path
                                                          best_single_ms=30.0, progress=False)
     assert plan is b and attempts == 2
     assert charged["ort-tail"] == 10.0 and charged["ov-tail"] == 7.0  # A's excess, (20 - 10) / 2, on its backends
+
+
+def test_reference_runs_never_make_the_process_wide_pool():
+    """A tune asked for per-session ONNX Runtime pools (``onnxruntime.shared_pool=false``) must keep them: the
+    fp32 reference runs (numerics check, accuracy references) join a process-wide pool where one exists but
+    never create it, or every later session in the process (a bench's next model) would silently join it."""
+    code = textwrap.dedent("""
+        from collage import zoo
+        from collage.backends.onnxruntime.session import global_pool_threads
+        from collage.cost_models.accuracy import Calibration, reference_runs
+        from collage.graph.inputs import random_inputs
+        from collage.tuner.verify import _reference_outputs
+        g = zoo.load_graph("zoo:tiny-resnet")
+        feeds = random_inputs(g, seed=0)
+        _reference_outputs(g, feeds)
+        reference_runs(g, Calibration([feeds], "x", "random", True))
+        print("POOL", global_pool_threads())
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "POOL None" in out.stdout, out.stdout

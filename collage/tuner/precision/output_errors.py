@@ -118,7 +118,9 @@ class OutputErrors:
                     needed.update(graph.boundary(range(x))[1])
                     needed.update(graph.boundary(range(x, n))[0])
             self._refs = reference_runs(graph, self.calib, sorted(needed))
-        ort = get_backend("onnxruntime")
+        # a reference run joins the process-wide pool where one exists and never makes it: made here, it
+        # would move every later session of a tune asking for its own pool onto it (backend docstring)
+        ort = get_backend("onnxruntime", shared_pool=False)
         for k, c in enumerate(track(todo, f"output errors {graph.name}", "cand", enabled=progress,
                                     deadline=None if budget_s is None else t0 + budget_s)):
             if budget_s is not None and time.monotonic() - t0 > budget_s:
