@@ -1,0 +1,108 @@
+"""A tune's searched plan measured again, in a fresh process, against the single backends: ``python -m benchmarks.mix_check``.
+
+    python -m benchmarks.mix_check ART/bert-base ART/zfnet512 --backend-option onnxruntime.shared_pool=false \
+        --backend-option onnxruntime.wait=stop --backend-option onnxruntime.spin_us=0 -o results/mix-check.md
+
+For each tune output folder (its report.json): the plan the search chose (``searched_plan``: before the
+never-worse rule replaced a mix by a single backend) is exported with the given backend options, and run
+interleaved with each backend on the whole model (same options), ``--rounds`` rounds of a median over
+``--calls`` calls each; one process per folder, so nothing an earlier model made (ONNX Runtime's process-wide
+pool) is there. The table puts the search's prediction beside the measurement.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks._common import header, md_table
+
+
+def measure(folder: str, options: dict, rounds: int, calls: int) -> dict:
+    from collage import zoo
+    from collage.backends import get_backend
+    from collage.graph.inputs import random_inputs
+    from collage.graph.ir import Graph
+    from collage.runtime.artifact import load
+    from collage.search.cover import to_plan
+    from collage.tuner.export import export
+    from collage.tuner.search_step import fill_boundaries
+
+    report = json.loads((Path(folder) / "report.json").read_text())
+    source = report["source"]
+    graph = Graph.load(source) if source and Path(source).is_file() else zoo.load_graph(f"zoo:{report['model']}")
+    searched = report["searched_plan"]
+    parts = [(tuple(p["nodes"]), p["backend"]) for p in searched["partitions"]]
+    table = {nodes: {b: p["cost_ms"]} for (nodes, b), p in zip(parts, searched["partitions"])}
+    plan = fill_boundaries(graph, to_plan(graph, parts, table, None))
+    feeds = random_inputs(graph, seed=0)
+    with tempfile.TemporaryDirectory(prefix="collage-mix-") as tmp:
+        art = load(export(graph, plan, Path(tmp) / "plan", backend_options=options))
+        runners = {"plan": lambda: art.run(feeds)}
+        for b in report["backends"]:
+            c = get_backend(b, **options.get(b, {})).compile(graph.model)
+            runners[b] = lambda c=c: c.run(feeds)
+        for fn in runners.values():
+            for _ in range(3):
+                fn()
+        per: dict[str, list[float]] = {k: [] for k in runners}
+        for _ in range(rounds):
+            for k, fn in runners.items():
+                xs = []
+                for _ in range(calls):
+                    t0 = time.perf_counter()
+                    fn()
+                    xs.append((time.perf_counter() - t0) * 1e3)
+                per[k].append(statistics.median(xs))
+    return {"model": report["model"], "partitions": [(b, len(n)) for n, b in parts],
+            "predicted_ms": searched["predicted_ms"], "ms": {k: statistics.median(v) for k, v in per.items()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("folders", nargs="+", help="tune output folders (with report.json)")
+    ap.add_argument("--backend-option", action="append", default=[], metavar="BACKEND.OPTION=VALUE")
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--calls", type=int, default=8)
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # worker mode: one folder, JSON on stdout
+    ap.add_argument("-o", "--output", type=Path, default=Path("results/mix-check.md"))
+    args = ap.parse_args(argv)
+    from collage.backends import parse_backend_options
+
+    options = parse_backend_options(args.backend_option)
+    if args.one:
+        print("RESULT " + json.dumps(measure(args.one, options, args.rounds, args.calls)), flush=True)
+        return 0
+    rows = []
+    for folder in args.folders:
+        cmd = [sys.executable, "-m", "benchmarks.mix_check", folder, "--one", folder, "--rounds", str(args.rounds),
+               "--calls", str(args.calls)] + [x for o in args.backend_option for x in ("--backend-option", o)]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+        if out.returncode != 0 or not line:
+            print(f"{folder}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
+            continue
+        r = json.loads(line[-1][7:])
+        singles = {k: v for k, v in r["ms"].items() if k != "plan"}
+        best = min(singles, key=singles.get)
+        rows.append([r["model"], " + ".join(f"{b} {n}" for b, n in r["partitions"]), f"{r['predicted_ms']:.2f}",
+                     f"{r['ms']['plan']:.2f}", f"{r['ms']['plan'] / r['predicted_ms'] - 1:+.0%}",
+                     ", ".join(f"{k} {v:.2f}" for k, v in singles.items()), f"{singles[best] / r['ms']['plan']:.3f}x"])
+        print(rows[-1], file=sys.stderr, flush=True)
+    command = "python -m benchmarks.mix_check " + " ".join(argv if argv is not None else sys.argv[1:])
+    lines = header("Searched plans measured again in a fresh process", command, __doc__.split("\n\n")[2].replace("\n", " "))
+    lines += md_table(["model", "searched plan (nodes)", "predicted ms", "plan ms", "plan vs prediction",
+                       "whole model ms", "best single / plan"], rows)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
