@@ -10,6 +10,7 @@ import gc
 import random
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
@@ -43,6 +44,14 @@ def md_table(head: list[str], rows: list[list[object]]) -> list[str]:
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return out + [""]
+
+
+def write_report(path: str | Path, lines: list[str]) -> None:
+    """Write a benchmark's markdown ``lines`` to ``path`` (folders made) and print them."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines))
+    print("\n".join(lines))
 
 
 def stats(samples: list[float]) -> tuple[float, float, float]:

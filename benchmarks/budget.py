@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import header, md_table
+from benchmarks._common import header, md_table, write_report
 from benchmarks.cost_model import model_fingerprints
 from collage import zoo
 from collage.cost_models.connect import get_db
@@ -306,9 +306,7 @@ def main(argv: list[str] | None = None) -> None:
               ""]
     lines += table(results)
     lines += goal_lines(results)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines))
-    print("\n".join(lines))
+    write_report(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import header, md_table
+from benchmarks._common import header, md_table, write_report
 from collage import zoo
 from collage.cost_models.connect import get_db
 from collage.cost_models.features import FEATURES_KIND, features_by_fingerprint
@@ -181,9 +181,7 @@ def main(argv: list[str] | None = None) -> None:
         lines += [f"Not in the DB (fewer than {MIN_PRESENT} measured candidates): {', '.join(absent)}.", ""]
     if args.retune:
         lines += ["## Warm re-tune", "", retune_line(args.retune_db or args.db, args.retune, args.max_nodes), ""]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines))
-    print("\n".join(lines))
+    write_report(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks._common import header, md_table
+from benchmarks._common import header, md_table, write_report
 from benchmarks.switch_cost import SETTINGS
 
 
@@ -76,9 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     lines += md_table(["model", "pieces", "setting", "chain", "measured ms", "sum of parts ms", "measured / parts",
                        "hand-overs charged"], rows)
     lines += notes + [""]
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(lines))
-    print("\n".join(lines))
+    write_report(args.output, lines)
     return 0
 
 
