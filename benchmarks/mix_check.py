@@ -5,9 +5,10 @@
 
 For each tune output folder (its report.json): the plan the search chose (``searched_plan``: before the
 never-worse rule replaced a mix by a single backend) is exported with the given backend options, and run
-interleaved with each backend on the whole model (same options), ``--rounds`` rounds of a median over
-``--calls`` calls each; one process per folder, so nothing an earlier model made (ONNX Runtime's process-wide
-pool) is there. The table puts the search's prediction beside the measurement.
+interleaved with each backend on the whole model (same options; ``benchmarks._common.interleaved``: a
+shuffled order each round), ``--rounds`` rounds of ``--calls`` calls each, the median of the round medians;
+one process per folder, so nothing an earlier model made (ONNX Runtime's process-wide pool) is there. The
+table puts the search's prediction beside the measurement.
 """
 from __future__ import annotations
 
@@ -17,10 +18,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from benchmarks._common import header, md_table
+from benchmarks._common import header, interleaved, md_table, write_report
 
 
 def measure(folder: str, options: dict, rounds: int, calls: int) -> dict:
@@ -47,20 +47,12 @@ def measure(folder: str, options: dict, rounds: int, calls: int) -> dict:
         for b in report["backends"]:
             c = get_backend(b, **options.get(b, {})).compile(graph.model)
             runners[b] = lambda c=c: c.run(feeds)
-        for fn in runners.values():
-            for _ in range(3):
-                fn()
-        per: dict[str, list[float]] = {k: [] for k in runners}
-        for _ in range(rounds):
-            for k, fn in runners.items():
-                xs = []
-                for _ in range(calls):
-                    t0 = time.perf_counter()
-                    fn()
-                    xs.append((time.perf_counter() - t0) * 1e3)
-                per[k].append(statistics.median(xs))
+        samples = interleaved(runners, rounds, report["model"], calls=calls)  # ms, round by round
+    # per runner: the median of its per-round medians
+    ms = {k: statistics.median(statistics.median(v[r * calls:(r + 1) * calls]) for r in range(rounds))
+          for k, v in samples.items()}
     return {"model": report["model"], "partitions": [(b, len(n)) for n, b in parts],
-            "predicted_ms": searched["predicted_ms"], "ms": {k: statistics.median(v) for k, v in per.items()}}
+            "predicted_ms": searched["predicted_ms"], "ms": ms}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,9 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = header("Searched plans measured again in a fresh process", command, __doc__.split("\n\n")[2].replace("\n", " "))
     lines += md_table(["model", "searched plan (nodes)", "predicted ms", "plan ms", "plan vs prediction",
                        "whole model ms", "best single / plan"], rows)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(lines))
-    print("\n".join(lines))
+    write_report(args.output, lines)
     return 0
 
 
