@@ -85,6 +85,14 @@ def get_backend(name: str, **options: Any) -> Backend:
     return backend_class(name)(**options)
 
 
+def reference_backend() -> Backend:
+    """ONNX Runtime for fp32 reference runs (numerics checks, accuracy references): it joins the process-wide
+    pool where one exists and never creates it. Created by a reference run, that pool would move every later
+    session of the process that asks for its own pool onto it (a tune or bench under
+    ``onnxruntime.shared_pool=false``; see the ONNX Runtime backend's docstring)."""
+    return get_backend("onnxruntime", shared_pool=False)
+
+
 def option_names(name: str) -> list[str] | None:
     """The constructor options backend ``name`` takes (None: it takes any keyword)."""
     import inspect

@@ -275,13 +275,11 @@ def load_calibration(graph: Graph, path: str | Path | None = None, *, seed: int 
 
 def reference_runs(graph: Graph, calib: Calibration, tensors: Sequence[str] = ()) -> list[dict[str, np.ndarray]]:
     """ONNX Runtime fp32 runs of the whole model on each sample, with ``tensors`` exposed too (plus inputs)."""
-    from collage.backends import get_backend
+    from collage.backends import reference_backend
 
     extra = [t for t in dict.fromkeys(tensors) if t not in graph.inputs and t not in graph.initializers]
     model = graph.with_outputs(extra) if extra else graph.model
-    # a reference run joins the process-wide pool where one exists and never makes it: made here, it
-    # would move every later session of a tune asking for its own pool onto it (backend docstring)
-    compiled = get_backend("onnxruntime", shared_pool=False).compile(model)
+    compiled = reference_backend().compile(model)
     out = []
     for feeds in calib.samples:
         res = {k: np.array(v, copy=True) for k, v in compiled.run(dict(feeds)).items()}

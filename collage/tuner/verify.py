@@ -51,12 +51,10 @@ def measure_interleaved(runners: Mapping[str, Callable[[], object]], *, rounds: 
 
 def _reference_outputs(graph: Graph, feeds: Mapping[str, np.ndarray], extra: Sequence[str] = ()) -> dict[str, np.ndarray]:
     """ONNX Runtime fp32 run of the whole model (optionally exposing intermediate tensors)."""
-    from collage.backends import get_backend
+    from collage.backends import reference_backend
 
     model = graph.with_outputs(list(extra)) if extra else graph.model
-    # a reference run joins the process-wide pool where one exists and never makes it: made here, it
-    # would move every later session of a tune asking for its own pool onto it (backend docstring)
-    compiled = get_backend("onnxruntime", shared_pool=False).compile(model)
+    compiled = reference_backend().compile(model)
     return {k: np.array(v, copy=True) for k, v in compiled.run(dict(feeds)).items()}
 
 

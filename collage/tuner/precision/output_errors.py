@@ -101,7 +101,7 @@ class OutputErrors:
         """The output error of each range candidate among ``cands`` (others are skipped), in the order given,
         until ``budget_s`` seconds have passed; known ones come from the store. A candidate that fails to
         compile or run is left out (logged)."""
-        from collage.backends import get_backend
+        from collage.backends import reference_backend
         from collage.cost_models.db import key_for
         from collage.progress import track
 
@@ -118,9 +118,7 @@ class OutputErrors:
                     needed.update(graph.boundary(range(x))[1])
                     needed.update(graph.boundary(range(x, n))[0])
             self._refs = reference_runs(graph, self.calib, sorted(needed))
-        # a reference run joins the process-wide pool where one exists and never makes it: made here, it
-        # would move every later session of a tune asking for its own pool onto it (backend docstring)
-        ort = get_backend("onnxruntime", shared_pool=False)
+        ort = reference_backend()
         for k, c in enumerate(track(todo, f"output errors {graph.name}", "cand", enabled=progress,
                                     deadline=None if budget_s is None else t0 + budget_s)):
             if budget_s is not None and time.monotonic() - t0 > budget_s:
