@@ -257,13 +257,19 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
             store.release(p.key, owner)
         finish(p.key, cost, p.nodes, p.backend, res)
 
+    def reuse(key: CostKey) -> bool:
+        """Take ``key``'s cost from the DB when it is there (a failed one too, unless ``retry_failed``)."""
+        done = store.get(key)
+        if done is None or not (done.ok or not retry_failed):
+            return False
+        known[key] = done
+        table.reused += 1
+        bar.update(1)
+        return True
+
     def admit(key: CostKey) -> None:
         nonlocal int_values
-        done = store.get(key)
-        if done is not None and (done.ok or not retry_failed):
-            known[key] = done
-            table.reused += 1
-            bar.update(1)
+        if reuse(key):
             return
         if not store.claim(key, owner, ttl_s=ttl_s):
             first = deferred_since.setdefault(key, time.monotonic())
@@ -274,12 +280,8 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
             return
         # another process may have committed the key and dropped its claim between our read and our
         # claim: read again under the claim, or the key is measured twice
-        done = store.get(key)
-        if done is not None and (done.ok or not retry_failed):
+        if reuse(key):
             store.release(key, owner)
-            known[key] = done
-            table.reused += 1
-            bar.update(1)
             return
         nodes, bname = rep[key]
         try:
