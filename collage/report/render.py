@@ -20,9 +20,10 @@ optional; the report shows what is there)::
                                   # the final plan differs where never worse, refinement or a whole-model
                                   # alternative replaced it (the notes say which)
       "cost_db_plan": {...} | null,   # same form: the search over the cost DB's contents alone (candidate and
-                                  # transition costs, nothing of this run's timings charged): tunes on the same
-                                  # DB contents derive the same one; null under an accuracy budget (that search
-                                  # also rests on errors of stitched plans measured in the run)
+                                  # transition costs, the per-partition overheads the DB stores; none of this
+                                  # run's end-to-end timings charged): the search's first attempt; tunes on the
+                                  # same DB contents derive the same one; null under an accuracy budget (that
+                                  # search also rests on errors of stitched plans measured in the run)
       "numerics": {"max_abs_err": 3e-6,                      # vs the ONNX Runtime fp32 reference
                    "tolerance": 1e-3 | {"atol": 1e-4, "rtol": 1e-3},
                    "ok": true,                               # optional; else max_abs_err <= tolerance

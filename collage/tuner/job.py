@@ -444,18 +444,22 @@ class TuneJob:
                                                 self.work, target=opts.target, progress=opts.progress,
                                                 backend_options=self.backend_options, db=self.db)
 
+        searched: list[Plan] = []
+
         def do_search(charged: Mapping[Any, float]) -> Plan:
-            return fill_boundaries(graph, whole_if_one_backend(graph, prec.search(charged, self.transition),
-                                                               charged, prec))
+            searched.append(fill_boundaries(graph, whole_if_one_backend(graph, prec.search(charged, self.transition),
+                                                                        charged, prec)))
+            return searched[-1]
 
         t0 = time.perf_counter()
-        # what the cost DB's contents alone give (nothing of this run's timings charged): two tunes on the same
-        # DB contents derive the same plan. Under an accuracy budget the search also rests on errors of stitched
-        # plans measured in the run, so there is none (and no extra rounds of error measurements are spent).
-        from_db = None if prec.low else do_search(measured.costs)
         plan, charged, attempts = search_checked(graph, measured.costs, overhead, do_search, self.feeds, self.work,
                                                  base.best_single_ms, target=opts.target, progress=opts.progress,
                                                  backend_options=self.backend_options)
+        # what the cost DB's contents alone give: the first attempt, over the candidate costs with the stored
+        # per-partition overheads charged (nothing of this run's end-to-end timings), so two tunes on the same DB
+        # contents derive the same plan. Under an accuracy budget the search also rests on errors of stitched
+        # plans measured in the run, so there is none.
+        from_db = None if prec.low else searched[0]
         search_s = time.perf_counter() - t0
         self.say("search: %s (%d attempt(s), %.2f s)", plan.describe(), attempts, search_s)
         return plan, charged, {"overhead": overhead, "attempts": attempts, "search_s": search_s,
