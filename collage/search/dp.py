@@ -204,6 +204,11 @@ class CoverSearch:
             [Bucket(ext_pred, _union(m for m, _ in members), tuple(members), tuple(g for _, g in members))
              for ext_pred, members in buckets.items()] for buckets in by_min]
         self.rank = {id(g): k for k, g in enumerate(groups)}
+        # per first node r, the nodes whose coverage decides which of its groups a covered set may take and
+        # whether r is blocked there (their masks and outside predecessors): steps_from's answer for r is a
+        # function of ``covered & near[r]``, memoised (covered sets that differ only in other branches share it)
+        self.near = [_union(b.union | b.ext_pred for b in buckets) for buckets in self.by_min]
+        self.allowed_memo: dict[tuple[int, int], tuple[tuple[Group, ...], bool]] = {}
         self.bits = max(1, (self.nb - 1).bit_length())  # a frontier digit holds a backend index
         self.digit = (1 << self.bits) - 1
         self.h0 = prepare(graph, groups, self.nb, self.bits, self.hand_over)
@@ -292,31 +297,43 @@ class CoverSearch:
             r = low.bit_length() - 1
             if self.preds[r] & uncovered:
                 continue  # not ready
-            blocked = False
-            allowed: list[Group] = []
-            for ext_pred, union, members, grps in self.by_min[r]:
-                if ext_pred & uncovered:  # these need an uncovered input: r is blocked if one of them is disjoint
-                    if not blocked:
-                        if not union & covered:
-                            blocked = True
-                        else:
-                            for mask, _ in members:
-                                if not mask & covered:
-                                    blocked = True
-                                    break
-                elif not union & covered:
-                    allowed.extend(grps)
-                else:
-                    allowed.extend(grp for mask, grp in members if not mask & covered)
+            key = (r, covered & self.near[r])
+            hit = self.allowed_memo.get(key)
+            if hit is None:
+                hit = self.allowed_memo[key] = self.allowed_at(r, covered)
+            allowed, blocked = hit
             if allowed:
-                rank = self.rank
-                allowed.sort(key=lambda g: rank[id(g)])  # the groups' order, whatever the buckets'
-                out.extend(self.move(covered, fnodes, grp) for grp in allowed)
+                move = self.move
+                out.extend(move(covered, fnodes, grp) for grp in allowed)
             if not blocked and r > first:
                 blocked = self.blocked_later(r, first, covered, uncovered)
             if not blocked:
                 break
         return out
+
+    def allowed_at(self, r: int, covered: int) -> tuple[tuple[Group, ...], bool]:
+        """The groups with first node ``r`` disjoint from ``covered`` whose outside inputs it covers (in the
+        groups' order), and whether ``r`` is blocked (one disjoint from it still needs an uncovered input)."""
+        uncovered = self.full & ~covered
+        blocked = False
+        allowed: list[Group] = []
+        for ext_pred, union, members, grps in self.by_min[r]:
+            if ext_pred & uncovered:  # these need an uncovered input: r is blocked if one of them is disjoint
+                if not blocked:
+                    if not union & covered:
+                        blocked = True
+                    else:
+                        for mask, _ in members:
+                            if not mask & covered:
+                                blocked = True
+                                break
+            elif not union & covered:
+                allowed.extend(grps)
+            else:
+                allowed.extend(grp for mask, grp in members if not mask & covered)
+        rank = self.rank
+        allowed.sort(key=lambda g: rank[id(g)])  # the groups' order, whatever the buckets'
+        return tuple(allowed), blocked
 
     def blocked_later(self, r: int, first: int, covered: int, uncovered: int) -> bool:
         """Whether a candidate holding ``r`` whose first node lies in ``[first, r)`` still needs an uncovered input."""
