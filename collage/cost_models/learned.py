@@ -61,8 +61,10 @@ TREE_MIN_ROWS = 30
 LINE_COLUMNS = ("nodes", "in_bytes", "out_bytes", "weight_bytes", "act_bytes", "flops", "mac_flops")
 #: per-op-class columns of the additive line: FLOPs and bytes moved of each op class (features.op_class)
 OP_GROUPS = ("flops:", "bytes:")
-#: boosting rounds, tree depth, learning rate of the residual trees
-ROUNDS, DEPTH, ETA = 100, 3, 0.05
+#: boosting rounds, tree depth, learning rate of the residual trees (200 rounds: 100 underfit; leave-one-model-out
+#: on two DBs, 100/200/300 rounds: medians 13.7/13.3/13.1% and 16.3/14.9/14.5% (union DB, ORT/OV), 15.1/13.9/13.3%
+#: and 14.3/14.1/13.7% (bench DB), the 10-90% ranges narrower with each step: results/cost-model.md)
+ROUNDS, DEPTH, ETA = 200, 3, 0.05
 #: per op class, the trees see its share of the FLOPs ("share") and of the nodes ("opshare")
 TREE_SHARES = ("share", "opshare")
 #: ridge penalty of the additive line, on columns scaled to their median nonzero value, per row
