@@ -63,6 +63,7 @@ def _bench_model(name: str, accuracy: str, out: Path, *, max_nodes: int, budget_
     from collage import zoo
     from collage.backends import get_backend
     from collage.cost_models.accuracy import load_calibration, parse_accuracy, reference_runs, run_error
+    from collage.errors import CollageError
     from collage.runtime.artifact import load
     from collage.search.candidates import Limits
     from collage.tuner.job import tune
@@ -78,8 +79,14 @@ def _bench_model(name: str, accuracy: str, out: Path, *, max_nodes: int, budget_
     art = load(res.out_dir)
     runners = {"plan": art}
     ranges = ((res.report.get("precision") or {}).get("int8") or {}).get("file")
+    refused: dict[str, str] = {}
     for b in backends:  # the int8 whole models quantized with the ranges the tune calibrated (or reused)
-        runners[b] = get_backend(b, **({"ranges": ranges} if b in INT8 else {})).compile(graph.model)
+        try:
+            runners[b] = get_backend(b, **({"ranges": ranges} if b in INT8 else {})).compile(graph.model)
+        except CollageError as e:  # a lower-precision whole model the runtime cannot build: a cell, not the row
+            if b not in INT8:  # the fp32 baselines and all-bf16 are every table's columns
+                raise
+            refused[b] = str(e).splitlines()[0][:300]
     calib = load_calibration(graph, None)  # the same seeded samples tune judged the budget on
     refs = reference_runs(graph, calib)
     errors = {k: run_error(r.run, calib, refs, graph.outputs) for k, r in runners.items()}
@@ -96,7 +103,7 @@ def _bench_model(name: str, accuracy: str, out: Path, *, max_nodes: int, budget_
         mix[p.backend] = mix.get(p.backend, 0) + 1
     prec = res.report.get("precision") or {}
     return {"model": name, "nodes": len(graph), "budget": budget, "ms": ms, "errors": errors, "best32": best32,
-            "mix": mix, "predicted_ms": res.report.get("predicted_ms"), "int8": prec.get("int8"),
+            "mix": mix, "predicted_ms": res.report.get("predicted_ms"), "int8": prec.get("int8"), "refused": refused,
             "parts": [(p["backend"], p["precision"], p["rel"], p["cos"]) for p in prec.get("partitions") or []],
             "partitions": len(parts), "low_partitions": sum(p.backend == "openvino-bf16" for p in parts),
             "low_nodes": sum(len(p.nodes) for p in parts if p.backend == "openvino-bf16"),
@@ -187,6 +194,8 @@ def write_int8(path: Path, rows: list[dict], args: argparse.Namespace, elapsed: 
             ms, e, b = r["ms"], r["errors"], r["budget"]
 
             def cell(k: str) -> str:
+                if k in (r.get("refused") or {}):
+                    return "does not compile (notes)"
                 return f"{ms[k]:.2f} ({_err(e[k], b)})" if k in ms else "-"
             pred = r.get("predicted_ms")
             ratio = ms[r["best32"]] / ms["plan"]
@@ -209,7 +218,8 @@ def write_int8(path: Path, rows: list[dict], args: argparse.Namespace, elapsed: 
             continue
         parts = "; ".join(f"{b} ({p}, rel {rel:.2g})" if rel is not None else f"{b} ({p})" for b, p, rel, _ in r["parts"])
         i8 = r.get("int8") or {}
-        lines += [f"- **{r['model']}** `{r['accuracy']}`: partitions: {parts or '-'}. int8 ranges: "
+        refused = "".join(f" The whole model on {k} does not compile: {v}." for k, v in (r.get("refused") or {}).items())
+        lines += [f"- **{r['model']}** `{r['accuracy']}`: partitions: {parts or '-'}.{refused} int8 ranges: "
                   f"{i8.get('tensors', '-')} tensors, {i8.get('method', '-')}, calibration runs {i8.get('calibration_runs', '-')}"
                   f" ({(i8.get('calibration') or {}).get('samples', '-')} samples, "
                   f"{'random' if (i8.get('calibration') or {}).get('random') else 'given'}). Notes: "
