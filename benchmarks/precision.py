@@ -4,7 +4,7 @@ For each model: ``collage tune`` over onnxruntime, openvino (fp32) and openvino-
 budget (default ``cos=0.999,rel=0.01``, judged on seeded random inputs), then, interleaved in one run:
 the tuned artifact, the best fp32 single backend (ONNX Runtime, OpenVINO fp32) and OpenVINO all-bf16
 on the whole model. Each one's end-to-end error is measured against the ONNX Runtime fp32 reference
-on the same calibration inputs. Writes ``results/precision.md`` (``results/precision-quick.md`` with
+on the same calibration inputs. Writes ``results/precision-bf16.md`` (``results/precision-quick.md`` with
 ``--quick``: the tiny zoo models, small candidates, a short measuring budget), rewritten after each
 model, so a run cut short keeps the models it finished.
 
@@ -14,6 +14,11 @@ mask: all-bf16 gives NaN there), with a measuring budget of 5 min for vgg19, 4 m
 (``BUDGETS``), candidates up to 4 nodes: about 60-75 min on a quiet 2-core machine (shufflenet, zfnet512
 and vgg19 alone: about 15-20 min). tiny-bert-masked (0.2 ms a call: bf16 gains nothing at that size) is
 in ``--quick``.
+
+``--int8 --accuracy 'cos=0.999,rel=0.01;cos=0.99,rel=0.05'``: the int8 variants join the search, each model
+runs under each budget (one cost DB, so the second tune reuses the first's ranges and measurements), the
+whole-model int8 variants join the interleaved timing, and the table goes to ``results/precision.md``
+(the 12 models at those two budgets: 95 min).
 """
 from __future__ import annotations
 
@@ -40,7 +45,7 @@ BUDGETS = {"resnet50": "3m", "mobilenetv2": "3m", "bert-base": "3m", "bert-base-
 DEFAULT_BUDGET = "90s"
 QUICK_BUDGET = "45s"
 BACKENDS = ["onnxruntime", "openvino", "openvino-bf16"]
-#: with --int8: the int8 QDQ variants too (collage.backends.qdq), writing results/precision-int8.md
+#: with --int8: the int8 QDQ variants too (collage.backends.qdq), writing results/precision.md
 INT8 = ["onnxruntime-int8", "openvino-int8", "openvino-int8-bf16"]
 
 
@@ -166,7 +171,7 @@ def _mix(r: dict) -> str:
 
 
 def write_int8(path: Path, rows: list[dict], args: argparse.Namespace, elapsed: float, todo: int) -> None:
-    """results/precision-int8.md: one table per accuracy budget (rows carry theirs), int8 columns."""
+    """results/precision.md (--int8): one table per accuracy budget (rows carry theirs), int8 columns."""
     done = len(rows)
     status = "" if done == todo else f" **Partial: {done} of {todo} (model, budget) runs done.**"
     lines = ["# INT8 in the search: fp32 / bf16 / int8 across ONNX Runtime and OpenVINO under an accuracy budget", "",
@@ -236,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", default=None, help=f"comma-separated zoo names (default: {', '.join(FULL)})")
     p.add_argument("--accuracy", default="cos=0.999,rel=0.01",
                    help="budget; with --int8 several separated by ';' (each model runs under each)")
-    p.add_argument("--int8", action="store_true", help="search the int8 variants too; write results/precision-int8.md")
+    p.add_argument("--int8", action="store_true", help="search the int8 variants too; write results/precision.md")
     p.add_argument("--max-nodes", type=int, default=None, help="largest candidate (default 4; 3 with --quick)")
     p.add_argument("--budget", default=None,
                    help=f"measuring budget for every model, e.g. 3m (default: {DEFAULT_BUDGET}, "
@@ -257,8 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else (QUICK if args.quick else FULL)
     args.max_nodes = args.max_nodes or (3 if args.quick else 4)
     args.rounds = args.rounds or (3 if args.quick else 7)
-    out = Path(args.out or ("results/precision-int8.md" if args.int8 else
-                            "results/precision-quick.md" if args.quick else "results/precision.md"))
+    out = Path(args.out or ("results/precision.md" if args.int8 and not args.quick else
+                            "results/precision-quick.md" if args.quick else "results/precision-bf16.md"))
     accuracies = [a.strip() for a in args.accuracy.split(";") if a.strip()] if args.int8 else [args.accuracy]
     runs = [(a, m) for m in models for a in accuracies]  # model-major: a run cut short has both budgets of its models
     t0 = time.monotonic()

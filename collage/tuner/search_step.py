@@ -8,7 +8,7 @@ measured excess to its backends and searches again, keeping the best measured pl
 still be mispredicted: a switch from OpenVINO to ONNX Runtime costs the next ONNX Runtime partition
 milliseconds while OpenVINO's threads wind down (ResNet-50 under a bf16 budget: bf16 then an ONNX
 Runtime tail predicted 10.6 ms, measured 27.9 ms; searched again, bf16 then an OpenVINO tail measured
-19.1 ms: results/precision.md), which no candidate's own cost and no transition measurement shows.
+19.1 ms: results/precision-bf16.md), which no candidate's own cost and no transition measurement shows.
 ``whole_if_one_backend`` turns a plan of one backend cut into pieces into that backend on the whole model.
 ``fill_boundaries`` gives a searched plan its boundary tensors and fingerprints.
 Called by :func:`collage.tuner.job.tune` (which owns the verification and the never-worse rule, and imports
