@@ -187,14 +187,20 @@ def load_line() -> str:
     return f"load average {one:.1f} / {five:.1f} / {fifteen:.1f} (1 / 5 / 15 min) on {os.cpu_count()} CPUs"
 
 
-def bench_model(model: str, args: argparse.Namespace, work: Path, features: dict[str, dict[str, float]]) -> dict:
+def bench_model(model: str, args: argparse.Namespace, work: Path, features: dict[str, dict[str, float]],
+                earlier: dict | None = None) -> dict:
+    """``earlier``: this model's result from an earlier run in ``work`` (--rerun): its training copy and the
+    artifacts of the runs not named in --rerun are kept, the named runs tuned again, all timed anew."""
     mdir = work / model
-    shutil.rmtree(mdir, ignore_errors=True)
-    mdir.mkdir(parents=True)
     t0 = time.monotonic()
     fps = own_fingerprints(model, args.max_nodes)
     base = mdir / "train.sqlite"
-    kept = training_copy(work / "snapshot.sqlite", base, fps, features)
+    if earlier is None:
+        shutil.rmtree(mdir, ignore_errors=True)
+        mdir.mkdir(parents=True)
+        kept = training_copy(work / "snapshot.sqlite", base, fps, features)
+    else:
+        kept = earlier["kept"]
     print(f"{model}: {len(fps)} candidate fingerprints; training DB keeps {kept['kept']} cost rows "
           f"({kept['features']} fingerprints with features), {kept['removed']} of this model's removed "
           f"({time.monotonic() - t0:.1f} s)", file=sys.stderr)
@@ -202,6 +208,11 @@ def bench_model(model: str, args: argparse.Namespace, work: Path, features: dict
                "reference": None if args.reference == "none" else args.reference}
     rows: dict[str, dict] = {}
     for run in RUNS:
+        if earlier is not None and run not in args.rerun:
+            rows[run] = {k: v for k, v in earlier["rows"][run].items() if k not in ("e2e_ms", "e2e_p10", "e2e_p90", "ratio")}
+            rows[run]["reused"] = True
+            continue
+        shutil.rmtree(mdir / f"out-{run}", ignore_errors=True)
         db = mdir / f"{run}.sqlite"
         snapshot(base, db)
         load_before = os.getloadavg()[0]
@@ -229,7 +240,7 @@ def table(results: list[dict]) -> list[str]:
         for run in RUNS:
             r = res["rows"][run]
             est = "-" if r["estimated"] is None else str(r["estimated"])
-            out.append([res["model"], run, r["budget"], r["plan"], f"{r['measured']} / {est} / {r['distinct']}",
+            out.append([res["model"], run + (" (earlier tune)" if r.get("reused") else ""), r["budget"], r["plan"], f"{r['measured']} / {est} / {r['distinct']}",
                         f"{r['tune_s']:.0f}", f"{r['tune_ms']:.3f}",
                         f"{r['e2e_ms']:.3f} ({r['e2e_p10']:.3f}-{r['e2e_p90']:.3f})",
                         "1 (reference)" if run == "reference" else f"{r['ratio']:.3f}", f"{r['load']:.1f}"])
@@ -269,6 +280,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", help="folder for the DB copies and artifacts (default: a temporary one, removed)")
     ap.add_argument("--out", default="results/budget.md")
+    ap.add_argument("--rerun", nargs="+", choices=RUNS, default=None,
+                    help="with --work of an earlier run: tune only these runs again (e.g. guided after the learned "
+                         "cost model changed), keep the others' artifacts, time all three interleaved anew")
     args = ap.parse_args(argv)
     args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     command = "python -m benchmarks.budget " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -280,13 +294,22 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     t0 = time.monotonic()
     work.mkdir(parents=True, exist_ok=True)
-    snapshot(args.train_db, work / "snapshot.sqlite")
+    earlier: dict[str, dict] = {}
+    if args.rerun:
+        if not args.work or not (work / "budget.json").exists():
+            sys.exit(f"benchmarks.budget: --rerun needs --work of an earlier run (no {work / 'budget.json'})")
+        earlier = {r["model"]: r for r in json.loads((work / "budget.json").read_text())}
+        missing = [m for m in args.models if m not in earlier]
+        if missing:
+            sys.exit(f"benchmarks.budget: --rerun: {work / 'budget.json'} has no {', '.join(missing)}")
+    else:
+        snapshot(args.train_db, work / "snapshot.sqlite")
     features = zoo_features(str(work / "snapshot.sqlite"))
     print(f"features of {len(features)} measured fingerprints from the zoo graphs ({time.monotonic() - t0:.0f} s)",
           file=sys.stderr)
     try:
         for model in args.models:
-            results.append(bench_model(model, args, work, features))
+            results.append(bench_model(model, args, work, features, earlier.get(model)))
             (work / "budget.json").write_text(json.dumps(results, indent=1, default=str))
     finally:
         if tmp is not None:
@@ -300,7 +323,11 @@ def main(argv: list[str] | None = None) -> None:
                    f"process on the same seeded inputs, interleaved ({args.rounds} rounds, a fresh random order "
                    "each). Measured / estimated / distinct: distinct candidates with a measured cost / priced by the "
                    "learned cost model and never exported (guided only) / distinct candidates (fingerprint x "
-                   "backend). Goal (issue 20): guided within 3% of the reference.")
+                   "backend). Goal (issue 20): guided within 3% of the reference."
+                   + (f" This run (--rerun {' '.join(args.rerun)}) tuned only {', '.join(args.rerun)} again; the "
+                      "other runs' artifacts (marked 'earlier tune') come from the earlier run in the same --work "
+                      "folder, on the same training copy; all three were timed anew, interleaved."
+                      if args.rerun else ""))
     lines += [f"Machine load: {start_load} when the run started ({started:%H:%M} UTC), {load_line()} when it "
               f"ended; {physical_cores()} physical cores. 'load' column: the 1-minute load average around each tune.",
               ""]

@@ -47,6 +47,11 @@ QUICK_BUDGET = "45s"
 BACKENDS = ["onnxruntime", "openvino", "openvino-bf16"]
 #: with --int8: the int8 QDQ variants too (collage.backends.qdq), writing results/precision.md
 INT8 = ["onnxruntime-int8", "openvino-int8", "openvino-int8-bf16"]
+#: with --int8 also OpenVINO fp16 (avx512_fp16, no AMX-FP16 here): slower than fp32 on convolutions
+#: (results/precision-variants.md) but half the weight bytes of fp32 on the batch-1 Gemms that are memory
+#: bound, at ~1/6 of bf16's error (a 9216x4096 MatMul+Relu: fp32 5.6 ms, fp16 2.8 ms rel 4.5e-4, bf16 2.5 ms
+#: rel 2.6e-3): the precision for large classifier Gemms under a strict budget
+LOWP = ["openvino-fp16"]
 
 
 def bench_model(name: str, accuracy: str, *, max_nodes: int, budget_s: float | None, db: str | None,
@@ -77,7 +82,7 @@ def _bench_model(name: str, accuracy: str, out: Path, *, max_nodes: int, budget_
     t0 = time.monotonic()
     graph = zoo.load_graph(f"zoo:{name}")
     budget = parse_accuracy(accuracy)
-    backends = BACKENDS + (INT8 if int8 else [])
+    backends = BACKENDS + (INT8 + LOWP if int8 else [])
     res = tune(f"zoo:{name}", out, backends=backends, accuracy=accuracy, limits=Limits(max_nodes=max_nodes),
                budget_s=budget_s, db=db, progress=True)
     tune_s = time.monotonic() - t0
@@ -89,7 +94,7 @@ def _bench_model(name: str, accuracy: str, out: Path, *, max_nodes: int, budget_
         try:
             runners[b] = get_backend(b, **({"ranges": ranges} if b in INT8 else {})).compile(graph.model)
         except CollageError as e:  # a lower-precision whole model the runtime cannot build: a cell, not the row
-            if b not in INT8:  # the fp32 baselines and all-bf16 are every table's columns
+            if b not in INT8 + LOWP:  # the fp32 baselines and all-bf16 are every table's columns
                 raise
             refused[b] = str(e).splitlines()[0][:300]
     calib = load_calibration(graph, None)  # the same seeded samples tune judged the budget on
@@ -176,25 +181,26 @@ def write_int8(path: Path, rows: list[dict], args: argparse.Namespace, elapsed: 
     status = "" if done == todo else f" **Partial: {done} of {todo} (model, budget) runs done.**"
     lines = ["# INT8 in the search: fp32 / bf16 / int8 across ONNX Runtime and OpenVINO under an accuracy budget", "",
              f"Command: `{args.command}`. Total {elapsed / 60:.1f} min.{status}", "",
-             f"Backends searched: {', '.join(BACKENDS + INT8)} (candidates up to {args.max_nodes} nodes). Latency: "
+             f"Backends searched: {', '.join(BACKENDS + INT8 + LOWP)} (candidates up to {args.max_nodes} nodes). Latency: "
              f"median ms of a full call, the plan and every whole-model runner measured interleaved in {args.rounds} "
              "rounds in one process (2 threads, a 2-core machine shared with other jobs: expect 5-10% noise). "
              "Error vs the ONNX Runtime fp32 reference on 2 seeded random input samples (the same samples calibrate "
              "the int8 ranges: min/max, per tensor, once per model), as max |err| / output range and min cosine. "
              "int8: QDQ with weights int8 per channel, activations uint8, Conv/MatMul/Gemm quantized "
-             "(collage.backends.qdq); `int8+bf16`: OpenVINO's non-quantized ops in bf16. *pred/meas*: the "
+             "(collage.backends.qdq); `int8+bf16`: OpenVINO's non-quantized ops in bf16; fp16: OpenVINO's "
+             "inference precision f16 (avx512_fp16). *pred/meas*: the "
              "search's predicted plan ms over the measured one.", ""]
     for text in dict.fromkeys(r["accuracy"] for r in rows):
         mine = [r for r in rows if r["accuracy"] == text]
         lines += [f"## Budget `{text}`", "",
-                  "| model | best fp32 single (ms) | all-bf16 OV (ms, rel / cos) | all-int8 ORT (ms, rel / cos) | "
+                  "| model | best fp32 single (ms) | all-bf16 OV (ms, rel / cos) | all-fp16 OV (ms, rel / cos) | all-int8 ORT (ms, rel / cos) | "
                   "all-int8 OV (ms, rel / cos) | all-int8+bf16 OV (ms, rel / cos) | plan (ms) | plan error | within "
                   "budget | plan mix (backend x partitions) | plan vs fp32 | predicted ms | pred/meas | tune s |",
-                  "|---|---|---|---|---|---|---:|---|---|---|---:|---:|---:|---:|"]
+                  "|---|---|---|---|---|---|---|---:|---|---|---|---:|---:|---:|---:|"]
         ratios, mixed = [], 0
         for r in mine:
             if "failed" in r:
-                lines.append(f"| {r['model']} | failed: {r['failed']} |" + " |" * 12)
+                lines.append(f"| {r['model']} | failed: {r['failed']} |" + " |" * 13)
                 continue
             ms, e, b = r["ms"], r["errors"], r["budget"]
 
@@ -209,7 +215,7 @@ def write_int8(path: Path, rows: list[dict], args: argparse.Namespace, elapsed: 
             mixed += len({x.split("-")[0] for x in r["mix"]}) > 1
             lines.append(
                 f"| {r['model']} | {r['best32']} {ms[r['best32']]:.2f} | {cell('openvino-bf16')} | "
-                f"{cell('onnxruntime-int8')} | {cell('openvino-int8')} | {cell('openvino-int8-bf16')} | "
+                f"{cell('openvino-fp16')} | {cell('onnxruntime-int8')} | {cell('openvino-int8')} | {cell('openvino-int8-bf16')} | "
                 f"{ms['plan']:.2f} | {_err(e['plan'], b)} | {_verdict(e['plan'], b)} | {_mix(r)} | {ratio:.2f}x | "
                 f"{'-' if pred is None else f'{pred:.2f}'} | {pm} | "
                 f"{r['tune_s']:.0f} |")
