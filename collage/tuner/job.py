@@ -435,6 +435,7 @@ class TuneJob:
         from collage.tuner.search_step import (
             calibrate_partition_overhead,
             fill_boundaries,
+            one_call_prediction,
             search_checked,
             whole_if_one_backend,
         )
@@ -447,8 +448,9 @@ class TuneJob:
         searched: list[Plan] = []
 
         def do_search(charged: Mapping[Any, float]) -> Plan:
-            searched.append(fill_boundaries(graph, whole_if_one_backend(graph, prec.search(charged, self.transition),
-                                                                        charged, prec)))
+            plan = whole_if_one_backend(graph, prec.search(charged, self.transition), charged, prec)
+            searched.append(fill_boundaries(graph, one_call_prediction(plan, len(graph),
+                                                                       lambda b: measured.whole(len(graph), b))))
             return searched[-1]
 
         t0 = time.perf_counter()

@@ -10,7 +10,8 @@ milliseconds while OpenVINO's threads wind down (ResNet-50 under a bf16 budget: 
 Runtime tail predicted 10.6 ms, measured 27.9 ms; searched again, bf16 then an OpenVINO tail measured
 19.1 ms: results/precision-bf16.md), which no candidate's own cost and no transition measurement shows.
 ``whole_if_one_backend`` turns a plan of one backend cut into pieces into that backend on the whole model.
-``fill_boundaries`` gives a searched plan its boundary tensors and fingerprints.
+``one_call_prediction`` predicts a plan of one backend on the whole model at that model's own cost (no chain,
+no per-partition overhead). ``fill_boundaries`` gives a searched plan its boundary tensors and fingerprints.
 Called by :func:`collage.tuner.job.tune` (which owns the verification and the never-worse rule, and imports
 this module inside the call, as it does every pipeline step); progress lines go through ``collage.util.say``.
 """
@@ -180,6 +181,25 @@ def whole_if_one_backend(graph: Graph, plan: Plan, costs: Mapping[Any, float], p
     if low:
         prec.use_whole_model(name, f"precision: {note}")
     return merged
+
+
+def one_call_prediction(plan: Plan, n_nodes: int, whole_ms: Callable[[str], float | None]) -> Plan:
+    """``plan`` with, when it is one backend on the whole model, that model's own measured cost as its
+    prediction (``whole_ms(backend)``; None: unchanged).
+
+    The search charges every partition the per-partition overhead (``calibrate_partition_overhead``): the
+    excess a call pays in a stitched chain, after another call, over its cost timed alone in a loop. A plan
+    of one partition is no chain: the artifact makes one call, as the timing loop did, so it pays none
+    (squeezenet in bf16 was predicted 1.27 ms with openvino-bf16's overhead charged, measured 1.01 ms).
+    """
+    if len(plan.partitions) != 1 or len(plan.partitions[0].nodes) != n_nodes:
+        return plan
+    part = plan.partitions[0]
+    ms = whole_ms(part.backend)
+    if ms is None:
+        return plan
+    return Plan([Partition(part.nodes, part.backend, ms, part.runner_up, part.inputs, part.outputs, part.fingerprint)],
+                ms, list(plan.notes))
 
 
 def fill_boundaries(graph: Graph, plan: Plan) -> Plan:

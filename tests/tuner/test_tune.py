@@ -208,6 +208,24 @@ def test_one_backend_in_pieces_becomes_its_whole_model():
     assert within.used and within.used[0][0] == "openvino-bf16"
 
 
+def test_one_call_plan_is_predicted_without_the_per_partition_overhead():
+    """One backend on the whole model is one call, as its cost was timed: its prediction is that cost, not
+    the search's (cost + the per-partition overhead the search charges every partition)."""
+    from collage.plan import Partition, Plan
+    from collage.tuner.search_step import one_call_prediction
+
+    whole = {"openvino-bf16": 1.0}
+    charged = Plan([Partition((0, 1, 2, 3), "openvino-bf16", 1.25, ("openvino", 2.0))], predicted_ms=1.25)
+    plan = one_call_prediction(charged, 4, whole.get)
+    assert plan.predicted_ms == 1.0 and plan.partitions[0].cost_ms == 1.0
+    assert plan.partitions[0].runner_up == ("openvino", 2.0) and plan.partitions[0].nodes == (0, 1, 2, 3)
+    two = Plan([Partition((0, 1), "openvino-bf16", 0.7), Partition((2, 3), "openvino-bf16", 0.7)], predicted_ms=1.4)
+    assert one_call_prediction(two, 4, whole.get) is two  # a chain pays the overhead
+    part = Plan([Partition((0, 1, 2), "openvino-bf16", 0.9)], predicted_ms=0.9)
+    assert one_call_prediction(part, 4, whole.get) is part  # not the whole model
+    assert one_call_prediction(charged, 4, {}.get) is charged  # whole model not measured: as searched
+
+
 def test_a_winning_but_mispredicted_plan_is_searched_again(monkeypatch, tmp_path):
     """Plan A beats the best single backend but measures 2x its prediction (an OpenVINO -> ONNX Runtime
     switch does that): its excess is charged to its backends and the search runs again; B, measured as
