@@ -187,21 +187,22 @@ def load_line() -> str:
     return f"load average {one:.1f} / {five:.1f} / {fifteen:.1f} (1 / 5 / 15 min) on {os.cpu_count()} CPUs"
 
 
-def bench_model(model: str, args: argparse.Namespace, work: Path, features: dict[str, dict[str, float]],
+def bench_model(model: str, args: argparse.Namespace, work: Path, features: dict[str, dict[str, float]] | None,
                 earlier: dict | None = None) -> dict:
     """``earlier``: this model's result from an earlier run in ``work`` (--rerun): its training copy and the
-    artifacts of the runs not named in --rerun are kept, the named runs tuned again, all timed anew."""
+    artifacts of the runs not named in --rerun are kept, the named runs tuned again, all timed anew
+    (``features`` is only read to make a training copy, so it is None then)."""
     mdir = work / model
     t0 = time.monotonic()
-    fps = own_fingerprints(model, args.max_nodes)
     base = mdir / "train.sqlite"
     if earlier is None:
+        own = own_fingerprints(model, args.max_nodes)
         shutil.rmtree(mdir, ignore_errors=True)
         mdir.mkdir(parents=True)
-        kept = training_copy(work / "snapshot.sqlite", base, fps, features)
+        fps, kept = len(own), training_copy(work / "snapshot.sqlite", base, own, features or {})
     else:
-        kept = earlier["kept"]
-    print(f"{model}: {len(fps)} candidate fingerprints; training DB keeps {kept['kept']} cost rows "
+        fps, kept = earlier["fingerprints"], earlier["kept"]
+    print(f"{model}: {fps} candidate fingerprints; training DB keeps {kept['kept']} cost rows "
           f"({kept['features']} fingerprints with features), {kept['removed']} of this model's removed "
           f"({time.monotonic() - t0:.1f} s)", file=sys.stderr)
     budgets = {"enumeration": args.budget, "guided": args.budget,
@@ -228,7 +229,7 @@ def bench_model(model: str, args: argparse.Namespace, work: Path, features: dict
     ref = rows["reference"]["e2e_ms"]
     for run in RUNS:
         rows[run]["ratio"] = rows[run]["e2e_ms"] / ref
-    return {"model": model, "rows": rows, "kept": kept, "fingerprints": len(fps),
+    return {"model": model, "rows": rows, "kept": kept, "fingerprints": fps,
             "timing_load": (load_before + os.getloadavg()[0]) / 2}
 
 
@@ -302,11 +303,12 @@ def main(argv: list[str] | None = None) -> None:
         missing = [m for m in args.models if m not in earlier]
         if missing:
             sys.exit(f"benchmarks.budget: --rerun: {work / 'budget.json'} has no {', '.join(missing)}")
-    else:
+    features = None  # only a new training copy reads them
+    if not args.rerun:
         snapshot(args.train_db, work / "snapshot.sqlite")
-    features = zoo_features(str(work / "snapshot.sqlite"))
-    print(f"features of {len(features)} measured fingerprints from the zoo graphs ({time.monotonic() - t0:.0f} s)",
-          file=sys.stderr)
+        features = zoo_features(str(work / "snapshot.sqlite"))
+        print(f"features of {len(features)} measured fingerprints from the zoo graphs ({time.monotonic() - t0:.0f} s)",
+              file=sys.stderr)
     try:
         for model in args.models:
             results.append(bench_model(model, args, work, features, earlier.get(model)))

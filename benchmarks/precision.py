@@ -15,10 +15,10 @@ mask: all-bf16 gives NaN there), with a measuring budget of 5 min for vgg19, 4 m
 and vgg19 alone: about 15-20 min). tiny-bert-masked (0.2 ms a call: bf16 gains nothing at that size) is
 in ``--quick``.
 
-``--int8 --accuracy 'cos=0.999,rel=0.01;cos=0.99,rel=0.05'``: the int8 variants join the search, each model
-runs under each budget (one cost DB, so the second tune reuses the first's ranges and measurements), the
-whole-model int8 variants join the interleaved timing, and the table goes to ``results/precision.md``
-(the 12 models at those two budgets: 95 min).
+``--int8 --accuracy 'cos=0.999,rel=0.01;cos=0.99,rel=0.05'``: the int8 variants and OpenVINO fp16 join the
+search, each model runs under each budget (one cost DB, so the second tune reuses the first's ranges and
+measurements), those whole-model variants join the interleaved timing, and the table goes to
+``results/precision.md`` (the 12 models at those two budgets: 104 min).
 """
 from __future__ import annotations
 
@@ -54,6 +54,8 @@ INT8 = ["onnxruntime-int8", "openvino-int8", "openvino-int8-bf16"]
 #: bound, at ~1/6 of bf16's error (a 9216x4096 MatMul+Relu: fp32 5.6 ms, fp16 2.8 ms rel 4.5e-4, bf16 2.5 ms
 #: rel 2.6e-3): the precision for large classifier Gemms under a strict budget
 LOWP = ["openvino-fp16"]
+#: what --int8 adds to BACKENDS
+WITH_INT8 = INT8 + LOWP
 
 
 def bench_model(name: str, accuracy: str, *, max_nodes: int, budget_s: float | None, db: str | None,
@@ -84,7 +86,7 @@ def _bench_model(name: str, accuracy: str, out: Path, *, max_nodes: int, budget_
     t0 = time.monotonic()
     graph = zoo.load_graph(f"zoo:{name}")
     budget = parse_accuracy(accuracy)
-    backends = BACKENDS + (INT8 + LOWP if int8 else [])
+    backends = BACKENDS + (WITH_INT8 if int8 else [])
     res = tune(f"zoo:{name}", out, backends=backends, accuracy=accuracy, limits=Limits(max_nodes=max_nodes),
                budget_s=budget_s, db=db, progress=True)
     tune_s = time.monotonic() - t0
@@ -96,7 +98,7 @@ def _bench_model(name: str, accuracy: str, out: Path, *, max_nodes: int, budget_
         try:
             runners[b] = get_backend(b, **({"ranges": ranges} if b in INT8 else {})).compile(graph.model)
         except CollageError as e:  # a lower-precision whole model the runtime cannot build: a cell, not the row
-            if b not in INT8 + LOWP:  # the fp32 baselines and all-bf16 are every table's columns
+            if b not in WITH_INT8:  # the fp32 baselines and all-bf16 are every table's columns
                 raise
             refused[b] = str(e).splitlines()[0][:300]
     calib = load_calibration(graph, None)  # the same seeded samples tune judged the budget on
@@ -183,7 +185,7 @@ def write_int8(path: Path, rows: list[dict], args: argparse.Namespace, elapsed: 
     status = "" if done == todo else f" **Partial: {done} of {todo} (model, budget) runs done.**"
     lines = ["# INT8 in the search: fp32 / bf16 / int8 across ONNX Runtime and OpenVINO under an accuracy budget", "",
              f"Command: `{args.command}`. Total {elapsed / 60:.1f} min.{status}", "",
-             f"Backends searched: {', '.join(BACKENDS + INT8 + LOWP)} (candidates up to {args.max_nodes} nodes). Latency: "
+             f"Backends searched: {', '.join(BACKENDS + WITH_INT8)} (candidates up to {args.max_nodes} nodes). Latency: "
              f"median ms of a full call, the plan and every whole-model runner measured interleaved in {args.rounds} "
              "rounds in one process (2 threads, a 2-core machine shared with other jobs: expect 5-10% noise). "
              "Error vs the ONNX Runtime fp32 reference on 2 seeded random input samples (the same samples calibrate "

@@ -17,6 +17,7 @@ this module inside the call, as it does every pipeline step); progress lines go 
 """
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -198,8 +199,7 @@ def one_call_prediction(plan: Plan, n_nodes: int, whole_ms: Callable[[str], floa
     ms = whole_ms(part.backend)
     if ms is None:
         return plan
-    return Plan([Partition(part.nodes, part.backend, ms, part.runner_up, part.inputs, part.outputs, part.fingerprint)],
-                ms, list(plan.notes))
+    return Plan([dataclasses.replace(part, cost_ms=ms)], ms, list(plan.notes))
 
 
 def fill_boundaries(graph: Graph, plan: Plan) -> Plan:
