@@ -46,12 +46,21 @@ def md_table(head: list[str], rows: list[list[object]]) -> list[str]:
     return out + [""]
 
 
-def write_report(path: str | Path, lines: list[str]) -> None:
-    """Write a benchmark's markdown ``lines`` to ``path`` (folders made) and print them."""
+def write_atomic(path: str | Path, lines: list[str]) -> None:
+    """Write markdown ``lines`` to ``path`` (folders made) through a temporary file: a run killed mid-write
+    leaves the previous table, never half of one (long benchmarks rewrite their table after each model)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines))
-    print("\n".join(lines))
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)
+
+
+def write_report(path: str | Path, lines: list[str], *, echo: bool = True) -> None:
+    """Write a benchmark's markdown ``lines`` to ``path`` (``write_atomic``) and print them (``echo``, to stdout)."""
+    write_atomic(path, lines)
+    if echo:
+        print("\n".join(lines))
 
 
 def stats(samples: list[float]) -> tuple[float, float, float]:

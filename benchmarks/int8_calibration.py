@@ -14,6 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks._common import write_atomic
+
 MODELS = ["mobilenetv2", "resnet50", "squeezenet"]
 
 
@@ -50,8 +52,7 @@ def main(argv: list[str] | None = None) -> int:
                         cells.append(f"{e.rel:.4f} / {e.cos:.6f}")
                 lines.append(f"| {name} | {method} | {ops} | {secs:.1f} | {cells[0]} | {cells[1]} |")
                 print(lines[-1], flush=True)
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text("\n".join(lines) + "\n")
+        write_atomic(args.out, lines)
     return 0
 
 

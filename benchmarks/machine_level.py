@@ -42,6 +42,8 @@ from collage.backends import get_backend, unavailable_reason
 from collage.cost_models.worker import reference_probe
 from collage.util import machine_id, physical_cores
 
+from benchmarks._common import write_atomic
+
 APART_S = 60.0
 BUCKET_S = 30.0
 
@@ -177,8 +179,7 @@ def main(argv: list[str] | None = None) -> int:
              f"Level over time: median of the slice medians in each {BUCKET_S:.0f} s bucket, ms.", "",
              *_table(levels[0], levels[1:]), ""]
     out = Path(args.out or ("results/machine-level-quick.md" if args.quick else "results/machine-level.md"))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines))
+    write_atomic(out, lines)
     print(out)
     return 0
 

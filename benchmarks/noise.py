@@ -39,6 +39,8 @@ from collage.backends import get_backend, unavailable_reason
 from collage.graph.ir import Graph
 from collage.util import machine_id, physical_cores
 
+from benchmarks._common import write_atomic
+
 log = logging.getLogger("benchmarks.noise")
 
 CLASSES = [(0.0, 0.1, "< 0.1 ms"), (0.1, 1.0, "0.1-1 ms"), (1.0, 10.0, "1-10 ms"), (10.0, float("inf"), ">= 10 ms")]
@@ -322,8 +324,7 @@ def write(out: Path, args, backends, models, cap_s, max_nodes, above, protocols,
     for name, n, total, distinct, per in counts:
         detail = "; ".join(f"{b} {c} / {d}" for b, (c, d) in sorted(per.items()))
         lines.append(f"| {name} | {n} | {total} | {distinct} ({distinct / max(total, 1):.0%}) | {detail} |")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
+    write_atomic(out, lines)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ import time
 import traceback
 from pathlib import Path
 
+from benchmarks._common import write_atomic
+
 log = logging.getLogger("benchmarks.precision")
 
 FULL = ["resnet50", "mobilenetv2", "bert-base", "bert-base-masked", "squeezenet", "shufflenet", "inception_v1",
@@ -169,10 +171,7 @@ def write(path: Path, rows: list[dict], args: argparse.Namespace, elapsed: float
     lines += ["", "## Notes per model", ""]
     for r in rows:
         lines += [f"- **{r['model']}**: " + ("; ".join(r.get("notes") or []) or "-")]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(path)  # a kill mid-write leaves the previous table
+    write_atomic(path, lines)
 
 
 def _mix(r: dict) -> str:
@@ -239,10 +238,7 @@ def write_int8(path: Path, rows: list[dict], args: argparse.Namespace, elapsed: 
                   f" ({(i8.get('calibration') or {}).get('samples', '-')} samples, "
                   f"{'random' if (i8.get('calibration') or {}).get('random') else 'given'}). Notes: "
                   + ("; ".join(r.get("notes") or []) or "-")]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(path)
+    write_atomic(path, lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks._common import write_atomic
+
 ORDERS = (("openvino-bf16", "openvino"), ("openvino", "openvino-bf16"))
 SHORT = {"openvino": "fp32", "openvino-bf16": "bf16"}
 
@@ -124,10 +126,7 @@ def write(path: Path, name: str, rows: list[dict], budget: Any, accuracy: str, c
                   "| configuration | ms | vs whole fp32 |", "|---|---:|---:|"]
         lines += [f"| {k if k not in SHORT.values() else f'whole model {k}'} | {v:.3f} | {fp32 / v:.2f}x |"
                   for k, v in confirmed.items()]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(path)
+    write_atomic(path, lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks._common import write_atomic
+
 VARIANTS = ["openvino", "openvino-bf16", "openvino-fp16"]
 DEFAULT = ["shufflenet", "squeezenet", "mobilenetv2", "resnet50", "bert-base"]
 
@@ -46,8 +48,7 @@ def write(path: Path, rows: list[dict], command: str, elapsed: float) -> None:
         cells = " | ".join(f"{ms[b]:.3f} | {e[b].rel:.2e}" if e[b].finite else f"{ms[b]:.3f} | NaN/inf" for b in VARIANTS)
         lines.append(f"| {r['model']} | {cells} | {ms['openvino'] / ms['openvino-bf16']:.2f}x | "
                      f"{ms['openvino'] / ms['openvino-fp16']:.2f}x |")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
+    write_atomic(path, lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,8 @@ import numpy as np
 from collage import zoo
 from collage.util import markdown_table
 
+from benchmarks._common import write_report
+
 
 def check(art: Path, seed: int = 7) -> dict:
     import onnxruntime as ort
@@ -64,9 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             f"Command: `python -m benchmarks.roundtrip {args.root}` (artifacts from `collage bench --artifacts`).\n"
             "Tolerance atol 1e-4, rtol 1e-3; seeded inputs from collage.zoo.catalog.random_inputs(seed=7).\n\n"
             + markdown_table(rows))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
-    print(text)
+    write_report(args.out, text.split("\n"))
     return 0 if all(r["ok"] for r in rows) else 1
 
 

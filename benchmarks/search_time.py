@@ -44,6 +44,8 @@ from collage.search.ranges import range_candidates
 from collage.search.candidates import Candidate
 from collage.util import machine_id
 
+from benchmarks._common import write_atomic
+
 log = logging.getLogger("benchmarks.search_time")
 
 BACKENDS = ("onnxruntime", "openvino", "tvm")
@@ -223,8 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {r['model']} | {r['nodes']} | {counts} | {r['enum_s']:.2f} | {r['exact_s']:.2f} | {r['method']} | "
                      f"{'yes' if r['proven'] and not r['greedy'] else '**no**'} | {r['dp_s']:.2f} | {r['expanded']} | "
                      f"{r['pushed']} | {ilp_cells} | {r['partitions']} | {', '.join(r['backends'])} |")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
+    write_atomic(out, lines)
     print(f"wrote {out}")
     return 0
 

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks._common import header
+from benchmarks._common import header, write_atomic
 
 CLASSES = ("depthwise conv", "3x3 conv", "1x1 conv", "odd conv", "matmul+activation", "matmul",
            "layernorm/softmax chain", "elementwise chain", "reshape/transpose chain")
@@ -231,8 +231,7 @@ def write(rows: list[dict], tunes: list[dict], command: str, out: str, elapsed_s
                             "database above), the measuring budget and `--tvm-budget` of the command. `plan vs best`: "
                             "the tune's own interleaved verification against the best single vendor backend "
                             "(never worse: a plan that loses ships as that backend).")
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text("\n".join(lines) + "\n")
+    write_atomic(out, lines)
     print("\n".join(lines), file=sys.stderr)
 
 
