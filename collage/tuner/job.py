@@ -298,7 +298,8 @@ class TuneJob:
 
     def measure(self, cands: Sequence[Candidate]) -> Measured:
         """3. Measured costs (cached in the DB), within what is left of the budget. With a TVM tuning budget,
-        the vendor candidates first, then TVM tuning where it can change the plan (3b), then the tuned TVM
+        the vendor candidates first (those on the nodes of a TVM candidate small enough to tune before the rest,
+        within half the budget), then TVM tuning where it can change the plan (3b), then the tuned TVM
         candidates; the other TVM candidates are not measured (untuned, they cannot win)."""
         from collage.cost_models.measure import measure_candidates
 
@@ -308,7 +309,15 @@ class TuneJob:
         if self.options.measure_order == "guided" and self.options.tvm_budget_s is None and not self.precision.low:
             raw = self.measure_guided(cands)
         elif self.options.tvm_budget_s is not None:
+            from collage.tuner.tvm_budget import vendor_first
+
             vendor = [c for c in cands if c.backend != "tvm"]
+            small = vendor_first(cands)  # what the ranking needs: first, within half the budget
+            left = self.budget_left()
+            if small:
+                measure_candidates(self.graph, small, db=self.db, budget_s=None if left is None else left / 2,
+                                   progress=self.options.progress, executor=self.options.cluster,
+                                   backend_options=self.backend_options)
             first = measure_candidates(self.graph, [(c.nodes, c.backend) for c in vendor], db=self.db,
                                        budget_s=self.budget_left(), progress=self.options.progress,
                                        executor=self.options.cluster, backend_options=self.backend_options)

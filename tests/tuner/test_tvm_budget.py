@@ -13,7 +13,7 @@ from collage.errors import CollageError
 from collage.graph.ir import Graph
 from collage.search.candidates import Candidate
 from collage.tuner.options import TuneOptions
-from collage.tuner.tvm_budget import candidate_class, rank, roofline_ms
+from collage.tuner.tvm_budget import MAX_NODES, candidate_class, rank, roofline_ms, vendor_first
 
 
 def test_backend_options_are_parsed_as_int_float_bool_str():
@@ -67,6 +67,25 @@ def test_rank_favours_depthwise_and_classes():
     ranked = rank(graph, cands, vendor, peak)
     assert ranked and ranked == sorted(ranked, key=lambda r: -r.score)
     assert len({graph.fingerprint(r.cand.nodes) for r in ranked}) == len(ranked)  # one per fingerprint
+
+
+def test_with_a_tvm_budget_the_vendor_costs_the_ranking_needs_come_first():
+    """Under a short measuring budget the coarse ranges (enumerated first) used to take it all: ResNet-50 with
+    ``--budget 90s --tvm-budget 5m`` had no vendor cost on any node set TVM could tune, ranked nothing and
+    never tried TVM. ``vendor_first`` is what the tune measures before the rest."""
+    from collage import zoo
+    from collage.search.candidates import Limits, enumerate_candidates
+
+    graph = Graph.load(zoo.resolve("zoo:tiny-resnet"))
+    names = ["onnxruntime", "openvino", "tvm"]
+    supports = {n: {i: True for i in range(len(graph))} for n in names}
+    cands = enumerate_candidates(graph, supports, Limits(max_nodes=MAX_NODES + 2))
+    first = vendor_first(cands)
+    small_tvm = {c.nodes for c in cands if c.backend == "tvm" and len(c.nodes) <= MAX_NODES}
+    assert first and {n for n, _ in first} == small_tvm  # every node set TVM may tune, on each vendor
+    assert all(b != "tvm" and len(n) <= MAX_NODES for n, b in first)
+    assert {b for _, b in first} == {"onnxruntime", "openvino"}
+    assert any(len(c.nodes) > MAX_NODES for c in cands if c.backend != "tvm")  # the coarse ones wait
 
 
 @pytest.mark.slow
