@@ -145,7 +145,7 @@ def main() -> None:
     p.add_argument("--db", default=None, help="cost DB (default: collage's)")
     p.add_argument("--tuning-db", default=None,
                    help="MetaSchedule database directory (default: the shared one under the cache dir)")
-    p.add_argument("--tune", default="", help="models to run `collage tune` on with TVM and --tvm-budget afterwards")
+    p.add_argument("--tune", default="", help="models to run `collage tune` on with TVM and --tvm-budget (before the per-class rows)")
     p.add_argument("--tvm-budget", default="5m", help="the tunes' TVM tuning budget")
     p.add_argument("--tune-budget", default="90s", help="the tunes' measuring budget")
     p.add_argument("--out", default="results/tvm.md")
