@@ -306,28 +306,25 @@ class TuneJob:
         budget_s = self.options.budget_s
         self.tvm_run = None
         self.guided = None
+
+        def measure(items: Sequence[tuple[tuple[int, ...], str]], within_s: float | None) -> Any:
+            return measure_candidates(self.graph, items, db=self.db, budget_s=within_s, progress=self.options.progress,
+                                      executor=self.options.cluster, backend_options=self.backend_options)
+
         if self.options.measure_order == "guided" and self.options.tvm_budget_s is None and not self.precision.low:
             raw = self.measure_guided(cands)
         elif self.options.tvm_budget_s is not None:
             from collage.tuner.tvm_budget import vendor_first
 
-            vendor = [c for c in cands if c.backend != "tvm"]
             small = vendor_first(cands)  # what the ranking needs: first, within half the budget
-            left = self.budget_left()
             if small:
-                measure_candidates(self.graph, small, db=self.db, budget_s=None if left is None else left / 2,
-                                   progress=self.options.progress, executor=self.options.cluster,
-                                   backend_options=self.backend_options)
-            first = measure_candidates(self.graph, [(c.nodes, c.backend) for c in vendor], db=self.db,
-                                       budget_s=self.budget_left(), progress=self.options.progress,
-                                       executor=self.options.cluster, backend_options=self.backend_options)
+                left = self.budget_left()
+                measure(small, None if left is None else left / 2)
+            first = measure([(c.nodes, c.backend) for c in cands if c.backend != "tvm"], self.budget_left())
             tuned = self.tune_tvm([c for c in cands if c.backend == "tvm"], first)
             cands = [c for c in cands if c.backend != "tvm" or c in tuned]
         if self.guided is None:
-            raw = measure_candidates(self.graph, [(c.nodes, c.backend) for c in cands], db=self.db,
-                                     budget_s=self.budget_left(),
-                                     progress=self.options.progress, executor=self.options.cluster,
-                                     backend_options=self.backend_options)
+            raw = measure([(c.nodes, c.backend) for c in cands], self.budget_left())
         self.coverage = measurement_coverage(raw, [(c.nodes, c.backend) for c in cands], budget_s)
         if self.guided is not None:
             self.coverage["estimates"] = self.guided.report()
