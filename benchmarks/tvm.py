@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from benchmarks._common import header, write_atomic
@@ -115,18 +116,17 @@ def run_tune(spec: str, args: argparse.Namespace) -> dict:
                    db=args.db, backend_options={"tvm": tvm_options(args)}, tvm_budget=args.tvm_budget)
     wall = time.monotonic() - t0
     tt = res.report.get("tvm_tuning", {})
+    won = tt.get("won", {})
     best, best_ms = min(((n, ms) for n, ms in res.baselines.items() if n != "tvm"), key=lambda x: x[1])
-    mix: dict[str, int] = {}
-    for p in res.plan.partitions:
-        mix[p.backend] = mix.get(p.backend, 0) + 1
+    mix = Counter(p.backend for p in res.plan.partitions)
     row = {"model": spec, "best": best, "best_ms": best_ms, "plan_ms": res.plan_ms,
-           "mix": ", ".join(f"{b} x{k}" for b, k in mix.items()), "tvm_parts": tt.get("won", {}).get("tvm_partitions", 0),
-           "gained_ms": tt.get("won", {}).get("gained_ms", 0.0), "tried": tt.get("tried_candidates", 0),
+           "mix": ", ".join(f"{b} x{k}" for b, k in mix.items()), "tvm_parts": won.get("tvm_partitions", 0),
+           "gained_ms": won.get("gained_ms", 0.0), "tried": tt.get("tried_candidates", 0),
            "tuned": tt.get("tuned_candidates", 0), "new_workloads": tt.get("new_workloads_tuned", 0),
            "new_trials": tt.get("new_trials", 0), "tuning_s": tt.get("tuning_s", 0.0), "wall_s": wall,
            "stopped": tt.get("stopped", "-"),
-           "best_tvm": min(((e["tvm_vs_vendor"], e) for e in tt.get("candidates", []) if e.get("tvm_vs_vendor")),
-                           key=lambda x: x[0], default=(None, None))[1]}
+           "best_tvm": min((e for e in tt.get("candidates", []) if e.get("tvm_vs_vendor")),
+                           key=lambda e: e["tvm_vs_vendor"], default=None)}
     print(f"  tune {spec}: {row}", file=sys.stderr)
     return row
 
