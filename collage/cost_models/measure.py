@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from collage.cost_models.db import Cost, CostDB, CostKey, default_owner, key_for
+from collage.cost_models.db import Cost, CostDB, CostKey, default_owner, key_for, owner_dead
 from collage.cost_models.connect import get_db
 from collage.cost_models.executor import Done, Executor, Window, get_executor, wait_for
 from collage.cost_models.measurer import (DEFAULT_CAP_S, DEFAULT_TIMEOUT_S, LOAD_TIMEOUT_S, MAX_EXTENSION_S, Measurement,
@@ -166,6 +166,18 @@ class _ProbeJudge:
         return ref is not None and probe_ms > (1.0 + self.slow) * ref
 
 
+def _drop_dead_claims(store: CostDB) -> None:
+    """Release the claims of processes on this host that no longer exist.
+
+    A driver killed after its worker committed a key but before it released its claim leaves the claim
+    behind; a rerun reuses the key and never claims it, so without this the row stays in the claims table
+    (a watcher reads it as work in flight) until it expires.
+    """
+    for c in store.claims():
+        if owner_dead(c.owner):
+            store.release(c.key, c.owner)
+
+
 def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]], *,
                        db: None | str | CostDB = None,
                        backend_options: Mapping[str, Mapping[str, Any]] | None = None,
@@ -213,6 +225,7 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
         item_key[(nodes, bname)] = key
         rep.setdefault(key, (nodes, bname))
     table = CostTable(candidates=len(item_key), distinct=len(rep))
+    _drop_dead_claims(store)
     known: dict[CostKey, Cost] = store.get_many(rep)
     if retry_failed:
         known = {k: c for k, c in known.items() if c.ok}

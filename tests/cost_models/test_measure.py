@@ -21,7 +21,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from collage.backends.base import Backend, Compiled
-from collage.cost_models.db import Cost, SQLiteCostDB
+from collage.cost_models.db import Cost, SQLiteCostDB, default_owner
 from collage.cost_models.measure import measure_candidates
 from collage.cost_models.measurer import Measurer
 from collage.cost_models.worker import make_feeds, median_ci_halfwidth
@@ -285,6 +285,23 @@ def test_a_key_committed_between_read_and_claim_is_not_measured_again(tmp_path):
     assert res.measured == 0 and res.reused == 3
     assert all(c.median_ms == 1.25 for c in res.values())
     assert db.claims() == []
+
+
+def test_a_rerun_drops_the_claims_a_dead_driver_left_on_committed_keys(tmp_path):
+    # a driver killed after its key was committed (by a cluster worker) but before it released its claim
+    g = _graph_of(["Relu", "Neg", "Exp"])
+    db = SQLiteCostDB(tmp_path / "d.sqlite")
+    items = [((i,), FAKE) for i in range(3)]
+    measure_candidates(g, items, db=db, cap_s=0.05, progress=False)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = default_owner().split(":")[0]
+    stored, other = db.all()[0].key, db.all()[1].key
+    assert db.claim(stored, f"{host}:{dead.pid}:1", ttl_s=3600)
+    assert db.claim(other, "otherhost:1:1", ttl_s=3600)  # alive as far as this host can tell
+    res = measure_candidates(g, items, db=db, cap_s=0.05, progress=False, claim_wait_s=0)
+    assert res.reused == 3 and res.measured == 0
+    assert [c.owner for c in db.claims()] == ["otherhost:1:1"], "only the dead local owner's claim goes"
 
 
 @pytest.mark.slow
