@@ -16,11 +16,11 @@ optional; the report shows what is there)::
       "searched_plan": {"partitions": [{"backend": "openvino", "nodes": [0, 1, 2], "cost_ms": 3.1}, ...],
                         "predicted_ms": 27.0},
                                   # the plan the search handed to the end-to-end checks, priced with the
-                                  # per-partition overhead measured in this run (partition_overhead_ms) charged;
+                                  # partition charges measured in this run (partition_charges: level, ms per cut) charged;
                                   # the final plan differs where never worse, refinement or a whole-model
                                   # alternative replaced it (the notes say which)
       "cost_db_plan": {...} | null,   # same form: the search over the cost DB's contents alone (candidate and
-                                  # transition costs, the per-partition overheads the DB stores; none of this
+                                  # transition costs, the partition charges the DB stores; none of this
                                   # run's end-to-end timings charged): the search's first attempt; tunes on the
                                   # same DB contents derive the same one; null under an accuracy budget (that
                                   # search also rests on errors of stitched plans measured in the run)

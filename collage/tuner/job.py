@@ -9,7 +9,7 @@ a plan that exceeds the tolerance fails naming the partition that diverges.
 The job is :class:`TuneJob`, a sequence of named steps over one :class:`collage.tuner.options.TuneOptions`
 (see :meth:`TuneJob.run`). Precision is a strategy the steps call at fixed points
 (:mod:`collage.tuner.precision.strategy`: a no-op without an accuracy budget). The search step with its
-measured per-partition overhead (``calibrate_partition_overhead``, ``search_checked``) lives in
+measured partition charges (``calibrate_partition_charges``, ``search_checked``) lives in
 :mod:`collage.tuner.search_step`. Pipeline modules are imported inside the steps, so that importing this
 module (``collage.tune``) stays cheap.
 """
@@ -223,6 +223,7 @@ class TuneJob:
         self.options, self.work = options, work
         self.t_start = time.monotonic()
         self.transition_s = 0.0
+        self.charges: dict[str, Any] = {}  # backend -> search_step.PartitionCharge, set by the search step
         self.graph = load_model_graph(model, options.shapes)
         self.backend_options = options.all_backend_options()
         self.backends = resolve_backends(list(options.backends), options.target, self.backend_options)
@@ -437,40 +438,41 @@ class TuneJob:
         return Baselines(singles, from_db, whole_ms, min(first.values(), default=float("inf")))
 
     def search(self, measured: Measured, base: Baselines) -> tuple[Plan, dict[Any, float], dict[str, Any]]:
-        """5. Search with a measured per-partition overhead, corrected where the stitched plan says so."""
+        """5. Search with measured partition charges (level, cost per cut), corrected where the stitched plan says so."""
         from collage.tuner.search_step import (
-            calibrate_partition_overhead,
+            calibrate_partition_charges,
             fill_boundaries,
-            one_call_prediction,
             search_checked,
             whole_if_one_backend,
         )
 
         graph, prec, opts = self.graph, self.precision, self.options
-        overhead = calibrate_partition_overhead(graph, measured.costs, self.transition, self.names, self.feeds,
-                                                self.work, target=opts.target, progress=opts.progress,
-                                                backend_options=self.backend_options, db=self.db)
+        self.charges = calibrate_partition_charges(graph, measured.costs, self.transition, self.names, self.feeds,
+                                                   self.work, whole_costs={b: measured.whole(len(graph), b)
+                                                                           for b in self.names},
+                                                   target=opts.target, progress=opts.progress,
+                                                   backend_options=self.backend_options, db=self.db)
+        calibrated = {b: c.to_dict() for b, c in self.charges.items()}
 
         searched: list[Plan] = []
 
         def do_search(charged: Mapping[Any, float]) -> Plan:
             plan = whole_if_one_backend(graph, prec.search(charged, self.transition), charged, prec)
-            searched.append(fill_boundaries(graph, one_call_prediction(plan, len(graph),
-                                                                       lambda b: measured.whole(len(graph), b))))
+            searched.append(fill_boundaries(graph, plan))
             return searched[-1]
 
         t0 = time.perf_counter()
-        plan, charged, attempts = search_checked(graph, measured.costs, overhead, do_search, self.feeds, self.work,
+        plan, charged, attempts = search_checked(graph, measured.costs, self.charges, do_search, self.feeds, self.work,
                                                  base.best_single_ms, target=opts.target, progress=opts.progress,
                                                  backend_options=self.backend_options)
         # what the cost DB's contents alone give: the first attempt, over the candidate costs with the stored
-        # per-partition overheads charged (nothing of this run's end-to-end timings), so two tunes on the same DB
+        # partition charges (nothing of this run's end-to-end timings), so two tunes on the same DB
         # contents derive the same plan. Under an accuracy budget the search also rests on errors of stitched
         # plans measured in the run, so there is none.
         from_db = None if prec.low else searched[0]
         search_s = time.perf_counter() - t0
         self.say("search: %s (%d attempt(s), %.2f s)", plan.describe(), attempts, search_s)
-        return plan, charged, {"overhead": overhead, "attempts": attempts, "search_s": search_s,
+        return plan, charged, {"charges": calibrated, "attempts": attempts, "search_s": search_s,
                                "searched_plan": plan_summary(plan),
                                "cost_db_plan": None if from_db is None else plan_summary(from_db)}
 
@@ -497,6 +499,13 @@ class TuneJob:
         self.note_baselines(verified, base)
         return verified
 
+    def whole_prediction(self, measured: Measured, name: str) -> float | None:
+        """The predicted ms of ``name`` on the whole model: its measured cost at that backend's level."""
+        from collage.tuner.search_step import PartitionCharge
+
+        ms = measured.whole(len(self.graph), name)
+        return None if ms is None else self.charges.get(name, PartitionCharge()).level * ms
+
     def take_whole_model_alternative(self, verified: Verified, alt_ms: Mapping[str, float],
                                      measured: Measured) -> Verified:
         """6b. A lower-precision whole model measured faster than the searched plan becomes the plan."""
@@ -507,7 +516,7 @@ class TuneJob:
                 f"{alt_ms[name]:.3f} ms, faster than the searched plan ({verified.plan_ms:.3f} ms); the plan is "
                 f"{name} on the whole model")
         self.say(note)
-        plan = fill_boundaries(self.graph, Plan.single(name, len(self.graph), measured.whole(len(self.graph), name)))
+        plan = fill_boundaries(self.graph, Plan.single(name, len(self.graph), self.whole_prediction(measured, name)))
         plan.notes.extend(self.precision.use_whole_model(name, note))
         artifact = self.load(self.export(plan, self.work / "plan-whole"))
         return Verified(plan, alt_ms[name], artifact, verified.timings, verified.baselines)
@@ -589,7 +598,7 @@ class TuneJob:
                 f"{best} alone ({best_ms:.3f} ms); the plan is {best} on the whole model")
         self.say(note)
         kept = [x for x in plan.notes if not x.startswith("refined by")]  # facts of the run, not of the mix
-        single = fill_boundaries(self.graph, Plan.single(best, len(self.graph), measured.whole(len(self.graph), best)))
+        single = fill_boundaries(self.graph, Plan.single(best, len(self.graph), self.whole_prediction(measured, best)))
         single.notes.extend(kept + [note])
         return Verified(single, best_ms, None, verified.timings, baselines)
 
@@ -602,7 +611,7 @@ class TuneJob:
         return self.precision.check(plan, artifact, fp32)
 
     def report(self, verified: Verified, numerics: dict[str, Any] | None, artifact: Any, *, counts: dict[str, int],
-               measured: Measured, n_cands: int, overhead: Any, attempts: int,
+               measured: Measured, n_cands: int, charges: Any, attempts: int,
                search_s: float, searched_plan: dict[str, Any], cost_db_plan: dict[str, Any] | None) -> dict[str, Any]:
         """10. report.json's content."""
         raw, plan = measured.raw, verified.plan
@@ -610,7 +619,7 @@ class TuneJob:
             "model": self.graph.name, "source": self.graph.source, "target": self.options.target,
             "backends": self.names, "baselines": verified.baselines, "plan_ms": verified.plan_ms,
             "predicted_ms": plan.predicted_ms, "numerics": numerics, "notes": list(plan.notes),
-            "candidates": counts, "partition_overhead_ms": overhead, "search_attempts": attempts,
+            "candidates": counts, "partition_charges": charges, "search_attempts": attempts,
             "searched_plan": searched_plan, "cost_db_plan": cost_db_plan,
             "measurements": {"candidates": n_cands, "with_cost": len(measured.costs),
                              "failed_candidates": measured.failures,

@@ -1,19 +1,21 @@
-"""The tune's search step, checked by measurement: the per-partition overhead and the search that uses it.
+"""The tune's search step, checked by measurement: what a partition costs in a stitched plan, and the search
+that charges it.
 
 Each candidate is timed alone, so a stitched chain of them costs more than the sum of its parts
-(DESIGN.md, "Stitching"). ``calibrate_partition_overhead`` measures that excess per partition on each
-backend before the search; ``search_checked`` searches with it charged, stitches and measures the plan,
-and where the plan measures well over its prediction (or loses to the best single backend), charges the
-measured excess to its backends and searches again, keeping the best measured plan. A plan can win and
-still be mispredicted: a switch from OpenVINO to ONNX Runtime costs the next ONNX Runtime partition
-milliseconds while OpenVINO's threads wind down (ResNet-50 under a bf16 budget: bf16 then an ONNX
-Runtime tail predicted 10.6 ms, measured 27.9 ms; searched again, bf16 then an OpenVINO tail measured
-19.1 ms: results/precision-bf16.md), which no candidate's own cost and no transition measurement shows.
-``whole_if_one_backend`` turns a plan of one backend cut into pieces into that backend on the whole model.
-``one_call_prediction`` predicts a plan of one backend on the whole model at that model's own cost (no chain,
-no per-partition overhead). ``fill_boundaries`` gives a searched plan its boundary tensors and fingerprints.
-Called by :func:`collage.tuner.job.tune` (which owns the verification and the never-worse rule, and imports
-this module inside the call, as it does every pipeline step); progress lines go through ``collage.util.say``.
+(DESIGN.md, "Stitching"). ``calibrate_partition_charges`` measures, per backend, a ``PartitionCharge``
+before the search: a level (the whole model called from an artifact against its worker timing) and a cost
+per cut (a chain of that backend's pieces against the levelled sum of its parts). ``search_checked``
+searches with it charged, stitches and measures the plan, and where the plan measures well over its
+prediction (or loses to the best single backend), charges the measured excess to its backends' cuts and
+searches again, keeping the best measured plan. A plan can win and still be mispredicted: a switch from
+OpenVINO to ONNX Runtime costs the next ONNX Runtime partition milliseconds while OpenVINO's threads wind
+down (ResNet-50 under a bf16 budget: bf16 then an ONNX Runtime tail predicted 10.6 ms, measured 27.9 ms;
+searched again, bf16 then an OpenVINO tail measured 19.1 ms: results/precision-bf16.md), which no
+candidate's own cost and no transition measurement shows. ``whole_if_one_backend`` turns a plan of one
+backend cut into pieces into that backend on the whole model. ``fill_boundaries`` gives a searched plan its
+boundary tensors and fingerprints. Called by :func:`collage.tuner.job.tune` (which owns the verification
+and the never-worse rule, and imports this module inside the call, as it does every pipeline step);
+progress lines go through ``collage.util.say``.
 """
 from __future__ import annotations
 
@@ -33,109 +35,184 @@ from collage.util import machine_id, say, sha256_bytes
 from collage.tuner.verify import measure_interleaved
 
 
-def calibrate_partition_overhead(graph: Graph, costs: Mapping[Any, float], transition: Callable[[str, str, int], float],
-                                 backends: Sequence[str], feeds: Mapping[str, np.ndarray], work: Path, *,
-                                 target: str = "cpu", progress: bool = True,
-                                 backend_options: Mapping[str, Mapping[str, Any]] | None = None,
-                                 db: CostDB | None = None) -> dict[str, float]:
-    """Measured ms that one more partition costs on each backend, beyond the parts' own measured costs.
+@dataclasses.dataclass
+class PartitionCharge:
+    """What a partition on one backend costs in a stitched plan, from its cost timed alone in a worker.
+
+    ``level`` x that cost: the same call made from the artifact, in-process, after other calls, runs at
+    another level than in the worker's loop (3.5-19% over it on one-partition chains:
+    results/chain-excess.md), for every plan, one partition or many. Plus ``cut_ms`` for every partition but
+    the plan's first (the one holding node 0): a call after another pays cold weights, a runtime waking and
+    the tensors handed over; that grows with the pieces, not with a partition's size (a small tail after a
+    narrow cut costs ~0.3 ms on inception_v1 where four pieces cost 2.2 ms).
+    """
+
+    level: float = 1.0
+    cut_ms: float = 0.0
+
+    def charge(self, nodes: Sequence[int], cost_ms: float) -> float:
+        return self.level * cost_ms + (0.0 if 0 in nodes else self.cut_ms)
+
+    def to_dict(self) -> dict[str, float]:
+        return {"level": round(self.level, 4), "cut_ms": round(self.cut_ms, 4)}
+
+
+def charge_costs(costs: Mapping[Any, float], charges: Mapping[str, PartitionCharge]) -> dict[Any, float]:
+    """Each candidate's cost as a partition of a stitched plan (``PartitionCharge.charge``)."""
+    none = PartitionCharge()
+    return {c: charges.get(c.backend, none).charge(c.nodes, v) for c, v in costs.items()}
+
+
+#: A backend whose whole model costs more than this factor over the fastest backend's gets no level
+#: measurement (untuned TVM: 30-600x; compiling and running it would take the tune's time for nothing).
+LEVEL_SLOW_FACTOR = 20.0
+
+
+def calibrate_partition_charges(graph: Graph, costs: Mapping[Any, float], transition: Callable[[str, str, int], float],
+                                backends: Sequence[str], feeds: Mapping[str, np.ndarray], work: Path, *,
+                                whole_costs: Mapping[str, float | None] | None = None,
+                                target: str = "cpu", progress: bool = True,
+                                backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+                                db: CostDB | None = None) -> dict[str, PartitionCharge]:
+    """Each backend's ``PartitionCharge``, measured on this model.
 
     Each candidate is timed alone, in a loop: its weights are hot and the runtime's threads awake. In a
     chain neither holds, and the sum of parts under-predicts the chain (DESIGN.md, "Stitching"). So for
-    each backend the cheapest plan on that backend alone (usually many partitions) is stitched, run and
-    measured end to end; (measured - predicted) / partitions is charged to every candidate of that
-    backend, so the search stops splitting where splitting does not pay.
+    each backend two artifacts are timed interleaved, in this process: the whole model as one partition
+    (``whole``) and the cheapest plan on that backend alone (``chain``: K partitions, the whole-model
+    candidate left out). ``level = whole / the whole model's worker cost`` (``whole_costs``; None where
+    unmeasured) and ``cut_ms = (chain - whole) / (K - 1)``: both differences of timings taken side by side,
+    so the drift between worker measurements minutes apart (a 2-piece inception_v1 chain's parts summed to
+    10.7 ms where the whole model measured 13.4) stays out of the cut. Without a whole-model cost, level 1
+    and ``cut_ms = (chain - its parts) / (K - 1)``; without a chain, the other backends' median cut; a
+    backend far slower than the fastest (``LEVEL_SLOW_FACTOR``) gets no whole-model run. (Charging the
+    chain's whole excess per partition, as before, priced a 0.3 ms classifier tail at ~1.4 ms on resnet50
+    and left one-partition plans predicted under their measurement.)
 
-    With ``db``, each backend's figure is stored in its transition table (``(b, b)`` row, settings
-    ``overhead_settings``: the model, that chain's partitions and prediction, the backend's version and
-    options; this machine) and a later tune that finds the same chain takes it from there instead of
-    compiling and running the chain again (a warm re-tune of ResNet-50 spent 9 of its 17 s here).
+    With ``db``, both figures are stored in its transition table (``(b, b)`` rows, settings
+    ``charge_settings``: the model, the backend's version and options, and for the cut that chain's
+    partitions and prediction; this machine) and a later tune takes them from there instead of compiling
+    and running the artifacts again (a warm re-tune of ResNet-50 spent 9 of its 17 s here).
     """
-    from collage.tuner.export import export
-    from collage.runtime.artifact import load as load_artifact
     from collage.search.exact import search_exact as search
 
-    overhead: dict[str, float] = {}
+    n = len(graph)
+    whole_costs = {b: ms for b, ms in (whole_costs or {}).items() if ms is not None and ms > 0}
+    fastest = min(whole_costs.values(), default=None)
+    levels: dict[str, float] = {}
+    cuts: dict[str, float] = {}
     for name in backends:
+        options = (backend_options or {}).get(name, {})
         # the cheapest chain of this backend's parts (the whole-model candidate left out)
-        own = {c: v for c, v in costs.items() if c.backend == name and len(c.nodes) < len(graph)}
+        own = {c: v for c, v in costs.items() if c.backend == name and len(c.nodes) < n}
         try:
-            chain = fill_boundaries(graph, search(graph, own, transition))
+            chain: Plan | None = fill_boundaries(graph, search(graph, own, transition))
         except CollageError:
-            continue  # the backend cannot cover the graph alone
-        k = len(chain.partitions)
-        if k < 2 or chain.predicted_ms is None:
-            overhead[name] = 0.0
+            chain = None  # the backend cannot cover the graph alone
+        if chain is not None and (len(chain.partitions) < 2 or chain.predicted_ms is None):
+            chain = None
+        whole_ms = whole_costs.get(name)
+        if whole_ms is not None and fastest is not None and whole_ms > LEVEL_SLOW_FACTOR * fastest:
+            whole_ms = None
+        keys = {"level": charge_settings(graph, None, name, options, "level") if whole_ms is not None else None,
+                "cut": charge_settings(graph, chain, name, options, "cut") if chain is not None else None}
+        stored = {what: db.get_transition(name, name, key, machine_id()) if db is not None and key else None
+                  for what, key in keys.items()}
+        if all(stored[what] is not None for what, key in keys.items() if key):
+            if keys["level"]:
+                levels[name] = stored["level"].fixed_ms
+            if keys["cut"]:
+                cuts[name] = stored["cut"].fixed_ms
+            if keys["level"] or keys["cut"]:
+                say(progress, "%s: level %s, %s ms per cut (measured before: the cost DB)", name,
+                    _fmt(levels.get(name)), _fmt(cuts.get(name)))
             continue
-        settings = overhead_settings(graph, chain, name, (backend_options or {}).get(name, {}))
-        stored = db.get_transition(name, name, settings, machine_id()) if db is not None else None
-        if stored is not None:
-            overhead[name] = stored.fixed_ms
-            say(progress, "%s: %.3f ms per partition (a %d-partition chain measured before: the cost DB)",
-                name, overhead[name], k)
-            continue
-        art = load_artifact(export(graph, chain, work / f"chain-{name}", target=target,
-                                    backend_options={k: dict(v) for k, v in (backend_options or {}).items()}))
-        measured_ms = measure_interleaved({"chain": lambda: art.run(feeds)}, rounds=3)["chain"]
-        overhead[name] = max(0.0, (measured_ms - chain.predicted_ms) / k)
+        runners = {}
+        if whole_ms is not None:
+            one = fill_boundaries(graph, Plan.single(name, n, whole_ms))
+            runners["whole"] = _artifact_runner(graph, one, work / f"whole-{name}", feeds, target, backend_options)
+        if chain is not None:
+            runners["chain"] = _artifact_runner(graph, chain, work / f"chain-{name}", feeds, target, backend_options)
+        timed = measure_interleaved(runners, rounds=3)
+        if whole_ms is not None:
+            levels[name] = timed["whole"] / whole_ms
+        if chain is not None:
+            k, parts = len(chain.partitions), chain.predicted_ms or 0.0
+            base = timed["whole"] if whole_ms is not None else parts
+            cuts[name] = max(0.0, (timed["chain"] - base) / (k - 1))
         if db is not None:
-            db.put_transition(name, name, overhead[name], 0.0, settings, machine_id())
-        say(progress, "%s: a %d-partition chain measured %.3f ms vs %.3f ms predicted: %.3f ms per partition",
-             name, k, measured_ms, chain.predicted_ms, overhead[name])
-    if overhead:
-        fallback = statistics.median(overhead.values())
-        for name in backends:
-            overhead.setdefault(name, fallback)
-    return overhead
+            for what, figure in (("level", levels.get(name)), ("cut", cuts.get(name))):
+                if figure is not None and keys[what]:
+                    db.put_transition(name, name, figure, 0.0, keys[what], machine_id())
+        say(progress, "%s: whole model %s ms vs %s ms alone (level %s); %s", name, _fmt(timed.get("whole")),
+            _fmt(whole_ms), _fmt(levels.get(name)),
+            "no chain of its own" if chain is None else
+            f"a {len(chain.partitions)}-partition chain {timed['chain']:.3f} ms: {cuts[name]:.3f} ms per cut")
+    level_fb = statistics.median(levels.values()) if levels else 1.0
+    cut_fb = statistics.median(cuts.values()) if cuts else 0.0
+    return {name: PartitionCharge(levels.get(name, 1.0 if name in cuts else level_fb), cuts.get(name, cut_fb))
+            for name in backends}
 
 
-def overhead_settings(graph: Graph, chain: Plan, name: str, options: Mapping[str, Any]) -> str:
-    """The transition-table ``settings`` of a per-partition overhead measured on ``chain`` (one backend's
-    cheapest chain of ``graph``): the model, the chain (partitions and prediction: other costs give another
-    chain, measured anew), and the backend's version and options."""
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def _artifact_runner(graph: Graph, plan: Plan, path: Path, feeds: Mapping[str, np.ndarray], target: str,
+                     backend_options: Mapping[str, Mapping[str, Any]] | None) -> Callable[[], Any]:
+    """A call of ``plan`` exported and loaded as an artifact (what a deployment runs)."""
+    from collage.runtime.artifact import load as load_artifact
+    from collage.tuner.export import export
+
+    art = load_artifact(export(graph, plan, path, target=target,
+                               backend_options={k: dict(v) for k, v in (backend_options or {}).items()}))
+    return lambda: art.run(feeds)
+
+
+def charge_settings(graph: Graph, chain: Plan | None, name: str, options: Mapping[str, Any], what: str) -> str:
+    """The transition-table ``settings`` of a ``PartitionCharge`` figure (``what``: ``cut`` or ``level``):
+    the model, the backend's version and options, and for a cut the chain it was measured on (one backend's
+    cheapest chain of ``graph``; partitions and prediction: other costs give another chain, measured anew)."""
     from collage.cost_models.worker import resolve_backend
 
     backend = resolve_backend(name, dict(options))
-    parts = [[list(p.nodes), p.backend] for p in chain.partitions]
-    return canonical_json({"partition_overhead": {
-        "model": graph.fingerprint(range(len(graph))),
-        "chain": sha256_bytes(canonical_json(parts).encode()), "predicted_ns": round((chain.predicted_ms or 0) * 1e6),
-        "backend": {"name": name, "version": backend.version(), "options": backend.options}}})
+    on = {"model": graph.fingerprint(range(len(graph))),
+          "backend": {"name": name, "version": backend.version(), "options": backend.options}}
+    if chain is not None:
+        parts = [[list(p.nodes), p.backend] for p in chain.partitions]
+        on.update(chain=sha256_bytes(canonical_json(parts).encode()), predicted_ns=round((chain.predicted_ms or 0) * 1e6))
+    return canonical_json({f"partition_{what}": on})
 
 
 #: A stitched plan measured more than this factor over its prediction is searched again with the excess charged.
 MISPREDICTED = 1.25
 
 
-def search_checked(graph: Graph, costs: Mapping[Any, float], overhead: dict[str, float],
+def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, PartitionCharge],
                    do_search: Callable[[Mapping[Any, float]], Plan], feeds: Mapping[str, np.ndarray], work: Path,
                    best_single_ms: float, *, target: str = "cpu", attempts: int = 3,
                    progress: bool = True,
                    backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[Plan, dict[Any, float], int]:
     """Search, stitch and measure the plan; where it measures more than ``MISPREDICTED`` over the search's
-    prediction, or loses to the best single backend, charge the measured excess per partition to its
-    backends and search again (module doc).
+    prediction, or loses to the best single backend, charge the measured excess per cut to its backends
+    (``charges``, updated in place) and search again (module doc).
 
     Returns (plan, the charged costs it was found with, attempts used). The plan returned is the best
     measured mixed plan (the caller's never-worse rule then decides against the single backends).
     """
-    from collage.tuner.export import export
-    from collage.runtime.artifact import load as load_artifact
-
     best: tuple[float, Plan, dict[Any, float]] | None = None
     charged: dict[Any, float] = {}
     plan = None
     for attempt in range(1, attempts + 1):
-        charged = {c: v + overhead.get(c.backend, 0.0) for c, v in costs.items()}
+        charged = charge_costs(costs, charges)
         plan = do_search(charged)
         k = len(plan.partitions)
         if k == 1:
             if best is None:
                 return plan, charged, attempt
             break  # charged into one backend: the best measured mix stands (never-worse judges it)
-        art = load_artifact(export(graph, plan, work / f"attempt-{attempt}", target=target,
-                                    backend_options={k: dict(v) for k, v in (backend_options or {}).items()}))
-        measured_ms = measure_interleaved({"p": lambda: art.run(feeds)}, rounds=3)["p"]
+        run = _artifact_runner(graph, plan, work / f"attempt-{attempt}", feeds, target, backend_options)
+        measured_ms = measure_interleaved({"p": run}, rounds=3)["p"]
         if best is None or measured_ms < best[0]:
             best = (measured_ms, plan, charged)
         predicted = plan.predicted_ms or 0.0
@@ -143,11 +220,12 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], overhead: dict[str,
              attempt, k, predicted, measured_ms, best_single_ms)
         if measured_ms < best_single_ms and measured_ms <= MISPREDICTED * predicted:
             break
-        excess = (measured_ms - predicted) / k
+        excess = (measured_ms - predicted) / (k - 1)
         if excess <= 0:
             break
         for b in plan.backends:
-            overhead[b] = overhead.get(b, 0.0) + excess
+            was = charges.get(b, PartitionCharge())
+            charges[b] = dataclasses.replace(was, cut_ms=was.cut_ms + excess)
     assert best is not None and plan is not None
     if best[1] is not plan:
         do_search(best[2])  # the same costs give the same plan: the search's state (precision rounds, notes) is its
@@ -182,24 +260,6 @@ def whole_if_one_backend(graph: Graph, plan: Plan, costs: Mapping[Any, float], p
     if low:
         prec.use_whole_model(name, f"precision: {note}")
     return merged
-
-
-def one_call_prediction(plan: Plan, n_nodes: int, whole_ms: Callable[[str], float | None]) -> Plan:
-    """``plan`` with, when it is one backend on the whole model, that model's own measured cost as its
-    prediction (``whole_ms(backend)``; None: unchanged).
-
-    The search charges every partition the per-partition overhead (``calibrate_partition_overhead``): the
-    excess a call pays in a stitched chain, after another call, over its cost timed alone in a loop. A plan
-    of one partition is no chain: the artifact makes one call, as the timing loop did, so it pays none
-    (squeezenet in bf16 was predicted 1.27 ms with openvino-bf16's overhead charged, measured 1.01 ms).
-    """
-    if len(plan.partitions) != 1 or len(plan.partitions[0].nodes) != n_nodes:
-        return plan
-    part = plan.partitions[0]
-    ms = whole_ms(part.backend)
-    if ms is None:
-        return plan
-    return Plan([dataclasses.replace(part, cost_ms=ms)], ms, list(plan.notes))
 
 
 def fill_boundaries(graph: Graph, plan: Plan) -> Plan:

@@ -77,7 +77,7 @@ def test_round_trip_tiny(spec, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", ["zoo:squeezenet", "zoo:mobilenetv2", "zoo:inception_v1"])
 def test_round_trip_real(spec, tmp_path):
-    _round_trip(spec, tmp_path, max_nodes=2, budget="100s")
+    _round_trip(spec, tmp_path, max_nodes=2, budget="50s")  # a cover and an artifact, not plan quality
 
 
 def test_retune_reuses_every_measurement(tmp_path, monkeypatch):
@@ -90,11 +90,13 @@ def test_retune_reuses_every_measurement(tmp_path, monkeypatch):
     assert first.report["measurements"]["with_cost"] > 0
     assert second.report["measurements"]["measured_now"] == 0
     assert second.report["measurements"]["reused"] == second.report["measurements"]["distinct_keys"] > 0
-    # the per-partition overhead of each backend's chain was measured once, stored, and taken from the DB
+    # each backend's partition charge (level, cost per cut) was measured once, stored, and taken from the DB
     # (a figure measured again would differ in its last digits)
-    assert second.report["partition_overhead_ms"] == first.report["partition_overhead_ms"]
-    stored = [t for t in SQLiteCostDB(db).all_transitions() if "partition_overhead" in t.settings]
-    assert {t.src for t in stored} == set(first.report["partition_overhead_ms"]) == set(BACKENDS)
+    assert second.report["partition_charges"] == first.report["partition_charges"]
+    for what in ("partition_cut", "partition_level"):
+        stored = [t for t in SQLiteCostDB(db).all_transitions() if what in t.settings]
+        assert {t.src for t in stored} == set(first.report["partition_charges"]) == set(BACKENDS), what
+    assert all(0.5 < c["level"] < 2.0 for c in first.report["partition_charges"].values())
     # the plan the cost DB alone gives is the same for both tunes (their final plans rest on end-to-end timings)
     on_disk = json.loads((tmp_path / "b" / "report.json").read_text())
     assert on_disk["cost_db_plan"] == second.report["cost_db_plan"] == first.report["cost_db_plan"]
@@ -208,22 +210,23 @@ def test_one_backend_in_pieces_becomes_its_whole_model():
     assert within.used and within.used[0][0] == "openvino-bf16"
 
 
-def test_one_call_plan_is_predicted_without_the_per_partition_overhead():
-    """One backend on the whole model is one call, as its cost was timed: its prediction is that cost, not
-    the search's (cost + the per-partition overhead the search charges every partition)."""
-    from collage.plan import Partition, Plan
-    from collage.tuner.search_step import one_call_prediction
+def test_partition_charges_level_every_partition_and_cut_all_but_the_first():
+    """A plan of P partitions pays P - 1 cuts (the partition holding node 0 is called first) and every
+    partition runs at its backend's level, so one backend on the whole model is predicted at level x its own
+    cost, without a cut (squeezenet in bf16 was predicted 1.27 ms with a per-partition overhead charged,
+    measured 1.01 ms)."""
+    from collage.search.candidates import Candidate
+    from collage.tuner.search_step import PartitionCharge, charge_costs
 
-    whole = {"openvino-bf16": 1.0}
-    charged = Plan([Partition((0, 1, 2, 3), "openvino-bf16", 1.25, ("openvino", 2.0))], predicted_ms=1.25)
-    plan = one_call_prediction(charged, 4, whole.get)
-    assert plan.predicted_ms == 1.0 and plan.partitions[0].cost_ms == 1.0
-    assert plan.partitions[0].runner_up == ("openvino", 2.0) and plan.partitions[0].nodes == (0, 1, 2, 3)
-    two = Plan([Partition((0, 1), "openvino-bf16", 0.7), Partition((2, 3), "openvino-bf16", 0.7)], predicted_ms=1.4)
-    assert one_call_prediction(two, 4, whole.get) is two  # a chain pays the overhead
-    part = Plan([Partition((0, 1, 2), "openvino-bf16", 0.9)], predicted_ms=0.9)
-    assert one_call_prediction(part, 4, whole.get) is part  # not the whole model
-    assert one_call_prediction(charged, 4, {}.get) is charged  # whole model not measured: as searched
+    costs = {Candidate((0, 1, 2, 3), "openvino-bf16"): 1.0, Candidate((0, 1), "openvino-bf16"): 0.6,
+             Candidate((2, 3), "openvino-bf16"): 0.5, Candidate((2, 3), "onnxruntime"): 2.0}
+    charges = {"openvino-bf16": PartitionCharge(level=1.1, cut_ms=0.3)}
+    got = charge_costs(costs, charges)
+    assert got[Candidate((0, 1, 2, 3), "openvino-bf16")] == pytest.approx(1.1)  # one call: no cut
+    assert got[Candidate((0, 1), "openvino-bf16")] == pytest.approx(0.66)
+    assert got[Candidate((2, 3), "openvino-bf16")] == pytest.approx(0.85)  # after a cut
+    assert got[Candidate((2, 3), "onnxruntime")] == 2.0  # no charge measured: its own cost
+    assert PartitionCharge(1.1, 0.3).to_dict() == {"level": 1.1, "cut_ms": 0.3}
 
 
 def test_a_winning_but_mispredicted_plan_is_searched_again(monkeypatch, tmp_path):
@@ -262,16 +265,19 @@ def test_a_winning_but_mispredicted_plan_is_searched_again(monkeypatch, tmp_path
     monkeypatch.setattr(collage.runtime.artifact, "load", lambda plan: _Art(plan))
     monkeypatch.setattr(tune_search, "measure_interleaved", fake_measure)
 
-    class _C(str):  # a candidate: only its backend is read
+    class _C(str):  # a candidate: only its backend and nodes are read
         @property
         def backend(self):
             return {"ort-tail": "onnxruntime", "ov-tail": "openvino"}[str(self)]
+
+        nodes = (2, 3)
 
     costs = {_C("ort-tail"): 5.0, _C("ov-tail"): 7.0}
     plan, charged, attempts = tune_search.search_checked(list(range(4)), costs, {}, do_search, {}, tmp_path,
                                                          best_single_ms=30.0, progress=False)
     assert plan is b and attempts == 2
-    assert charged["ort-tail"] == 10.0 and charged["ov-tail"] == 7.0  # A's excess, (20 - 10) / 2, on its backends
+    # A's excess, (20 - 10) over its one cut, on its backends' cuts
+    assert charged["ort-tail"] == 15.0 and charged["ov-tail"] == 7.0
 
 
 def test_reference_runs_never_make_the_process_wide_pool():
