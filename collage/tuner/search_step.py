@@ -81,7 +81,8 @@ def calibrate_partition_charges(graph: Graph, costs: Mapping[Any, float], transi
     each backend two artifacts are timed interleaved, in this process: the whole model as one partition
     (``whole``) and the cheapest plan on that backend alone (``chain``: K partitions, the whole-model
     candidate left out). ``level = whole / the whole model's worker cost`` (``whole_costs``; None where
-    unmeasured) and ``cut_ms = (chain - whole) / (K - 1)``: both differences of timings taken side by side,
+    unmeasured) and ``cut_ms = (chain - whole) / (K - 1)`` (a chain timed faster than the whole model: no
+    cut, and the lower of that level and chain / its parts): both from timings taken side by side,
     so the drift between worker measurements minutes apart (a 2-piece inception_v1 chain's parts summed to
     10.7 ms where the whole model measured 13.4) stays out of the cut. Without a whole-model cost, level 1
     and ``cut_ms = (chain - its parts) / (K - 1)``; without a chain, the other backends' median cut; a
@@ -140,8 +141,17 @@ def calibrate_partition_charges(graph: Graph, costs: Mapping[Any, float], transi
             levels[name] = timed["whole"] / whole_ms
         if chain is not None:
             k, parts = len(chain.partitions), chain.predicted_ms or 0.0
-            base = timed["whole"] if whole_ms is not None else parts
-            cuts[name] = max(0.0, (timed["chain"] - base) / (k - 1))
+            if whole_ms is None:
+                cuts[name] = max(0.0, (timed["chain"] - parts) / (k - 1))
+            elif timed["chain"] <= timed["whole"]:
+                # the chain does the whole model's work and more: faster than the whole model is noise, or a
+                # whole-model timing gone wrong (zfnet512 in bf16: 17.3 ms whole, 11.6 ms its 2-piece chain, 9.5 ms
+                # the worker's whole); no cut to see, and the lower of the two levels
+                cuts[name] = 0.0
+                if parts > 0:
+                    levels[name] = min(levels[name], timed["chain"] / parts)
+            else:
+                cuts[name] = (timed["chain"] - timed["whole"]) / (k - 1)
         if db is not None:
             for what, figure in (("level", levels.get(name)), ("cut", cuts.get(name))):
                 if figure is not None and keys[what]:

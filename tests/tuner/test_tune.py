@@ -229,6 +229,30 @@ def test_partition_charges_level_every_partition_and_cut_all_but_the_first():
     assert PartitionCharge(1.1, 0.3).to_dict() == {"level": 1.1, "cut_ms": 0.3}
 
 
+@pytest.mark.parametrize("whole_ms, chain_ms, level, cut", [
+    (11.0, 12.0, 1.1, 1.0),   # level = whole / its worker cost, cut = (chain - whole) / (K - 1)
+    (17.0, 11.6, 1.16, 0.0),  # the chain timed under the whole model: no cut, the lower level (chain / parts)
+])
+def test_calibration_takes_level_from_the_whole_model_and_the_cut_from_the_chain(monkeypatch, tmp_path,
+                                                                                  whole_ms, chain_ms, level, cut):
+    from collage.graph.ir import Graph
+    from collage.search.candidates import Candidate
+    from collage.tuner import search_step
+    from tests.helpers import chain_model
+
+    g = Graph.load(chain_model(4))
+    costs = {Candidate((0, 1), "openvino"): 5.0, Candidate((2, 3), "openvino"): 5.0,
+             Candidate((0, 1, 2, 3), "openvino"): 10.0}
+    monkeypatch.setattr(search_step, "_artifact_runner", lambda graph, plan, *a: len(plan.partitions))
+    monkeypatch.setattr(search_step, "measure_interleaved",
+                        lambda runners, rounds: {k: {1: whole_ms, 2: chain_ms}[v] for k, v in runners.items()})
+    charges = search_step.calibrate_partition_charges(g, costs, None, ["openvino", "onnxruntime"], {}, tmp_path,
+                                                      whole_costs={"openvino": 10.0}, progress=False)
+    assert charges["openvino"].level == pytest.approx(level) and charges["openvino"].cut_ms == pytest.approx(cut)
+    # a backend with nothing measured takes the others' medians
+    assert charges["onnxruntime"] == charges["openvino"]
+
+
 def test_a_winning_but_mispredicted_plan_is_searched_again(monkeypatch, tmp_path):
     """Plan A beats the best single backend but measures 2x its prediction (an OpenVINO -> ONNX Runtime
     switch does that): its excess is charged to its backends and the search runs again; B, measured as
