@@ -1,9 +1,9 @@
 """What a stitched chain of one backend's pieces costs beyond the sum of its pieces, per chain shape:
 ``python -m benchmarks.chain_excess --models resnet50,inception_v1`` -> results/chain-excess.md.
 
-The input to the per-partition overhead the tuner charges (``collage.tuner.search_step``). Per model and
-backend, chains of contiguous pieces, each exported and loaded as an artifact (as the tuner's calibration chain
-is) and timed interleaved in one process: ``1`` the whole model as one partition, ``tM`` the model less its
+The input to the partition charges the tuner measures (``collage.tuner.search_step.PartitionCharge``). Per model
+and backend, chains of contiguous pieces, each exported and loaded as an artifact
+(``search_step.artifact_runner``, as the tuner's calibration does) and timed interleaved in one process: ``1`` the whole model as one partition, ``tM`` the model less its
 last M nodes + those M nodes (a small tail after a narrow cut), ``K`` K pieces of equal node count. The
 pieces' own costs come from ``measure_candidates`` into a fresh cost DB just before (measurement workers,
 called back to back, as the tune measures candidates). ``excess`` = chain - sum of pieces; ``vs whole chain``
@@ -37,9 +37,7 @@ def run_model(model: str, backends: list[str], shapes: list[str], rounds: int, w
     from collage.cost_models.measure import measure_candidates
     from collage.graph.inputs import random_inputs
     from collage.plan import Partition, Plan
-    from collage.runtime.artifact import load
-    from collage.tuner.export import export
-    from collage.tuner.search_step import fill_boundaries
+    from collage.tuner.search_step import artifact_runner, fill_boundaries
     from collage.tuner.verify import measure_interleaved
 
     graph = zoo.load_graph(f"zoo:{model}")
@@ -47,7 +45,7 @@ def run_model(model: str, backends: list[str], shapes: list[str], rounds: int, w
     inputs = set(graph.inputs)
     rows = []
     for b in backends:
-        arts, info = {}, {}
+        runners, info = {}, {}
         for s in shapes:
             pieces = pieces_of(graph, s)
             costs = measure_candidates(graph, [(p, b) for p in pieces], db=str(work / "fresh.sqlite"), progress=False)
@@ -57,11 +55,11 @@ def run_model(model: str, backends: list[str], shapes: list[str], rounds: int, w
             parts = [costs[(p, b)].median_ms for p in pieces]
             cut = sum(graph.tensor(t).nbytes for p in pieces[1:] for t in graph.boundary(p)[0] if t not in inputs)
             plan = fill_boundaries(graph, Plan([Partition(tuple(p), b, ms) for p, ms in zip(pieces, parts)], sum(parts)))
-            arts[s] = load(export(graph, plan, work / f"{model}-{b}-{s}"))
+            runners[s] = artifact_runner(graph, plan, work / f"{model}-{b}-{s}", feeds, "cpu", None)
             info[s] = (len(pieces), sum(parts), cut, parts)
-        ms = measure_interleaved({s: (lambda a=a: a.run(feeds)) for s, a in arts.items()}, rounds=rounds)
+        ms = measure_interleaved(runners, rounds=rounds)
         whole = ms.get("1")
-        for s in arts:
+        for s in runners:
             k, parts_ms, cut, parts = info[s]
             ex = ms[s] - parts_ms
             rows.append([model, b, s, k, f"{cut / 1e6:.2f}", f"{parts_ms:.3f}", f"{ms[s]:.3f}", f"{ex:+.3f}",

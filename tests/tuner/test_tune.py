@@ -243,7 +243,7 @@ def test_calibration_takes_level_from_the_whole_model_and_the_cut_from_the_chain
     g = Graph.load(chain_model(4))
     costs = {Candidate((0, 1), "openvino"): 5.0, Candidate((2, 3), "openvino"): 5.0,
              Candidate((0, 1, 2, 3), "openvino"): 10.0}
-    monkeypatch.setattr(search_step, "_artifact_runner", lambda graph, plan, *a: len(plan.partitions))
+    monkeypatch.setattr(search_step, "artifact_runner", lambda graph, plan, *a: len(plan.partitions))
     monkeypatch.setattr(search_step, "measure_interleaved",
                         lambda runners, rounds: {k: {1: whole_ms, 2: chain_ms}[v] for k, v in runners.items()})
     charges = search_step.calibrate_partition_charges(g, costs, None, ["openvino", "onnxruntime"], {}, tmp_path,
