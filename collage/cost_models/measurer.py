@@ -77,11 +77,22 @@ def window_warmup_s(rounds: int) -> float:
     return max(0.05, WARMUP_S / max(1, rounds))
 
 
+def _weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """The ``q``-th percentile of ``values`` where each value counts with its weight (lowest value whose
+    cumulative weight reaches ``q`` percent)."""
+    order = np.argsort(values)
+    cum = np.cumsum(weights[order])
+    i = min(int(np.searchsorted(cum, q / 100.0 * cum[-1])), len(values) - 1)
+    return float(values[order][i])
+
+
 def combine_rounds(rounds: Sequence[Measurement]) -> Measurement:
     """One measurement from several windows of the same candidate: the median of the windows' medians.
 
-    A window the machine was slow in moves one round median, not the combined cost. p10/p90, CV and
-    mean come from the pooled single-call times, ``samples`` is their total, ``compile_s`` the median
+    A window the machine was slow in moves one round median, not the combined cost. p10/p90 come from
+    the pooled single-call times with each round weighing the same (a noisy round runs to its time cap
+    and would otherwise outnumber a steady one that stopped at its minimum), kept on either side of the
+    median; CV and mean from the pooled times, ``samples`` is their total, ``compile_s`` the median
     compile time, ``ci`` the half-range of the round medians relative to the result. A failed round
     fails the whole measurement (its error is kept).
     """
@@ -94,9 +105,12 @@ def combine_rounds(rounds: Sequence[Measurement]) -> Measurement:
         return rounds[0]
     meds = sorted(r.median_ms for r in rounds)
     med = float(np.median(meds))
-    pooled = np.asarray([x for r in rounds for x in (r.samples_ms or [r.median_ms])])
+    per_round = [r.samples_ms or [r.median_ms] for r in rounds]
+    pooled = np.asarray([x for xs in per_round for x in xs])
+    weights = np.asarray([1.0 / len(xs) for xs in per_round for _ in xs])
+    p10, p90 = _weighted_percentile(pooled, weights, 10), _weighted_percentile(pooled, weights, 90)
     probes = [r.probe_ms for r in rounds if r.probe_ms is not None]
-    return Measurement(median_ms=med, p10_ms=float(np.percentile(pooled, 10)), p90_ms=float(np.percentile(pooled, 90)),
+    return Measurement(median_ms=med, p10_ms=min(p10, med), p90_ms=max(p90, med),
                        samples=sum(r.samples for r in rounds),
                        compile_s=float(np.median([r.compile_s or 0.0 for r in rounds])),
                        cv=float(pooled.std() / pooled.mean()) if pooled.mean() > 0 else 0.0,

@@ -440,6 +440,23 @@ def test_combine_rounds_takes_median_of_round_medians():
         combine_rounds([])
 
 
+def test_combine_rounds_spread_brackets_the_median_when_a_noisy_round_outnumbers_the_steady_ones():
+    # CI once stored p10 0.0065 > median 0.0050: two steady rounds stopped at 30 calls, a noisy one ran
+    # to its cap (900 calls) and the pooled percentiles were all its own
+    from collage.cost_models.measurer import Measurement, combine_rounds
+
+    def rnd(xs):
+        return Measurement(median_ms=sorted(xs)[len(xs) // 2], samples=len(xs), compile_s=0.0, samples_ms=xs)
+
+    rng = np.random.default_rng(0)
+    steady = [rnd(list(0.0048 + 0.0002 * rng.random(30))), rnd(list(0.0050 + 0.0002 * rng.random(30)))]
+    noisy = rnd(list(0.0065 + 0.03 * rng.random(900)))
+    c = combine_rounds(steady + [noisy])
+    assert c.samples == 960 and c.median_ms == pytest.approx(steady[1].median_ms)
+    assert c.p10_ms <= c.median_ms <= c.p90_ms
+    assert c.p10_ms < 0.0050  # each round weighs the same: the steady rounds' calls are a third of the weight
+
+
 def test_probe_judge_flags_only_slow_windows():
     from collage.cost_models.measure import _ProbeJudge
 
