@@ -19,7 +19,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -298,7 +298,8 @@ class TuneJob:
         return self.precision.prescreen(cands), counts
 
     def measure(self, cands: Sequence[Candidate]) -> Measured:
-        """3. Measured costs (cached in the DB), within what is left of the budget. With a TVM tuning budget,
+        """3. Measured costs (cached in the DB), within what is left of the budget, every backend's whole model
+        even past it (:meth:`measure_whole_first`). With a TVM tuning budget,
         the vendor candidates first (those on the nodes of a TVM candidate small enough to tune before the rest,
         within half the budget), then TVM tuning where it can change the plan (3b), then the tuned TVM
         candidates; the other TVM candidates are not measured (untuned, they cannot win)."""
@@ -325,7 +326,7 @@ class TuneJob:
             tuned = self.tune_tvm([c for c in cands if c.backend == "tvm"], first)
             cands = [c for c in cands if c.backend != "tvm" or c in tuned]
         if self.guided is None:
-            raw = measure([(c.nodes, c.backend) for c in cands], self.budget_left())
+            raw = self.measure_whole_first(measure, cands)
         self.coverage = measurement_coverage(raw, [(c.nodes, c.backend) for c in cands], budget_s)
         if self.guided is not None:
             self.coverage["estimates"] = self.guided.report()
@@ -346,6 +347,21 @@ class TuneJob:
             else:
                 failures += 1
         return Measured(raw, costs, failures)
+
+    def measure_whole_first(self, measure: Callable[..., Any], cands: Sequence[Candidate]) -> Any:
+        """Every backend's whole model first, whatever is left of the budget (the baselines, the partition
+        charges' levels and a whole-model plan's prediction need its worker cost: a budget that setting up or
+        the precision prescreen used up would otherwise leave a plan with nothing to predict it from), then
+        all candidates within what is left. TVM's whole model is left to the budget (untuned it cannot win;
+        under a TVM tuning budget it would tune every workload)."""
+        n = len(self.graph)
+        whole = [(c.nodes, c.backend) for c in cands if len(c.nodes) == n and c.backend != "tvm"]
+        first = measure(whole, None) if whole and self.options.budget_s is not None else None
+        raw = measure([(c.nodes, c.backend) for c in cands], self.budget_left())
+        if first is not None and getattr(first, "measured", 0):
+            raw.measured += first.measured  # measured now, not reused: the second call found them in the DB
+            raw.reused -= first.measured
+        return raw
 
     def budget_left(self) -> float | None:
         """Seconds left of the measuring budget (None: no budget); the TVM tuning budget and measuring the

@@ -109,6 +109,22 @@ def test_retune_reuses_every_measurement(tmp_path, monkeypatch):
     assert (tmp_path / "b" / "manifest.json").is_file()
 
 
+def test_a_budget_used_up_before_measuring_still_measures_every_whole_model(tmp_path, monkeypatch):
+    # benchmarks.precision once ran bert-base's 3-minute budget down in the precision prescreen: two whole
+    # models got a cost, and the verification's faster whole-model bf16 plan had nothing to be predicted from
+    from collage.tuner.job import TuneJob
+
+    monkeypatch.setattr(TuneJob, "budget_left", lambda self: 0.0)
+    db = str(tmp_path / "costs.sqlite")
+    res = tune("zoo:tiny-resnet", tmp_path / "out", backends=BACKENDS, db=db, budget="30s",
+               limits=Limits(max_nodes=1), progress=False)
+    n = len(zoo.load_graph("zoo:tiny-resnet"))
+    m = res.report["measurements"]
+    assert m["measured_now"] == len(BACKENDS) and m["with_cost"] == len(BACKENDS) < m["distinct_keys"]
+    assert res.report["searched_plan"]["predicted_ms"] > 0
+    assert [len(p["nodes"]) for p in res.report["searched_plan"]["partitions"]] == [n]
+
+
 def test_op_no_backend_takes_is_named(tmp_path):
     # Det: a standard op that ONNX Runtime runs and OpenVINO does not take; tuned with OpenVINO alone
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 4])
