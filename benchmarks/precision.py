@@ -186,7 +186,8 @@ def write_int8(path: Path, rows: list[dict], args: argparse.Namespace, elapsed: 
              f"Command: `{args.command}`. Total {elapsed / 60:.1f} min.{status}", "",
              f"Backends searched: {', '.join(BACKENDS + WITH_INT8)} (candidates up to {args.max_nodes} nodes). Latency: "
              f"median ms of a full call, the plan and every whole-model runner measured interleaved in {args.rounds} "
-             "rounds in one process (2 threads, a 2-core machine shared with other jobs: expect 5-10% noise). "
+             "rounds in one process (2 threads on a 2-core machine, whose speed level moves 13-25% between runs minutes "
+             "apart: results/machine-level.md; compare within a table). "
              "Error vs the ONNX Runtime fp32 reference on 2 seeded random input samples (the same samples calibrate "
              "the int8 ranges: min/max, per tensor, once per model), as max |err| / output range and min cosine. "
              "int8: QDQ with weights int8 per channel, activations uint8, Conv/MatMul/Gemm quantized "
