@@ -24,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "vendor cost is farthest above a roofline estimate; implies tvm.tuning=metaschedule; the "
                         "tuning database is shared across candidates and tunes (report.json: tvm_tuning)")
     p.add_argument("--budget", default=None, type=duration_arg, help="time limit for measuring candidates: 90, 30s, 10m, 1h30m, 1.5h (default: none, measure every "
-                        "candidate; every backend's whole model is measured even past it: the baselines need it); what it cuts is "
+                        "candidate; every backend's whole model is measured outside it: the baselines need it); what it cuts is "
                         "said on the terminal and in the report")
     p.add_argument("--measure-order", default="enumeration", choices=["enumeration", "guided"],
                    help="under --budget, what is measured first: the candidates in enumeration order (default), or "

@@ -223,6 +223,7 @@ class TuneJob:
         self.options, self.work = options, work
         self.t_start = time.monotonic()
         self.transition_s = 0.0
+        self.whole_s = 0.0
         self.charges: dict[str, Any] = {}  # backend -> search_step.PartitionCharge, set by the search step
         self.graph = load_model_graph(model, options.shapes)
         self.backend_options = options.all_backend_options()
@@ -349,14 +350,17 @@ class TuneJob:
         return Measured(raw, costs, failures)
 
     def measure_whole_first(self, measure: Callable[..., Any], cands: Sequence[Candidate]) -> Any:
-        """Every backend's whole model first, whatever is left of the budget (the baselines, the partition
-        charges' levels and a whole-model plan's prediction need its worker cost: a budget that setting up or
-        the precision prescreen used up would otherwise leave a plan with nothing to predict it from), then
-        all candidates within what is left. TVM's whole model is left to the budget (untuned it cannot win;
-        under a TVM tuning budget it would tune every workload)."""
+        """Every backend's whole model first, outside the budget (the baselines, the partition charges' levels
+        and a whole-model plan's prediction need its worker cost: a budget that setting up or the precision
+        prescreen used up would otherwise leave a plan with nothing to predict it from, and on a slow machine
+        level the whole models of a BERT-sized model took 90 of a 240 s budget, leaving 27 s for the pieces
+        a mix is made of), then all candidates within the budget. TVM's whole model is left to the budget
+        (untuned it cannot win; under a TVM tuning budget it would tune every workload)."""
         n = len(self.graph)
         whole = [(c.nodes, c.backend) for c in cands if len(c.nodes) == n and c.backend != "tvm"]
+        t0 = time.monotonic()
         first = measure(whole, None) if whole and self.options.budget_s is not None else None
+        self.whole_s = time.monotonic() - t0
         raw = measure([(c.nodes, c.backend) for c in cands], self.budget_left())
         if first is not None and getattr(first, "measured", 0):
             raw.measured += first.measured  # measured now, not reused: the second call found them in the DB
@@ -364,12 +368,14 @@ class TuneJob:
         return raw
 
     def budget_left(self) -> float | None:
-        """Seconds left of the measuring budget (None: no budget); the TVM tuning budget and measuring the
-        switch costs between backends (once per machine, before guided measuring) are not counted in it."""
+        """Seconds left of the measuring budget (None: no budget); the TVM tuning budget, measuring the switch
+        costs between backends (once per machine, before guided measuring) and measuring the whole models
+        (``measure_whole_first``) are not counted in it."""
         if self.options.budget_s is None:
             return None
         tvm_s = self.tvm_run.spent_s if getattr(self, "tvm_run", None) is not None else 0.0
-        return max(1.0, self.options.budget_s - (time.monotonic() - self.t_start - tvm_s - self.transition_s))
+        spent = time.monotonic() - self.t_start - tvm_s - self.transition_s - self.whole_s
+        return max(1.0, self.options.budget_s - spent)
 
     def measure_guided(self, cands: Sequence[Candidate]) -> Any:
         """3a. Under a budget: measure what can change the plan first, the learned cost model pricing the rest

@@ -229,7 +229,10 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
                 return plan, charged, attempt
             break  # charged into one backend: the best measured mix stands (never-worse judges it)
         run = artifact_runner(graph, plan, work / f"attempt-{attempt}", feeds, target, backend_options)
-        measured_ms = measure_interleaved({"p": run}, rounds=3)["p"]
+        # the verification's 7 rounds: with 3, an inception_v1 bf16 + fp32 plan measured 5.91 ms in its first
+        # attempt, the next attempt's 2-partition plan 3.94 ms, and the excess charged from the first left the
+        # plan shipped predicted at 1.19x its measurement
+        measured_ms = measure_interleaved({"p": run}, rounds=7)["p"]
         if best is None or measured_ms < best[0]:
             best = (measured_ms, plan, charged)
         predicted = plan.predicted_ms or 0.0
