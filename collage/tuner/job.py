@@ -300,7 +300,7 @@ class TuneJob:
 
     def measure(self, cands: Sequence[Candidate]) -> Measured:
         """3. Measured costs (cached in the DB), within what is left of the budget, every backend's whole model
-        even past it (:meth:`measure_whole_first`). With a TVM tuning budget,
+        first and outside it (:meth:`measure_whole_first`). With a TVM tuning budget,
         the vendor candidates first (those on the nodes of a TVM candidate small enough to tune before the rest,
         within half the budget), then TVM tuning where it can change the plan (3b), then the tuned TVM
         candidates; the other TVM candidates are not measured (untuned, they cannot win)."""
