@@ -32,7 +32,7 @@ from collage.errors import CollageError
 from collage.graph.ir import Graph
 from collage.plan import Partition, Plan
 from collage.util import machine_id, say, sha256_bytes
-from collage.tuner.verify import measure_interleaved
+from collage.tuner.verify import VERIFY_ROUNDS, measure_interleaved
 
 
 @dataclasses.dataclass
@@ -134,9 +134,9 @@ def calibrate_partition_charges(graph: Graph, costs: Mapping[Any, float], transi
             runners["whole"] = artifact_runner(graph, one, work / f"whole-{name}", feeds, target, backend_options)
         if chain is not None:
             runners["chain"] = artifact_runner(graph, chain, work / f"chain-{name}", feeds, target, backend_options)
-        # the verification's 7 rounds: with 3, a level on this machine came out 1.37 where the plan then measured
-        # at ~1.1 (the level multiplies the whole prediction; ~2 s a backend)
-        timed = measure_interleaved(runners, rounds=7)
+        # with 3 rounds, a level on this machine came out 1.37 where the plan then measured at ~1.1 (the level
+        # multiplies the whole prediction; ~2 s a backend)
+        timed = measure_interleaved(runners, rounds=VERIFY_ROUNDS)
         if whole_ms is not None:
             levels[name] = timed["whole"] / whole_ms
         if chain is not None:
@@ -229,10 +229,10 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
                 return plan, charged, attempt
             break  # charged into one backend: the best measured mix stands (never-worse judges it)
         run = artifact_runner(graph, plan, work / f"attempt-{attempt}", feeds, target, backend_options)
-        # the verification's 7 rounds: with 3, an inception_v1 bf16 + fp32 plan measured 5.91 ms in its first
-        # attempt, the next attempt's 2-partition plan 3.94 ms, and the excess charged from the first left the
-        # plan shipped predicted at 1.19x its measurement
-        measured_ms = measure_interleaved({"p": run}, rounds=7)["p"]
+        # with 3 rounds, an inception_v1 bf16 + fp32 plan measured 5.91 ms in its first attempt, the next
+        # attempt's 2-partition plan 3.94 ms, and the excess charged from the first left the plan shipped
+        # predicted at 1.19x its measurement
+        measured_ms = measure_interleaved({"p": run}, rounds=VERIFY_ROUNDS)["p"]
         if best is None or measured_ms < best[0]:
             best = (measured_ms, plan, charged)
         predicted = plan.predicted_ms or 0.0

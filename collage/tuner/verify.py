@@ -33,7 +33,12 @@ def median_ms(fn: Callable[[], object], *, min_runs: int = 5, min_time_s: float 
     return statistics.median(samples)
 
 
-def measure_interleaved(runners: Mapping[str, Callable[[], object]], *, rounds: int = 7,
+#: Interleaved rounds of the verification; the timings a prediction is made from (the partition charges'
+#: calibration, the search's plan attempts) take as many, so they are as steady as what they are judged by.
+VERIFY_ROUNDS = 7
+
+
+def measure_interleaved(runners: Mapping[str, Callable[[], object]], *, rounds: int = VERIFY_ROUNDS,
                         min_time_s: float = 0.15, warmup_s: float = 0.3) -> dict[str, float]:
     """Median ms of each runner, measured in interleaved rounds so that drift hits all alike.
 
