@@ -5,8 +5,8 @@ Each candidate is timed alone, so a stitched chain of them costs more than the s
 (DESIGN.md, "Stitching"). ``calibrate_partition_charges`` measures, per backend, a ``PartitionCharge``
 before the search: a level (the whole model called from an artifact against its worker timing) and a cost
 per cut (a chain of that backend's pieces against the levelled sum of its parts). ``search_checked``
-searches with it charged, stitches and measures the plan, and where the plan measures well over its
-prediction (or loses to the best single backend), charges the measured excess to its backends' cuts and
+searches with it charged, stitches and measures the plan, and where the plan measures well over or under its
+prediction (or loses to the best single backend), charges the measured difference to its backends' cuts and
 searches again, keeping the best measured plan. A plan can win and still be mispredicted: a switch from
 OpenVINO to ONNX Runtime costs the next ONNX Runtime partition milliseconds while OpenVINO's threads wind
 down (ResNet-50 under a bf16 budget: bf16 then an ONNX Runtime tail predicted 10.6 ms, measured 27.9 ms;
@@ -201,8 +201,12 @@ def charge_settings(graph: Graph, chain: Plan | None, name: str, options: Mappin
     return canonical_json({f"partition_{what}": on})
 
 
-#: A stitched plan measured more than this factor over its prediction is searched again with the excess charged.
-MISPREDICTED = 1.25
+#: A stitched plan measured more than this factor over its prediction, or under it by as much, is searched again
+#: with its cuts charged the difference (the acceptance band of ``search_checked``). At 1.25, and over-predictions
+#: accepted whatever their size, the precision run of results/precision-charges.md shipped three strict plans
+#: predicted at 1.19x, 0.85x and 0.84x their measurements; #16 asks for 15%, and the same artifact drifts 8-13%
+#: over minutes on this machine, so the search's own check keeps to 10%.
+MISPREDICTED = 1.10
 
 
 def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, PartitionCharge],
@@ -210,16 +214,20 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
                    best_single_ms: float, *, target: str = "cpu", attempts: int = 3,
                    progress: bool = True,
                    backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[Plan, dict[Any, float], int]:
-    """Search, stitch and measure the plan; where it measures more than ``MISPREDICTED`` over the search's
-    prediction, or loses to the best single backend, charge the measured excess per cut to its backends
-    (``charges``, updated in place) and search again (module doc).
+    """Search, stitch and measure the plan; where it loses to the best single backend, or measures outside
+    ``MISPREDICTED`` of the search's prediction either way, charge the difference per cut to its backends
+    (``charges``, updated in place; a cut is never charged below 0) and search again (module doc).
+
+    A plan searched again that comes out the same (same partitions, same backends) is not measured again:
+    its measurement stands and its prediction is now the corrected one.
 
     Returns (plan, the charged costs it was found with, attempts used). The plan returned is the best
     measured mixed plan (the caller's never-worse rule then decides against the single backends).
     """
-    best: tuple[float, Plan, dict[Any, float]] | None = None
+    best: tuple[float, Plan, dict[Any, float], tuple] | None = None
     charged: dict[Any, float] = {}
     plan = None
+    seen: dict[tuple, float] = {}  # each measured plan's end-to-end ms, by its partitions
     for attempt in range(1, attempts + 1):
         charged = charge_costs(costs, charges)
         plan = do_search(charged)
@@ -228,24 +236,28 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
             if best is None:
                 return plan, charged, attempt
             break  # charged into one backend: the best measured mix stands (never-worse judges it)
-        run = artifact_runner(graph, plan, work / f"attempt-{attempt}", feeds, target, backend_options)
-        # with 3 rounds, an inception_v1 bf16 + fp32 plan measured 5.91 ms in its first attempt, the next
-        # attempt's 2-partition plan 3.94 ms, and the excess charged from the first left the plan shipped
-        # predicted at 1.19x its measurement
-        measured_ms = measure_interleaved({"p": run}, rounds=VERIFY_ROUNDS)["p"]
-        if best is None or measured_ms < best[0]:
-            best = (measured_ms, plan, charged)
+        shape = tuple((tuple(p.nodes), p.backend) for p in plan.partitions)
+        again = shape in seen
+        if not again:
+            run = artifact_runner(graph, plan, work / f"attempt-{attempt}", feeds, target, backend_options)
+            # with 3 rounds, an inception_v1 bf16 + fp32 plan measured 5.91 ms in its first attempt, the next
+            # attempt's 2-partition plan 3.94 ms, and the excess charged from the first left the plan shipped
+            # predicted at 1.19x its measurement
+            seen[shape] = measure_interleaved({"p": run}, rounds=VERIFY_ROUNDS)["p"]
+        measured_ms = seen[shape]
+        if best is None or measured_ms < best[0] or shape == best[3]:
+            best = (measured_ms, plan, charged, shape)  # the same plan again: its corrected prediction
         predicted = plan.predicted_ms or 0.0
-        say(progress, "attempt %d: %d partitions, predicted %.3f ms, measured %.3f ms (best single %.3f ms)",
-             attempt, k, predicted, measured_ms, best_single_ms)
-        if measured_ms < best_single_ms and measured_ms <= MISPREDICTED * predicted:
+        say(progress, "attempt %d: %d partitions, predicted %.3f ms, measured %.3f ms%s (best single %.3f ms)",
+             attempt, k, predicted, measured_ms, " before" if again else "", best_single_ms)
+        if measured_ms < best_single_ms and predicted / MISPREDICTED <= measured_ms <= MISPREDICTED * predicted:
             break
         excess = (measured_ms - predicted) / (k - 1)
-        if excess <= 0:
-            break
+        if excess == 0 or (excess < 0 and all(charges.get(b, PartitionCharge()).cut_ms <= 0 for b in plan.backends)):
+            break  # nothing to charge: the prediction's parts, not its cuts, are off
         for b in plan.backends:
             was = charges.get(b, PartitionCharge())
-            charges[b] = dataclasses.replace(was, cut_ms=was.cut_ms + excess)
+            charges[b] = dataclasses.replace(was, cut_ms=max(0.0, was.cut_ms + excess))
     assert best is not None and plan is not None
     if best[1] is not plan:
         do_search(best[2])  # the same costs give the same plan: the search's state (precision rounds, notes) is its

@@ -368,3 +368,41 @@ def test_reference_runs_never_make_the_process_wide_pool():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "POOL None" in out.stdout, out.stdout
+
+
+def test_an_over_predicted_plan_gets_its_cuts_lowered_and_ships_predicted_as_measured(monkeypatch, tmp_path):
+    """A 2-partition plan predicted at 10 ms measures 8.5 ms (0.85x: the precision run shipped two strict plans
+    predicted at 0.84-0.85x their measurements this way). Its backends' cuts are lowered by the difference
+    per cut, the search runs again, the same plan comes back and is not measured again: it ships predicted at
+    its measurement. The old check accepted any winning plan measured under its prediction."""
+    import collage.tuner.export
+    import collage.runtime.artifact
+    from collage.tuner import search_step as tune_search
+    from collage.tuner.search_step import PartitionCharge
+    from collage.plan import Partition, Plan
+
+    class _C(str):  # a candidate: only its backend and nodes are read
+        backend = "openvino"
+        nodes = (2,)
+
+    cand = _C("tail")
+
+    def do_search(charged):  # the same partitions whatever the charges: a 6 ms head and the charged tail
+        return Plan([Partition((0, 1), "openvino-bf16", 6.0), Partition((2,), "openvino", charged[cand])],
+                    predicted_ms=6.0 + charged[cand])
+
+    calls: list[int] = []
+
+    def fake_measure(runners, rounds=3):
+        calls.append(1)
+        return {"p": 8.5}
+
+    monkeypatch.setattr(collage.tuner.export, "export", lambda graph, plan, path, target="cpu", **kw: plan)
+    monkeypatch.setattr(collage.runtime.artifact, "load", lambda plan: plan)
+    monkeypatch.setattr(tune_search, "measure_interleaved", fake_measure)
+    charges = {"openvino": PartitionCharge(1.0, 2.0), "openvino-bf16": PartitionCharge(1.0, 2.0)}
+    plan, charged, attempts = tune_search.search_checked(list(range(3)), {cand: 2.0}, charges, do_search, {},
+                                                         tmp_path, best_single_ms=12.0, progress=False)
+    # predicted 10 (6 + 2 + the 2 ms cut), measured 8.5: 1.5 ms less on the one cut, on both backends
+    assert charges["openvino"].cut_ms == 0.5 and charges["openvino-bf16"].cut_ms == 0.5
+    assert plan.predicted_ms == 8.5 and charged[cand] == 2.5 and attempts == 2 and len(calls) == 1
