@@ -3,6 +3,7 @@
     python -m benchmarks.search_time            # every zoo model + a wide stress graph (~5 min; + building the zoo)
     python -m benchmarks.search_time --quick    # tiny-bert + tiny-resnet (seconds)
     python -m benchmarks.search_time --models bert-base resnet50 --no-stress
+    python -m benchmarks.search_time --undropped  # also each search with the DP's option dropping off
 
 The search timed is the tuner's, ``collage.search.exact.search_exact``: the DP, and the ILP (HiGHS) where
 the DP's frontier passes its valve. Unless ``--no-ilp``, the ILP (``collage.search.ilp.ilp_search``) also
@@ -30,12 +31,13 @@ import sys
 import time
 import zlib
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
 from collage import zoo
 from collage.graph.ir import Graph
-from collage.search import Limits, candidate_counts, enumerate_candidates
+from collage.search import Limits, candidate_counts, dp, enumerate_candidates
 from collage.search.cover import cover_cost, usable_costs
 from collage.search.dp_tables import quantize
 from collage.search.exact import DP_STATES, ExactStats, search_exact
@@ -127,7 +129,7 @@ def _price(graph: Graph, plan, costs) -> int:
 
 
 def bench(name: str, repeats: int, ilp: bool = True, graph: Graph | None = None,
-          backends: tuple[str, ...] = BACKENDS) -> dict:
+          backends: tuple[str, ...] = BACKENDS, undropped: bool = False) -> dict:
     graph = graph if graph is not None else zoo.load_graph(f"zoo:{name}")
     supports = {b: {i: True for i in range(len(graph))} for b in backends}
     enum_s, exact_s = [], []
@@ -138,14 +140,24 @@ def bench(name: str, repeats: int, ilp: bool = True, graph: Graph | None = None,
         cands += [c for c in range_candidates(graph, supports) if c not in known]  # as collage.tuner.job adds them
         enum_s.append(time.perf_counter() - t0)
     costs = synthetic_costs(graph, cands)
+    kept_s: list[float] = []
     for _ in range(repeats):
         stats = ExactStats()
         t0 = time.perf_counter()
         plan = search_exact(graph, costs, transition, stats=stats)
         exact_s.append(time.perf_counter() - t0)
+        if undropped:  # the same search with every backend option kept, right after (the DP before it dropped any)
+            with mock.patch.object(dp, "drop_dominated_options", lambda *a: 0):
+                t0 = time.perf_counter()
+                kept = search_exact(graph, costs, transition)
+                kept_s.append(time.perf_counter() - t0)
+            if _price(graph, kept, costs) != _price(graph, plan, costs) or len(kept.partitions) != len(plan.partitions):
+                raise AssertionError(f"{name}: the search with every option kept found another optimum")
     row = {"model": name, "nodes": len(graph), "counts": candidate_counts(cands),
            "enum_s": statistics.median(enum_s), "exact_s": statistics.median(exact_s), "method": stats.method,
-           "dp_s": stats.dp_s, "expanded": stats.dp.expanded, "pushed": stats.dp.pushed,
+           "dp_s": stats.dp_s, "expanded": stats.dp.expanded, "pushed": stats.dp.pushed, "dropped": stats.dp.dropped,
+           "options": sum(candidate_counts(cands).values()),
+           "kept_s": statistics.median(kept_s) if kept_s else None,
            "partitions": len(plan.partitions), "backends": plan.backends, "predicted_ms": plan.predicted_ms,
            "proven": stats.ilp is None or stats.ilp.optimal,
            "greedy": any("not proven optimal" in n for n in plan.notes)}
@@ -171,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backends", default=",".join(BACKENDS),
                     help=f"backends every node is taken as supported on (default {','.join(BACKENDS)}; the tuner's "
                          "default is onnxruntime,openvino)")
+    ap.add_argument("--undropped", action="store_true",
+                    help="also time each exact search with every backend option kept (the DP's option dropping off), "
+                         "right after it, and check both find the same optimum")
     ap.add_argument("-o", "--output", type=Path)
     args = ap.parse_args(argv)
     backends = tuple(b for b in args.backends.split(",") if b)
@@ -184,12 +199,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in models:
         log.info("%s ...", name)
-        rows.append(bench(name, args.repeats, args.ilp, backends=backends))
+        rows.append(bench(name, args.repeats, args.ilp, backends=backends, undropped=args.undropped))
         log.info("%s", rows[-1])
     if stress:
         g = ladder()
         log.info("%s (stress) ...", g.name)
-        rows.append(bench(f"{g.name} (stress, not a zoo model)", args.repeats, args.ilp, graph=g, backends=backends))
+        rows.append(bench(f"{g.name} (stress, not a zoo model)", args.repeats, args.ilp, graph=g, backends=backends,
+                          undropped=args.undropped))
         log.info("%s", rows[-1])
     command = "python -m benchmarks.search_time" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
     lines = [
@@ -197,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"`{command}` on {machine_id()}, "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; median of {args.repeats} run(s). "
-        "The machine's 2 cores are shared with other jobs: times carry their noise (up to ~2x).",
+        "The machine's speed level moves 13-25% between runs minutes apart (results/machine-level.md): compare "
+        "within a table.",
         "",
         "Costs are **synthetic** (this times the search, not the backends): all nodes supported on "
         f"{', '.join(backends)}; a candidate's cost comes from its nodes' estimated FLOPs with per-backend "
@@ -209,13 +226,17 @@ def main(argv: list[str] | None = None) -> int:
         f"**exact s** is the tuner's search, `search_exact`: the DP, and where the DP passes {DP_STATES} expanded "
         "states, the ILP (HiGHS) started from the DP's greedy plan; **method** says which answered. "
         "**proven**: the answer is a proven optimum (no valve, no greedy fallback). **DP s / states**: the DP's "
-        "part (states expanded: kept after dominance and expanded; reached: records created or improved). "
+        "part (states expanded: kept after dominance and expanded; reached: records created or improved; options "
+        "dropped: (node set, backend) options another backend on the same set beats whatever the rest of the plan, "
+        "of all of them). **options kept s** (with `--undropped`): the same exact search with no option dropped, "
+        "timed right after it (the same optimum: checked). "
         "**ILP alone s**: `ilp_search` on the same costs by itself; **agree**: its plan and the exact search's "
         "have the same cost (integer ns) and the same number of partitions (\"-\": one of them is not a proven optimum).",
         "",
         "| model | nodes | candidates per backend | enumeration s | exact s | method | proven | DP s | DP states "
-        "expanded | DP states reached | ILP alone s | ILP status | agree | plan partitions | plan backends |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "expanded | DP states reached | options dropped | options kept s | ILP alone s | ILP status | agree | "
+        "plan partitions | plan backends |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         counts = ", ".join(f"{b} {n}" for b, n in r["counts"].items())
@@ -224,7 +245,9 @@ def main(argv: list[str] | None = None) -> int:
                      else "- | - | -")
         lines.append(f"| {r['model']} | {r['nodes']} | {counts} | {r['enum_s']:.2f} | {r['exact_s']:.2f} | {r['method']} | "
                      f"{'yes' if r['proven'] and not r['greedy'] else '**no**'} | {r['dp_s']:.2f} | {r['expanded']} | "
-                     f"{r['pushed']} | {ilp_cells} | {r['partitions']} | {', '.join(r['backends'])} |")
+                     f"{r['pushed']} | {r['dropped']} of {r['options']} | "
+                     f"{'-' if r['kept_s'] is None else format(r['kept_s'], '.2f')} | {ilp_cells} | {r['partitions']} | "
+                     f"{', '.join(r['backends'])} |")
     write_atomic(out, lines)
     print(f"wrote {out}")
     return 0

@@ -87,6 +87,51 @@ def build_groups(graph: Graph, table: Mapping[tuple[int, ...], Mapping[str, floa
     return groups
 
 
+def drop_dominated_options(groups: list[Group], nb: int, hand_over: Callable[[int, int, int], int],
+                           out_tensors: list[list[tuple[int, int]]]) -> int:
+    """Drop each group's backend options that another of its options beats whatever the rest of the plan;
+    returns how many were dropped.
+
+    Option ``b`` of a group is dominated by ``b2`` when ``q(b2) + into + out_of < q(b)``: ``into``, the most
+    that reading the group's inputs on ``b2`` can cost over reading them on ``b`` (per producer, the largest
+    difference of their hand-over rows over the producer's backends), and ``out_of``, the most its outputs
+    can cost later partitions more (per output tensor, its readers outside the group x its dearest
+    hand-over: a later partition reading it pays ``T(b2, d)`` instead of ``T(b, d)``, at most that more).
+    Every plan with the group on ``b`` then has one with it on ``b2``, the same partitions, strictly cheaper,
+    so no optimal plan is lost, nor the partition-count tie-break. ``out_tensors`` per node: (readers mask,
+    dearest hand-over) of each output tensor read (``CoverSearch._out_tensors``)."""
+    dropped = 0
+    rise: dict[tuple[tuple[int, ...], int, int], int] = {}  # (sizes read from one producer, b, b2) -> into's term
+    for g in groups:
+        if len(g.options) < 2:
+            continue
+        out_of = 0
+        for u in g.outs:
+            for readers, worst in out_tensors[u]:
+                out_of += (readers & ~g.mask).bit_count() * worst
+        keep = []
+        for b, q in g.options:
+            for b2, q2 in g.options:
+                if b2 == b or q2 + out_of >= q:
+                    continue
+                into = 0
+                for sizes in g.reads.values():
+                    term = rise.get((sizes, b, b2))
+                    if term is None:
+                        term = rise[(sizes, b, b2)] = max(
+                            (sum(hand_over(a, b2, n) for n in sizes) if a != b2 else 0)
+                            - (sum(hand_over(a, b, n) for n in sizes) if a != b else 0) for a in range(nb))
+                    into += term
+                if q2 + into + out_of < q:
+                    break
+            else:
+                keep.append((b, q))
+                continue
+            dropped += 1
+        g.options = tuple(keep)
+    return dropped
+
+
 _INF = 1 << 62
 
 

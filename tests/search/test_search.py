@@ -268,3 +268,21 @@ def test_safety_valve_returns_greedy_plan():
     assert_valid(g, plan)
     assert "not proven optimal" in plan.notes[-1]
     assert plan.predicted_ms >= search(g, costs, lambda a, b, n: 0.1).predicted_ms
+
+
+def test_an_option_beaten_after_every_hand_over_is_dropped_and_one_within_them_is_kept():
+    """Chain 0 -> 1 -> 2, nodes 0 and 2 cheap only on "ort", node 1 1.0 ms on "ort" and 0.5 on "ov". With
+    0.3 ms per hand-over, "ov" for node 1 saves 0.5 and pays two hand-overs (in and out, 0.6): the plan is all
+    "ort" and "ort" for node 1 must stay an option (a rule counting only the hand-over in would drop it,
+    and the search would return ort, ov, ort at 0.1 ms more). At 0.1 ms per hand-over "ov" beats "ort" for
+    node 1 whatever its neighbours run on, and "ort"'s option is dropped."""
+    g = make_dag([("Relu", (-1,)), ("Relu", (0,)), ("Relu", (1,))])
+    costs = {Candidate((0,), "ort"): 1.0, Candidate((0,), "ov"): 9.0, Candidate((1,), "ort"): 1.0,
+             Candidate((1,), "ov"): 0.5, Candidate((2,), "ort"): 1.0, Candidate((2,), "ov"): 9.0}
+    stats = SearchStats()
+    plan = search(g, costs, lambda a, b, n: 0.3, stats=stats)
+    assert [p.backend for p in plan.partitions] == ["ort"] * 3 and plan.predicted_ms == pytest.approx(3.0)
+    assert stats.dropped == 2  # ov for nodes 0 and 2 (8 ms dearer), not ort for node 1
+    plan = search(g, costs, lambda a, b, n: 0.1, stats=stats)
+    assert [p.backend for p in plan.partitions] == ["ort", "ov", "ort"] and plan.predicted_ms == pytest.approx(2.7)
+    assert stats.dropped == 3
