@@ -303,6 +303,19 @@ def ray_address(spec: str) -> str:
     return spec
 
 
+#: ``ray.init`` attempts when the cluster answered but failed to start this connection's client server (Ray's
+#: proxy starts one per ``ray://`` connection: on a loaded 2-core machine it missed its gRPC timeout, and once
+#: its psutil read a zombie process's command line); an unreachable cluster fails at the first attempt.
+INIT_ATTEMPTS = 3
+INIT_PAUSE_S = 2.0
+
+
+def _server_side(e: BaseException) -> bool:
+    """Whether ``ray.init`` reached the cluster and its client server failed to start (worth another try)."""
+    text = str(e)
+    return "Initialization failure from server" in text or "Starting Ray client server failed" in text
+
+
 class RayExecutor(Executor):
     """Measurement windows as Ray tasks on the cluster's ``collage_measure`` nodes (module docstring)."""
 
@@ -315,12 +328,19 @@ class RayExecutor(Executor):
         self.lock, self.per_node, self.check_nodes = lock, max(1, int(per_node)), check_nodes
         self._owns = not ray.is_initialized()
         if self._owns:
-            try:
-                ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING,
-                         configure_logging=False)
-            except Exception as e:  # noqa: BLE001 - Ray raises ConnectionError, ValueError, RuntimeError...
-                raise CollageError(f"cannot reach the Ray cluster at {self.address!r} ({e}); start it with "
-                                   "`ray start --head` (docs/CLUSTER.md) or pass --cluster ray://HOST:10001") from e
+            for attempt in range(1, INIT_ATTEMPTS + 1):
+                try:
+                    ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING,
+                             configure_logging=False)
+                    break
+                except Exception as e:  # noqa: BLE001 - Ray raises ConnectionError, ValueError, RuntimeError...
+                    if attempt < INIT_ATTEMPTS and _server_side(e):
+                        log.warning("the Ray cluster at %r failed to start a client server (%s); connecting again",
+                                    self.address, str(e).splitlines()[0])
+                        time.sleep(INIT_PAUSE_S)
+                        continue
+                    raise CollageError(f"cannot reach the Ray cluster at {self.address!r} ({e}); start it with "
+                                       "`ray start --head` (docs/CLUSTER.md) or pass --cluster ray://HOST:10001") from e
         self.nodes = self.measurement_nodes()
         if not self.nodes:
             self.close()
