@@ -153,10 +153,11 @@ def bench(name: str, repeats: int, ilp: bool = True, graph: Graph | None = None,
                 kept_s.append(time.perf_counter() - t0)
             if _price(graph, kept, costs) != _price(graph, plan, costs) or len(kept.partitions) != len(plan.partitions):
                 raise AssertionError(f"{name}: the search with every option kept found another optimum")
-    row = {"model": name, "nodes": len(graph), "counts": candidate_counts(cands),
+    counts = candidate_counts(cands)
+    row = {"model": name, "nodes": len(graph), "counts": counts,
            "enum_s": statistics.median(enum_s), "exact_s": statistics.median(exact_s), "method": stats.method,
            "dp_s": stats.dp_s, "expanded": stats.dp.expanded, "pushed": stats.dp.pushed, "dropped": stats.dp.dropped,
-           "options": sum(candidate_counts(cands).values()),
+           "options": sum(counts.values()),
            "kept_s": statistics.median(kept_s) if kept_s else None,
            "partitions": len(plan.partitions), "backends": plan.backends, "predicted_ms": plan.predicted_ms,
            "proven": stats.ilp is None or stats.ilp.optimal,

@@ -504,7 +504,6 @@ class CoverSearch:
     def expand(self, cid: int, found: Mapping[int, StateRecord], kept: list[Kept], moves: list[Move]) -> None:
         """Every step of every kept state whose g + h stays within the bound; a complete plan lowers the bound."""
         bound, pushed, goal_id, reached = self.bound, self.pushed, self.goal_id, self.reached
-        digit, fdigits_of = self.digit, self.fdigits_of
         for g_cost, parts, front in kept:
             key = (front << 32) | cid
             f = found[front].f
@@ -513,14 +512,7 @@ class CoverSearch:
                 grp, nid = mv
                 if f + grp.least > bound:
                     continue  # no backend for this step keeps g + h within the greedy plan's cost
-                # self.enter, inlined (1.7M calls on Inception-v2 with three backends)
-                base = f - grp.hconst
-                rows = []
-                for sh, trows, hw in grp.at:
-                    pb = (front >> sh) & digit
-                    rows.append(trows[pb])
-                    base -= hw[pb]
-                nf0 = front & fdigits_of[nid]
+                base, rows, nf0 = self.enter(mv, front, f)
                 hadd, fresh = grp.hadd, grp.fresh
                 into = reached[nid]
                 for b, q in grp.options:

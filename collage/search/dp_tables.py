@@ -87,6 +87,12 @@ def build_groups(graph: Graph, table: Mapping[tuple[int, ...], Mapping[str, floa
     return groups
 
 
+def hand_over_rows(sizes: tuple[int, ...], nb: int, hand_over: Callable[[int, int, int], int]) -> tuple[tuple[int, ...], ...]:
+    """Per producer backend ``a``, per reader backend ``b``: what reading tensors of ``sizes`` bytes from ``a``
+    costs on ``b`` (0 on the same backend)."""
+    return tuple(tuple(sum(hand_over(a, b, s) for s in sizes) if a != b else 0 for b in range(nb)) for a in range(nb))
+
+
 def drop_dominated_options(groups: list[Group], nb: int, hand_over: Callable[[int, int, int], int],
                            out_tensors: list[list[tuple[int, int]]]) -> int:
     """Drop each group's backend options that another of its options beats whatever the rest of the plan;
@@ -118,9 +124,8 @@ def drop_dominated_options(groups: list[Group], nb: int, hand_over: Callable[[in
                 for sizes in g.reads.values():
                     term = rise.get((sizes, b, b2))
                     if term is None:
-                        term = rise[(sizes, b, b2)] = max(
-                            (sum(hand_over(a, b2, n) for n in sizes) if a != b2 else 0)
-                            - (sum(hand_over(a, b, n) for n in sizes) if a != b else 0) for a in range(nb))
+                        rows = hand_over_rows(sizes, nb, hand_over)
+                        term = rise[(sizes, b, b2)] = max(row[b2] - row[b] for row in rows)
                     into += term
                 if q2 + into + out_of < q:
                     break
@@ -243,9 +248,7 @@ def prepare(graph: Graph, groups: list[Group], nb: int, bits: int, hand_over: Ca
         for p, sizes in sorted(g.reads.items()):
             rows = rows_cache.get(sizes)
             if rows is None:
-                rows = rows_cache[sizes] = tuple(
-                    tuple(sum(hand_over(a, b, s) for s in sizes) if a != b else 0 for b in range(nb))
-                    for a in range(nb)) + (zero,) * ((1 << bits) - nb)
+                rows = rows_cache[sizes] = hand_over_rows(sizes, nb, hand_over) + (zero,) * ((1 << bits) - nb)
             hw = zero
             for c in kids[p]:
                 if (g.mask >> c) & 1:
