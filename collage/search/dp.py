@@ -219,13 +219,7 @@ class CoverSearch:
         self.allowed_memo: dict[tuple[int, int], tuple[tuple[Group, ...], bool]] = {}
         self.bits = max(1, (self.nb - 1).bit_length())  # a frontier digit holds a backend index
         self.digit = (1 << self.bits) - 1
-        self.h0 = prepare(graph, groups, self.nb, self.bits, self.hand_over)
-        bits = self.bits
-        for g in groups:  # the frontier digits a step reads, and those it adds (every member read outside)
-            g.at = tuple((p * bits, rows, hw) for p, rows, hw in g.ins)
-            g.outs_mask = graph.mask(g.outs) if g.outs else 0
-            low = sum(1 << (u * bits) for u in g.outs)
-            g.fresh = tuple(b * low for b in range(self.nb))
+        self.h0 = prepare(graph, groups, self.nb, self.bits, self.hand_over)  # and the frontier digits of steps
         # Covered sets get small ids. A state is one int: (frontier << 32) | id, where the frontier holds the
         # backend of frontier node u in bits u*bits.. of it (a fixed place per node: a step keeps the digits
         # of the nodes still read, one AND, and adds its own, one OR).

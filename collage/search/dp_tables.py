@@ -50,11 +50,10 @@ class Group:
     options: tuple[tuple[int, int], ...]     # (backend index, quantized cost)
     reads: dict[int, tuple[int, ...]]        # producer outside -> nbytes of each distinct tensor read from it
     # filled by prepare:
-    ins: tuple = ()       # (producer, hand-over row per its backend, heuristic term per its backend)
     hconst: int = 0       # heuristic terms of members that head a chain
     hadd: tuple = ()      # per backend: heuristic terms of the chain successors this step uncovers
     least: int = 0        # a lower bound on the growth of g + h over the step, whatever the backends
-    # filled by the search (collage.search.dp.CoverSearch), for its frontier encoding:
+    # for the search's frontier encoding (collage.search.dp.CoverSearch), also filled by prepare:
     at: tuple = ()        # per tensor read: (frontier shift of its producer, hand-over rows, h terms)
     outs_mask: int = 0    # ``outs`` as a mask
     fresh: tuple = ()     # per backend: the frontier digits of ``outs`` on it
@@ -67,22 +66,29 @@ def build_groups(graph: Graph, table: Mapping[tuple[int, ...], Mapping[str, floa
     node_reads = [graph.reads(i) for i in range(n)]
     producer = {t: graph.producer(t) for ts in node_reads for t in ts}
     size_of = {t: graph.tensor(t).nbytes for t, p in producer.items() if p is not None}
+    # per node, (producer, tensor) of each tensor it reads from another node
+    inputs = [tuple((producer[t], t) for t in ts if producer[t] is not None) for ts in node_reads]
     groups: list[Group] = []
     for nodes, opts in sorted(table.items()):
-        mask = graph.mask(nodes)
-        ext_pred = 0
+        mask = ext_pred = 0
         for i in nodes:
+            mask |= 1 << i
             ext_pred |= preds[i]
         ext_pred &= ~mask
-        reads: dict[int, tuple[int, ...]] = {}  # producer outside -> sizes of the distinct tensors read from it
-        for i in nodes:
-            for t in node_reads[i]:
-                p = producer.get(t)
-                if p is not None and not (mask >> p) & 1 and t not in reads.get(p, ()):
-                    reads[p] = reads.get(p, ()) + (t,)
-        reads = {p: tuple(size_of[t] for t in ts) for p, ts in reads.items()}
-        outs = tuple(i for i in nodes if succ[i] & ~mask)
-        options = tuple((bidx[b], quantize(ms)) for b, ms in sorted(opts.items()))
+        names: dict[int, list[str]] = {}  # producer outside -> the distinct tensors read from it
+        if ext_pred:
+            for i in nodes:
+                for p, t in inputs[i]:
+                    if not (mask >> p) & 1:
+                        ts = names.get(p)
+                        if ts is None:
+                            names[p] = [t]
+                        elif t not in ts:
+                            ts.append(t)
+        reads = {p: tuple([size_of[t] for t in ts]) for p, ts in names.items()}
+        outside = ~mask
+        outs = tuple([i for i in nodes if succ[i] & outside])
+        options = tuple([(bidx[b], quantize(ms)) for b, ms in sorted(opts.items())])
         groups.append(Group(nodes, mask, ext_pred, outs, options, reads))
     return groups
 
@@ -237,28 +243,43 @@ def _chains(graph: Graph, groups: list[Group], nb: int, hand_over: Callable[[int
 def prepare(graph: Graph, groups: list[Group], nb: int, bits: int, hand_over: Callable[[int, int, int], int]) -> int:
     """Fill each group's hand-over tables, heuristic terms and frontier digits; returns the start's h."""
     parent, W, W0 = _chains(graph, groups, nb, hand_over)
-    kids: list[list[int]] = [[] for _ in range(len(graph))]
+    n = len(graph)
+    kids: list[list[int]] = [[] for _ in range(n)]
     for c, p in enumerate(parent):
         if p is not None:
             kids[p].append(c)
+    pad = (0,) * ((1 << bits) - nb)  # digit values past the last backend
     zero = (0,) * nb
     rows_cache: dict[tuple[int, ...], tuple] = {}
+    head = [W0[c] if parent[c] is None else 0 for c in range(n)]  # the chain heads' terms
+    kid_terms = [tuple(W[c]) + pad for c in range(n)]           # h terms of c, by its kept parent's backend
+    kid_max = [max(t) for t in kid_terms]
+    no_terms = zero + pad
     for g in groups:
-        ins = []
+        mask = g.mask
+        at, read_max = [], 0
         for p, sizes in sorted(g.reads.items()):
             rows = rows_cache.get(sizes)
             if rows is None:
                 rows = rows_cache[sizes] = hand_over_rows(sizes, nb, hand_over) + (zero,) * ((1 << bits) - nb)
-            hw = zero
+            hw, top = no_terms, 0
             for c in kids[p]:
-                if (g.mask >> c) & 1:
-                    hw = tuple(W[c][a] for a in range(nb))
-            ins.append((p, rows, hw + (0,) * ((1 << bits) - nb)))
-        g.ins = tuple(ins)
-        g.hconst = sum(W0[c] for c in g.nodes if parent[c] is None)
-        out_kids = [c for u in g.nodes for c in kids[u] if not (g.mask >> c) & 1]
-        g.hadd = tuple(sum(W[c][b] for c in out_kids) for b in range(nb))
-        g.least = min(q + g.hadd[b] for b, q in g.options) - g.hconst - sum(max(hw) for _, _, hw in g.ins)
-    return sum(W0[c] for c in range(len(graph)) if parent[c] is None)
-
-
+                if (mask >> c) & 1:
+                    hw, top = kid_terms[c], kid_max[c]
+            at.append((p * bits, rows, hw))
+            read_max += top
+        g.at = tuple(at)
+        g.hconst = hconst = sum([head[c] for c in g.nodes])
+        hadd = [0] * nb
+        low = 0
+        for u in g.outs:
+            low |= 1 << (u * bits)
+            for c in kids[u]:
+                if not (mask >> c) & 1:
+                    for b, w in enumerate(W[c]):
+                        hadd[b] += w
+        g.hadd = tuple(hadd)
+        g.least = min([q + hadd[b] for b, q in g.options]) - hconst - read_max
+        g.outs_mask = graph.mask(g.outs)
+        g.fresh = tuple([b * low for b in range(nb)])
+    return sum(head)
