@@ -174,7 +174,10 @@ def search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition 
 
 
 class OutOfTime(CollageError):
-    """The search's ``deadline`` passed (or would have before it finished)."""
+    """The search's ``deadline`` passed (or would have before it finished). ``greedy``: the greedy plan it
+    had found by then (None if its dives found none), so that whoever takes over need not set up again."""
+
+    greedy: Plan | None = None
 
 
 class CoverSearch:
@@ -417,7 +420,11 @@ class CoverSearch:
         self.reached[start][0] = StateRecord(0, 0, self.h0, -1, None, 0)
         self.goal_id = self.register(self.full, 0)
         self.expanded = self.pushed = 0
-        goal, deepest = self.settle_all(greedy, max_states)
+        try:
+            goal, deepest = self.settle_all(greedy, max_states)
+        except OutOfTime as e:
+            e.greedy = self.plan(greedy) if greedy else None
+            raise
         stats.expanded, stats.pushed, stats.dropped = self.expanded, self.pushed, self.dropped
         if isinstance(goal, Plan):
             return goal

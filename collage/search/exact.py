@@ -10,8 +10,9 @@ the DP's greedy plan when it has one, so the answer is still the proven optimum 
 The DP's time limit is a deadline the DP checks as it settles covered sets (any thread): it stops when
 the deadline has passed or when its progress so far (nodes settled per second) says it would pass it, so
 a graph whose frontier explodes (the ladder stress graph) goes to the ILP early, while one that needs
-long but steady work (Inception-v2: ~113,000 states, ~13 s) finishes. States are a poor clock:
-Inception-v2's four branches make each state dear (~9,000 states/s against ~20,000 on BERT-base).
+long but steady work (Inception-v2 with three backends: ~111,000 states, 12-35 s by machine) finishes.
+States are a poor clock: Inception-v2's four branches make each state dear (~9,000 states/s against
+~20,000 on BERT-base).
 """
 from __future__ import annotations
 
@@ -34,9 +35,12 @@ log = logging.getLogger(__name__)
 #: DP states expanded before the ILP takes over (with the time limit, whichever comes first). Inception-v2
 #: with three backends needs ~113,000, every other zoo model under 20,000 (results/search-time.md).
 DP_STATES = 250_000
-#: Seconds the DP may take (or is projected to take) before the ILP takes over (every zoo model's DP takes
-#: under 2 s here, except Inception-v2's, ~13 s).
-DP_TIME_LIMIT = 30.0
+#: Seconds the DP may take (or is projected to take) before the ILP takes over. Every zoo model's DP takes
+#: under 2 s on the Xeon of results/search-time.md except Inception-v2's with three backends (~12 s); on a
+#: slower machine (an AMD EPYC VM, ~3x slower in Python) that one takes ~35 s, and the ILP it would hand over
+#: to (42 s on the Xeon) did not return in 10 min there, past its own limit (HiGHS's root-node heuristics do
+#: not check it): so a DP whose progress is steady gets room for ~3x that.
+DP_TIME_LIMIT = 90.0
 #: Seconds HiGHS may take before the best plan found so far is used (with a "not proven optimal" note).
 ILP_TIME_LIMIT = 60.0
 
@@ -62,19 +66,18 @@ def search_exact(graph: Graph, costs: Mapping[Candidate, Any], transition: Trans
     stats = stats if stats is not None else ExactStats()
     t0 = time.perf_counter()
     try:
-        plan = search(graph, costs, transition, stats=stats.dp, max_states=max_states,
-                      deadline=time.monotonic() + dp_time_limit if dp_time_limit else None)
-    except OutOfTime:
-        plan = None
+        # past max_states the DP returns its greedy plan; past the deadline it raises with it: either way that
+        # plan (its two dives) is HiGHS's first incumbent, so the ILP's answer is never worse than it
+        plan = greedy = search(graph, costs, transition, stats=stats.dp, max_states=max_states,
+                               deadline=time.monotonic() + dp_time_limit if dp_time_limit else None)
+    except OutOfTime as e:
+        plan, greedy = None, e.greedy
     stats.dp_s = time.perf_counter() - t0
     if plan is not None and stats.dp.expanded <= max_states:
         return plan
     from collage.search.ilp import IlpStats, ilp_search
 
     why = (f"passed {max_states} states" if plan is not None else f"ran past {dp_time_limit:g} s")
-    greedy = plan
-    if greedy is None:  # the DP's greedy plan (its two dives) as HiGHS's first incumbent: never worse than it
-        greedy = search(graph, costs, transition, max_states=0)
     stats.ilp = IlpStats()
     log.info("%s: the DP %s (%.1f s); solving exactly as an ILP (HiGHS)%s", graph.name, why, stats.dp_s,
              f" from its greedy plan ({greedy.predicted_ms or 0.0:.3f} ms)" if greedy is not None else "")

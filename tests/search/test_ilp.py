@@ -119,6 +119,27 @@ def test_fallback_to_ilp_when_the_dp_valve_trips():
     assert stats.method == "dp" and objective(g, plan, costs, tr) == objective(g, exact, costs, tr)
 
 
+def test_fallback_past_the_dp_deadline_starts_from_its_greedy_plan_without_setting_up_again(monkeypatch):
+    from collage.search import dp
+
+    g = make_dag([("Relu", (-1,)), ("Relu", (0,)), ("Relu", (1,)), ("Relu", (0,)), ("Add", (2, 3)), ("Relu", (4,)),
+                  ("Relu", (-2,)), ("Add", (6, 5))])
+    cands = enumerate_candidates(g, all_supported(g), Limits(max_nodes=3))
+    rng = random.Random(5)
+    costs = {c: rng.uniform(0.5, 2.0) * len(c.nodes) for c in cands}
+    tr = lambda a, b, n: 0.1  # noqa: E731
+    exact = search(g, costs, tr)
+    set_ups = []
+    init = dp.CoverSearch.__init__
+    monkeypatch.setattr(dp.CoverSearch, "__init__", lambda self, *a, **k: (set_ups.append(1), init(self, *a, **k))[1])
+    stats = ExactStats()
+    plan = search_exact(g, costs, tr, stats=stats, dp_time_limit=1e-9)  # out of time at its first covered set
+    assert stats.method == "ilp" and stats.ilp.optimal
+    assert len(set_ups) == 1  # the DP's greedy plan came with its OutOfTime
+    assert objective(g, plan, costs, tr) == objective(g, exact, costs, tr)
+    assert "ran past" in plan.notes[-1] and "the DP's greedy plan was" in plan.notes[-1]
+
+
 @pytest.mark.parametrize("name", ["tiny-bert", "tiny-resnet", "tiny-mobilenetv2", "whisper-tiny-encoder",
                                   pytest.param("convnext-t", marks=pytest.mark.slow),
                                   pytest.param("vit-b16", marks=pytest.mark.slow)])
