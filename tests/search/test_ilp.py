@@ -100,14 +100,19 @@ def test_start_plan_and_tie_break_to_one_partition():
     assert [(p.nodes, p.backend) for p in plan.partitions] == [(tuple(range(6)), "ov")]
 
 
-def test_fallback_to_ilp_when_the_dp_valve_trips():
+def fallback_case():
+    """A small DAG with a branch and random costs: (graph, costs, transition, the DP's own plan)."""
     g = make_dag([("Relu", (-1,)), ("Relu", (0,)), ("Relu", (1,)), ("Relu", (0,)), ("Add", (2, 3)), ("Relu", (4,)),
                   ("Relu", (-2,)), ("Add", (6, 5))])
     cands = enumerate_candidates(g, all_supported(g), Limits(max_nodes=3))
     rng = random.Random(5)
     costs = {c: rng.uniform(0.5, 2.0) * len(c.nodes) for c in cands}
     tr = lambda a, b, n: 0.1  # noqa: E731
-    exact = search(g, costs, tr)
+    return g, costs, tr, search(g, costs, tr)
+
+
+def test_fallback_to_ilp_when_the_dp_valve_trips():
+    g, costs, tr, exact = fallback_case()
     stats = ExactStats()
     plan = search_exact(g, costs, tr, stats=stats, max_states=1)
     assert stats.method == "ilp" and stats.ilp.optimal
@@ -122,13 +127,7 @@ def test_fallback_to_ilp_when_the_dp_valve_trips():
 def test_fallback_past_the_dp_deadline_starts_from_its_greedy_plan_without_setting_up_again(monkeypatch):
     from collage.search import dp
 
-    g = make_dag([("Relu", (-1,)), ("Relu", (0,)), ("Relu", (1,)), ("Relu", (0,)), ("Add", (2, 3)), ("Relu", (4,)),
-                  ("Relu", (-2,)), ("Add", (6, 5))])
-    cands = enumerate_candidates(g, all_supported(g), Limits(max_nodes=3))
-    rng = random.Random(5)
-    costs = {c: rng.uniform(0.5, 2.0) * len(c.nodes) for c in cands}
-    tr = lambda a, b, n: 0.1  # noqa: E731
-    exact = search(g, costs, tr)
+    g, costs, tr, exact = fallback_case()
     set_ups = []
     init = dp.CoverSearch.__init__
     monkeypatch.setattr(dp.CoverSearch, "__init__", lambda self, *a, **k: (set_ups.append(1), init(self, *a, **k))[1])
