@@ -17,11 +17,13 @@ States are a poor clock: Inception-v2's four branches make each state dear (~9,0
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from collage.errors import CollageError
 from collage.plan import Plan
 from collage.search.candidates import Candidate
 from collage.search.cover import Transition
@@ -43,6 +45,8 @@ DP_STATES = 250_000
 DP_TIME_LIMIT = 90.0
 #: Seconds HiGHS may take before the best plan found so far is used (with a "not proven optimal" note).
 ILP_TIME_LIMIT = 60.0
+#: Seconds past ``ILP_TIME_LIMIT`` before the ILP's process is stopped and the DP's greedy plan is used.
+ILP_GRACE_S = 30.0
 
 
 @dataclass
@@ -82,9 +86,65 @@ def search_exact(graph: Graph, costs: Mapping[Candidate, Any], transition: Trans
     log.info("%s: the DP %s (%.1f s); solving exactly as an ILP (HiGHS)%s", graph.name, why, stats.dp_s,
              f" from its greedy plan ({greedy.predicted_ms or 0.0:.3f} ms)" if greedy is not None else "")
     t1 = time.perf_counter()
-    plan = ilp_search(graph, costs, transition, start=greedy, stats=stats.ilp, time_limit=ilp_time_limit)
+    plan = _ilp_held_to(ilp_time_limit, graph, costs, transition, greedy, stats)
     stats.ilp_s = time.perf_counter() - t1
+    if plan is None:  # HiGHS ran past its limit and was stopped: the greedy plan, saying so
+        log.warning("%s: HiGHS did not answer within %g s; using the DP's greedy plan (not proven optimal)",
+                    graph.name, ilp_time_limit + ILP_GRACE_S)
+        if greedy is None:
+            raise CollageError(f"{graph.name}: the search found no plan in time: the DP ran out and HiGHS did not "
+                               f"answer within {ilp_time_limit + ILP_GRACE_S:g} s")
+        greedy.notes.append(f"search: the DP's frontier {why}; HiGHS did not answer within "
+                            f"{ilp_time_limit + ILP_GRACE_S:g} s and was stopped: the DP's greedy plan, not proven optimal")
+        return greedy
     how = "proven optimal" if stats.ilp.optimal else "best found, not proven optimal"
     plan.notes.append(f"search: the DP's frontier {why}; solved as an ILP with HiGHS in {stats.ilp_s:.1f} s ({how}"
                       + (f"; the DP's greedy plan was {greedy.predicted_ms or 0.0:.3f} ms)" if greedy is not None else ")"))
     return plan
+
+
+def _ilp_held_to(time_limit: float, graph: Graph, costs: Mapping[Candidate, Any], transition: Transition | None,
+                 greedy: Plan | None, stats: ExactStats) -> Plan | None:
+    """:func:`collage.search.ilp.ilp_search` in a forked child that is killed ``ILP_GRACE_S`` after its time
+    limit (None then): HiGHS does not check its limit everywhere (results/search-time-epyc.md: 10+ min
+    against 60 s at the root node), and a tune must not hang on it. In-process where fork is unavailable."""
+    from collage.search.ilp import ilp_search
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return ilp_search(graph, costs, transition, start=greedy, stats=stats.ilp, time_limit=time_limit)
+    ctx = multiprocessing.get_context("fork")
+    answer, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_ilp_child, args=(send, graph, costs, transition, greedy, time_limit),
+                        name="collage-ilp")
+    child.start()
+    send.close()
+    try:
+        if not answer.poll(time_limit + ILP_GRACE_S):
+            return None
+        plan, ilp_stats, error = answer.recv()
+    except EOFError:  # the child died without a word (killed, or HiGHS aborted)
+        return None
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join()
+        answer.close()
+    if error is not None:
+        raise error
+    stats.ilp = ilp_stats
+    return plan
+
+
+def _ilp_child(send: Any, graph: Graph, costs: Mapping[Candidate, Any], transition: Transition | None,
+               greedy: Plan | None, time_limit: float) -> None:
+    from collage.search.ilp import IlpStats, ilp_search
+
+    stats = IlpStats()
+    try:
+        plan = ilp_search(graph, costs, transition, start=greedy, stats=stats, time_limit=time_limit)
+    except Exception as e:  # said to the parent, which raises it (a CollageError as it is, anything else named)
+        send.send((None, stats, e if isinstance(e, CollageError) else
+                   CollageError(f"{graph.name}: the ILP failed: {type(e).__name__}: {e}")))
+    else:
+        send.send((plan, stats, None))
+    send.close()

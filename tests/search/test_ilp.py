@@ -139,6 +139,34 @@ def test_fallback_past_the_dp_deadline_starts_from_its_greedy_plan_without_setti
     assert "ran past" in plan.notes[-1] and "the DP's greedy plan was" in plan.notes[-1]
 
 
+def test_an_ilp_that_runs_past_its_limit_is_stopped_and_the_greedy_plan_says_so(monkeypatch):
+    # HiGHS does not check its time limit everywhere (results/search-time-epyc.md): one that never returns
+    import multiprocessing
+    import time
+
+    from collage.search import exact, ilp
+
+    g, costs, tr, best = fallback_case()
+    monkeypatch.setattr(ilp, "ilp_search", lambda *a, **k: time.sleep(600))
+    monkeypatch.setattr(exact, "ILP_GRACE_S", 0.5)
+    t0 = time.monotonic()
+    plan = search_exact(g, costs, tr, stats=ExactStats(), max_states=1, ilp_time_limit=0.5)
+    assert time.monotonic() - t0 < 30
+    assert_valid(g, plan)
+    assert objective(g, plan, costs, tr) >= objective(g, best, costs, tr)
+    assert "HiGHS did not answer within 1 s" in plan.notes[-1] and "not proven optimal" in plan.notes[-1]
+    assert not [p for p in multiprocessing.active_children() if p.name == "collage-ilp"]
+
+
+def test_an_ilp_that_fails_in_its_process_raises_here(monkeypatch):
+    from collage.search import ilp
+
+    g, costs, tr, _ = fallback_case()
+    monkeypatch.setattr(ilp, "ilp_search", lambda *a, **k: 1 / 0)
+    with pytest.raises(CollageError, match="the ILP failed: ZeroDivisionError"):
+        search_exact(g, costs, tr, max_states=1)
+
+
 @pytest.mark.parametrize("name", ["tiny-bert", "tiny-resnet", "tiny-mobilenetv2", "whisper-tiny-encoder",
                                   pytest.param("convnext-t", marks=pytest.mark.slow),
                                   pytest.param("vit-b16", marks=pytest.mark.slow)])
