@@ -5,7 +5,9 @@ uncovered ones) stays narrow; past its state valve it returns its greedy plan, "
 :func:`search_exact` gives the DP ``dp_time_limit`` seconds and ``max_states`` expanded states, and when
 either runs out solves the same cover with :func:`collage.search.ilp.ilp_search` (HiGHS), seeded with
 the DP's greedy plan when it has one, so the answer is still the proven optimum (or, past
-``ilp_time_limit``, the best plan HiGHS found, with a note). Same arguments and result as ``search``.
+``ilp_time_limit``, the best plan HiGHS found, with a note). HiGHS runs in a forked process, stopped
+``ILP_GRACE_S`` past its limit where it does not stop itself (then the greedy plan ships, with a note).
+Same arguments and result as ``search``.
 
 The DP's time limit is a deadline the DP checks as it settles covered sets (any thread): it stops when
 the deadline has passed or when its progress so far (nodes settled per second) says it would pass it, so
