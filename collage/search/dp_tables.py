@@ -49,11 +49,10 @@ class Group:
     outs: tuple[int, ...]                    # member nodes with a consumer outside the set
     options: tuple[tuple[int, int], ...]     # (backend index, quantized cost)
     reads: dict[int, tuple[int, ...]]        # producer outside -> nbytes of each distinct tensor read from it
-    # filled by prepare:
+    # filled by prepare (the last three for the frontier encoding of collage.search.dp.CoverSearch):
     hconst: int = 0       # heuristic terms of members that head a chain
     hadd: tuple = ()      # per backend: heuristic terms of the chain successors this step uncovers
     least: int = 0        # a lower bound on the growth of g + h over the step, whatever the backends
-    # for the search's frontier encoding (collage.search.dp.CoverSearch), also filled by prepare:
     at: tuple = ()        # per tensor read: (frontier shift of its producer, hand-over rows, h terms)
     outs_mask: int = 0    # ``outs`` as a mask
     fresh: tuple = ()     # per backend: the frontier digits of ``outs`` on it
@@ -271,8 +270,9 @@ def prepare(graph: Graph, groups: list[Group], nb: int, bits: int, hand_over: Ca
         g.at = tuple(at)
         g.hconst = hconst = sum([head[c] for c in g.nodes])
         hadd = [0] * nb
-        low = 0
+        outs_mask = low = 0
         for u in g.outs:
+            outs_mask |= 1 << u
             low |= 1 << (u * bits)
             for c in kids[u]:
                 if not (mask >> c) & 1:
@@ -280,6 +280,6 @@ def prepare(graph: Graph, groups: list[Group], nb: int, bits: int, hand_over: Ca
                         hadd[b] += w
         g.hadd = tuple(hadd)
         g.least = min([q + hadd[b] for b, q in g.options]) - hconst - read_max
-        g.outs_mask = graph.mask(g.outs)
+        g.outs_mask = outs_mask
         g.fresh = tuple([b * low for b in range(nb)])
     return sum(head)

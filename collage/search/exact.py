@@ -88,16 +88,17 @@ def search_exact(graph: Graph, costs: Mapping[Candidate, Any], transition: Trans
     log.info("%s: the DP %s (%.1f s); solving exactly as an ILP (HiGHS)%s", graph.name, why, stats.dp_s,
              f" from its greedy plan ({greedy.predicted_ms or 0.0:.3f} ms)" if greedy is not None else "")
     t1 = time.perf_counter()
-    plan = _ilp_held_to(ilp_time_limit, graph, costs, transition, greedy, stats)
+    held = ilp_time_limit + ILP_GRACE_S
+    plan = _ilp_held_to(ilp_time_limit, held, graph, costs, transition, greedy, stats)
     stats.ilp_s = time.perf_counter() - t1
     if plan is None:  # HiGHS ran past its limit and was stopped: the greedy plan, saying so
         log.warning("%s: HiGHS did not answer within %g s; using the DP's greedy plan (not proven optimal)",
-                    graph.name, ilp_time_limit + ILP_GRACE_S)
+                    graph.name, held)
         if greedy is None:
             raise CollageError(f"{graph.name}: the search found no plan in time: the DP ran out and HiGHS did not "
-                               f"answer within {ilp_time_limit + ILP_GRACE_S:g} s")
-        greedy.notes.append(f"search: the DP's frontier {why}; HiGHS did not answer within "
-                            f"{ilp_time_limit + ILP_GRACE_S:g} s and was stopped: the DP's greedy plan, not proven optimal")
+                               f"answer within {held:g} s")
+        greedy.notes.append(f"search: the DP's frontier {why}; HiGHS did not answer within {held:g} s and was "
+                            "stopped: the DP's greedy plan, not proven optimal")
         return greedy
     how = "proven optimal" if stats.ilp.optimal else "best found, not proven optimal"
     plan.notes.append(f"search: the DP's frontier {why}; solved as an ILP with HiGHS in {stats.ilp_s:.1f} s ({how}"
@@ -105,10 +106,10 @@ def search_exact(graph: Graph, costs: Mapping[Candidate, Any], transition: Trans
     return plan
 
 
-def _ilp_held_to(time_limit: float, graph: Graph, costs: Mapping[Candidate, Any], transition: Transition | None,
-                 greedy: Plan | None, stats: ExactStats) -> Plan | None:
-    """:func:`collage.search.ilp.ilp_search` in a forked child that is killed ``ILP_GRACE_S`` after its time
-    limit (None then): HiGHS does not check its limit everywhere (results/search-time-epyc.md: 10+ min
+def _ilp_held_to(time_limit: float, held: float, graph: Graph, costs: Mapping[Candidate, Any],
+                 transition: Transition | None, greedy: Plan | None, stats: ExactStats) -> Plan | None:
+    """:func:`collage.search.ilp.ilp_search` with ``time_limit`` in a forked child that is killed after ``held``
+    seconds (None then): HiGHS does not check its limit everywhere (results/search-time-epyc.md: 10+ min
     against 60 s at the root node), and a tune must not hang on it. In-process where fork is unavailable."""
     from collage.search.ilp import ilp_search
 
@@ -121,7 +122,7 @@ def _ilp_held_to(time_limit: float, graph: Graph, costs: Mapping[Candidate, Any]
     child.start()
     send.close()
     try:
-        if not answer.poll(time_limit + ILP_GRACE_S):
+        if not answer.poll(held):
             return None
         plan, ilp_stats, error = answer.recv()
     except EOFError:  # the child died without a word (killed, or HiGHS aborted)
