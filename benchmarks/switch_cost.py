@@ -16,8 +16,9 @@ Runtime's process-wide pool is per process), interleaved round robin, medians ov
 * ResNet-50 in 18 pieces (after the stem's MaxPool and every residual block) all on ONNX Runtime, against
   the whole model on ONNX Runtime in the same round (the same-runtime chain the shared pool was made for).
 
-Settings (``SETTINGS``, a subset with ``--settings``): ``before``: one process-wide ONNX Runtime pool (the
-default; spin off per session, which does not reach that pool); ``nice``: the same pool with its workers
+Settings (``SETTINGS``, a subset with ``--settings``): ``before``: one process-wide ONNX Runtime pool (spin
+off per session, which does not reach that pool); ``park``: the same pool, its workers parked while
+OpenVINO runs (``collage.backends.handover``; the default); ``nice``: the same pool with its workers
 at a lower priority (``pool_nice``); ``timed``: each session on its own pool with time-based spinning
 (``session.intra_op.spin_duration_us`` = 100 after a parallel section, then sleep); ``stop``: each session
 on its own pool, spinning while a run lasts and stopped when it returns (``session.force_spinning_stop``).
@@ -42,8 +43,10 @@ import numpy as np
 log = logging.getLogger("benchmarks.switch_cost")
 
 SETTINGS: dict[str, dict[str, dict]] = {
-    "before": {"onnxruntime": {"shared_pool": True, "spin": False}, "openvino": {"pinning": False}},
-    "nice": {"onnxruntime": {"shared_pool": True, "spin": False, "pool_nice": 19}, "openvino": {"pinning": False}},
+    "before": {"onnxruntime": {"shared_pool": True, "spin": False, "park": False}, "openvino": {"pinning": False}},
+    "park": {"onnxruntime": {"shared_pool": True, "spin": False}, "openvino": {"pinning": False}},
+    "nice": {"onnxruntime": {"shared_pool": True, "spin": False, "pool_nice": 19, "park": False},
+             "openvino": {"pinning": False}},
     "timed": {"onnxruntime": {"shared_pool": False, "spin": False, "wait": "timed", "spin_us": 100},
               "openvino": {"pinning": False}},
     "stop": {"onnxruntime": {"shared_pool": False, "spin": False, "wait": "stop", "spin_us": 0},
@@ -227,8 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         "# Transition costs: a switch between ONNX Runtime and OpenVINO with real work on both sides",
         "",
         f"Command: `{cmd.strip()}` ({time.time() - t0:.0f} s). Machine: {machine_id()}; "
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC. The 2 cores are shared with other "
-        "jobs (load 5-10 during this run): every number is a median over interleaved rounds, pooled over "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC. The machine's speed level moves "
+        "13-25% between runs minutes apart (results/machine-level.md): every number is a median over interleaved rounds, pooled over "
         f"{args.repeats} processes per setting run alternately ({args.rounds} rounds each, {args.cycles} A,B cycles "
         "per chain run); compare settings within this file only.",
         "",
@@ -239,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
         "(`set_global_thread_pool_sizes`), `session.force_spinning_stop` 1 and `allow_spinning` 0 per session, which "
         "never reach that pool (onnxruntime/core/session/inference_session.cc: spinning control applies to "
         "per-session pools only); its worker spins ~50 ms after every run (1<<20 SpinPause).",
+        "- park = before, with the pool's worker threads parked while another runtime runs (the default since "
+        "this setting was measured): at a switch away from ONNX Runtime each worker gets a real-time signal whose "
+        "handler is libc's sleep, at the switch back a second signal ends it (`collage.backends.handover`).",
         "- nice = before, with the pool's worker threads at nice +19 (`setpriority` per thread id, Linux): while "
         "ONNX Runtime runs alone they get a core as before; when its spin overlaps another runtime's threads "
         "the kernel gives the core to those.",

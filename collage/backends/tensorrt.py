@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from collage.backends import handover
 from collage.backends.base import Backend, Compiled
 from collage.backends.cuda_timing import gpu_name, no_device_reason
 from collage.errors import ArtifactError, BackendUnavailable, CollageError, CompileError, UnsupportedError
@@ -167,6 +168,7 @@ class TrtCompiled(Compiled):
         buf.copy_(src.to(buf.dtype))
 
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        handover.run_on("tensorrt")
         for name in self.input_names:
             try:
                 self._feed(name, feeds[name])

@@ -8,15 +8,19 @@ partitions (ResNet-50 in 18 pieces: 1.21-1.28x its whole model, against 1.17-2.6
 and its price is the hand-over: its workers spin ~50 ms after every run whatever the sessions ask
 (``session.force_spinning_stop`` and ``allow_spinning`` reach per-session pools only:
 onnxruntime/core/session/inference_session.cc; Python has no binding for the global pool's spin control),
-so an OpenVINO partition right after an ONNX Runtime one shares the cores with that spin (+3 to +13 ms
-per switch at BERT-base scale in these runs). The tuner measures that switch with real work on both sides
-and the search pays it (collage.cost_models.transitions), so a mixed plan is chosen only where it still
-wins. **Side effect** of that pool: once it exists, ONNX Runtime refuses any session in the process that
+so an OpenVINO partition right after an ONNX Runtime one would share the cores with that spin (+3 to +35 ms
+per switch at BERT-base scale) but for ``park`` below. The tuner measures the switch with real work on
+both sides and the search pays it (collage.cost_models.transitions). **Side effect** of that pool: once it exists, ONNX Runtime refuses any session in the process that
 asks for its own pool ("use_per_session_threads must be false when using a global thread pool"). So that
 other code in the process (reference runs, zoo calibration, tests) keeps working, creating the pool also
 makes ``onnxruntime.InferenceSession`` switch any session that asks for its own pool to the shared one
 (``session._adopt_plain_sessions``; its ``intra_op_num_threads`` is then ignored), and every session of
 this backend created later joins it too. New code should build plain sessions with :func:`make_session`.
+
+``park`` (shared pool, Linux; on by default): while another runtime runs, the pool's workers are parked
+(blocked in a signal handler, :mod:`collage.backends.handover`) instead of spinning beside it, and woken
+when ONNX Runtime runs next: the switch to OpenVINO went from +34 ms to ~+1 ms at BERT-base scale, while
+ONNX Runtime alone and its chains keep the shared pool's speed (results/transitions.md).
 
 ``pool_nice`` (shared pool, Linux): the pool's worker threads run that much lower in priority
 (``setpriority`` on their thread ids when the pool is made; the calling thread keeps its own). Alone,
@@ -91,7 +95,7 @@ class OnnxRuntimeBackend(Backend):
 
     def __init__(self, threads: int | None = None, spin: bool = False, shared_pool: bool = True,
                  opt_level: str = "all", precision: str = "fp32", residual_fusion: bool = True,
-                 spin_us: int = SPIN_US, wait: str = "timed", pool_nice: int = 0) -> None:
+                 spin_us: int = SPIN_US, wait: str = "timed", pool_nice: int = 0, park: bool = True) -> None:
         if precision != "fp32":
             raise CollageError(f"onnxruntime (CPU) runs fp32 only, not {precision!r}")
         if opt_level not in _OPT_LEVELS:
@@ -107,6 +111,7 @@ class OnnxRuntimeBackend(Backend):
             raise CollageError(f"onnxruntime: wait must be one of {WAITS}, not {wait!r}")
         self.wait = wait
         self.pool_nice = max(0, int(pool_nice))
+        self.park = bool(park)
 
     def available(self) -> str | None:
         try:
@@ -129,6 +134,8 @@ class OnnxRuntimeBackend(Backend):
             opts["residual_fusion"] = self.residual_fusion
             if self.shared_pool and self.pool_nice:
                 opts["pool_nice"] = self.pool_nice
+            if self.shared_pool and not self.park:
+                opts["park"] = False
             if not self.shared_pool and not self.spin:
                 opts["wait"] = self.wait
                 if self.wait != "sleep":
@@ -148,7 +155,7 @@ class OnnxRuntimeBackend(Backend):
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         if self.shared_pool or global_pool_threads() is not None:
             if self.shared_pool:
-                ensure_global_pool(self.threads, self.pool_nice)
+                ensure_global_pool(self.threads, self.pool_nice, self.park)
             so.use_per_session_threads = False
         else:
             so.intra_op_num_threads = self.threads

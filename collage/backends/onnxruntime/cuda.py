@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from collage.backends import handover
 from collage.backends.base import Compiled
 from collage.backends.cuda_timing import gpu_name, no_device_reason, torch_cuda
 from collage.backends.onnxruntime.backend import OnnxRuntimeBackend
@@ -119,6 +120,7 @@ class OrtCudaCompiled(Compiled):
         own.update_inplace(arr)
 
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        handover.run_on("onnxruntime")
         for name, dtype, shape, own in self._in:
             try:
                 value = feeds[name]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from collage.backends import handover
 from collage.backends.base import Compiled
 from collage.errors import ArtifactError, BackendUnavailable, CollageError
 from collage.util import physical_cores, sha256_bytes
@@ -52,9 +53,10 @@ def _thread_ids() -> set[int]:
         return set()
 
 
-def ensure_global_pool(threads: int, nice: int = 0) -> None:
+def ensure_global_pool(threads: int, nice: int = 0, park: bool = True) -> None:
     """Create the process-wide pool (once); ``nice`` > 0 lowers its worker threads' scheduling priority
-    (Linux, per thread: ``setpriority`` on each worker's thread id; see the backend's module docstring)."""
+    (Linux, per thread: ``setpriority`` on each worker's thread id; see the backend's module docstring);
+    ``park``: its workers are parked while another runtime runs (:mod:`collage.backends.handover`)."""
     global _global_pool_threads
     with _pool_lock:
         if _global_pool_threads is None:
@@ -69,6 +71,8 @@ def ensure_global_pool(threads: int, nice: int = 0) -> None:
                         os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
                     except OSError as e:  # the thread ended, or no such call here: run at normal priority
                         log.debug("onnxruntime: cannot lower the priority of pool thread %d: %s", tid, e)
+            if park:
+                handover.register("onnxruntime", workers)
             _global_pool_threads = threads
             _adopt_plain_sessions(onnxruntime_module())
             log.debug("onnxruntime: process-wide pool of %d intra-op threads", threads)
@@ -79,7 +83,8 @@ def ensure_global_pool(threads: int, nice: int = 0) -> None:
 
 
 def _adopt_plain_sessions(ort: Any) -> None:
-    """Make ``InferenceSession`` put sessions that ask for their own pool on the shared one (see module doc)."""
+    """Make ``InferenceSession`` put sessions that ask for their own pool on the shared one (see module doc),
+    and wake the pool's parked workers before its ``run`` (:mod:`collage.backends.handover`)."""
     cls = ort.InferenceSession
     original = cls.__init__
     if getattr(original, "_collage_shared_pool", False):
@@ -98,6 +103,15 @@ def _adopt_plain_sessions(ort: Any) -> None:
     __init__._collage_shared_pool = True  # type: ignore[attr-defined]
     __init__.__wrapped__ = original  # type: ignore[attr-defined]
     cls.__init__ = __init__
+
+    run = cls.run
+
+    def run_waking(self, *args, **kwargs):  # noqa: ANN001, ANN202 - mirrors ORT
+        handover.run_on("onnxruntime")  # the shared pool's workers, parked while another runtime ran
+        return run(self, *args, **kwargs)
+
+    run_waking.__wrapped__ = run  # type: ignore[attr-defined]
+    cls.run = run_waking
 
 
 def make_session(model: onnx.ModelProto | bytes | str | Path, *, optimize: bool = False, threads: int | None = None):
@@ -190,6 +204,7 @@ class OrtCompiled(Compiled):
         self._bound[name] = original
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        handover.run_on("onnxruntime")
         bound = self._bound
         for name, dtype, shape in self._in_specs:
             try:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
+from collage.backends import handover
 from collage.backends.base import Compiled
 from collage.backends.openvino.exact import check_int32_range
 from collage.errors import ArtifactError, BackendUnavailable, CollageError
@@ -105,6 +106,7 @@ class OVCompiled(Compiled):
         self._bound[name] = original
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        handover.run_on("openvino")
         bound = self._bound
         for k, name, dtype, shape in self._in_specs:
             try:

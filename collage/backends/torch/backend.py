@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from collage.backends import handover
 from collage.backends.base import Backend, Compiled, trial_refusal
 from collage.errors import ArtifactError, CollageError, UnsupportedError
 from collage.util import sha256_bytes
@@ -165,6 +166,7 @@ class TorchCompiled(Compiled):
         return t.to(device=self._program.device, dtype=dtype, non_blocking=t.device.type == "cpu" and t.is_pinned())
 
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        handover.run_on("torch")
         torch = _torch()
         self._backend._set_math_mode()
         env: dict[str, Any] = {}

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from collage.backends import handover
 from collage.backends.base import Backend, Compiled, one_line
 from collage.backends.tvm.worker import (
     ABORT_ENV,
@@ -124,6 +125,7 @@ class TVMCompiled(Compiled):
         self._out_shapes = [tuple(t["shape"]) if t.get("shape") is not None else None for t in meta["outputs"]]
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        handover.run_on("tvm")
         for name, view in zip(self.input_names, self._views):
             try:
                 value = feeds[name]

@@ -1,0 +1,122 @@
+"""Parking ONNX Runtime's shared pool while another runtime runs (collage.backends.handover, issue 19).
+
+Each case runs in a fresh process: the shared pool and the parking are process-wide. Where a worker is
+"parked" is read from Linux itself: /proc/self/task/<tid>/syscall names the system call a blocked thread
+sits in (230, clock_nanosleep: libc's sleep, the park handler); a spinning worker is running (no syscall)
+and an idle one waits in futex (202).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from collage.backends import unavailable_reason
+
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parking is Linux only (tgkill, /proc)"),
+    pytest.mark.skipif(unavailable_reason("onnxruntime") is not None, reason="onnxruntime unavailable"),
+]
+
+PRELUDE = textwrap.dedent("""
+    import json, os, sys, time
+    import numpy as np
+    from onnx import TensorProto as T, helper, numpy_helper
+    from collage.backends import get_backend, handover
+
+    def model(n=384):  # a few MatMuls: enough work for the pool's worker to take part
+        rng = np.random.default_rng(0)
+        nodes, inits, x = [], [], "x"
+        for k in range(4):
+            inits.append(numpy_helper.from_array(rng.standard_normal((n, n)).astype(np.float32) / n ** 0.5, f"w{k}"))
+            nodes.append(helper.make_node("MatMul", [x, f"w{k}"], [f"y{k}"]))
+            x = f"y{k}"
+        g = helper.make_graph(nodes, "mm", [helper.make_tensor_value_info("x", T.FLOAT, [n, n])],
+                              [helper.make_tensor_value_info(x, T.FLOAT, [n, n])], inits)
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+    def syscall(tid):  # the system call a blocked thread sits in; None while it runs
+        first = open(f"/proc/self/task/{tid}/syscall").read().split()[0]
+        return None if first == "running" else int(first)
+
+    def tids():
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    """)
+
+
+def _run(body: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(body)], capture_output=True, text=True,
+                         timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_run_on_another_runtime_parks_the_pool_and_the_next_onnxruntime_run_wakes_it():
+    if unavailable_reason("openvino") is not None:
+        pytest.skip(f"openvino unavailable: {unavailable_reason('openvino')}")
+    got = _run("""
+        m = model(); x = {"x": np.random.default_rng(1).standard_normal((384, 384)).astype(np.float32)}
+        before = tids()
+        ort = get_backend("onnxruntime").compile(m)
+        workers = sorted(tids() - before)
+        ov = get_backend("openvino").compile(m)
+        want = ort.run(x)["y3"].copy()
+        ov.run(x)  # right after an ONNX Runtime run: its worker would still spin for ~50 ms
+        time.sleep(0.01)
+        at_park = [syscall(t) for t in workers]
+        parked = sorted(handover.parked())
+        again = ort.run(x)["y3"].copy()
+        time.sleep(0.01)
+        after = [syscall(t) for t in workers]
+        print(json.dumps({"workers": workers, "at_park": at_park, "parked": parked, "after": after,
+                          "same": bool(np.array_equal(want, again))}))
+        """)
+    assert got["workers"], "the shared pool started no worker thread"
+    assert got["parked"] == ["onnxruntime"]
+    assert 230 in got["at_park"], f"no pool worker sleeps in the park handler while OpenVINO runs: {got}"
+    assert 230 not in got["after"], f"a pool worker still sleeps after ONNX Runtime ran again: {got}"
+    assert got["same"]
+
+
+def test_without_park_the_pool_is_left_alone():
+    got = _run("""
+        ort = get_backend("onnxruntime", park=False)
+        c = ort.compile(model())
+        c.run({"x": np.ones((384, 384), np.float32)})
+        handover.run_on("openvino")
+        print(json.dumps({"parked": sorted(handover.parked()), "opts": ort.options}))
+        """)
+    assert got["parked"] == [] and got["opts"]["park"] is False
+
+
+def test_a_run_that_bypasses_the_handover_still_computes_while_the_pool_is_parked():
+    """A session's raw run while its pool's worker sleeps in the park handler: ONNX Runtime's caller does the
+    work itself (no hang, the right answer), and the worker is woken afterwards as usual."""
+    got = _run("""
+        m = model(); x = {"x": np.random.default_rng(2).standard_normal((384, 384)).astype(np.float32)}
+        c = get_backend("onnxruntime").compile(m)
+        want = c.run(x)["y3"].copy()
+        handover.run_on("openvino")  # as an OpenVINO partition's run would: the pool is parked
+        t0 = time.perf_counter()
+        raw = c._session._sess.run(["y3"], x, None)[0]  # the pybind call: no handover.run_on on the way
+        took = time.perf_counter() - t0
+        still = sorted(handover.parked())
+        handover.wake_all()
+        print(json.dumps({"same": bool(np.allclose(raw, want, rtol=1e-5, atol=1e-5)), "took": took,
+                          "still": still, "after": sorted(handover.parked())}))
+        """)
+    assert got["same"]
+    assert got["took"] < 5.0, f"the raw run waited for the parked worker ({got['took']:.1f} s)"
+    assert got["still"] == ["onnxruntime"] and got["after"] == []
+
+
+def test_python_threads_are_never_registered():
+    got = _run("""
+        import threading
+        ok = handover.register("somewhere", [threading.get_native_id()])
+        print(json.dumps({"ok": ok}))
+        """)
+    assert got["ok"] is False
