@@ -89,7 +89,7 @@ def search_exact(graph: Graph, costs: Mapping[Candidate, Any], transition: Trans
              f" from its greedy plan ({greedy.predicted_ms or 0.0:.3f} ms)" if greedy is not None else "")
     t1 = time.perf_counter()
     held = ilp_time_limit + ILP_GRACE_S
-    plan = _ilp_held_to(ilp_time_limit, held, graph, costs, transition, greedy, stats)
+    plan = ilp_held(graph, costs, transition, start=greedy, stats=stats, time_limit=ilp_time_limit, held=held)
     stats.ilp_s = time.perf_counter() - t1
     if plan is None:  # HiGHS ran past its limit and was stopped: the greedy plan, saying so
         log.warning("%s: HiGHS did not answer within %g s; using the DP's greedy plan (not proven optimal)",
@@ -106,18 +106,23 @@ def search_exact(graph: Graph, costs: Mapping[Candidate, Any], transition: Trans
     return plan
 
 
-def _ilp_held_to(time_limit: float, held: float, graph: Graph, costs: Mapping[Candidate, Any],
-                 transition: Transition | None, greedy: Plan | None, stats: ExactStats) -> Plan | None:
+def ilp_held(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition | None = None, *,
+             start: Plan | None = None, stats: ExactStats | None = None, time_limit: float = ILP_TIME_LIMIT,
+             held: float | None = None) -> Plan | None:
     """:func:`collage.search.ilp.ilp_search` with ``time_limit`` in a forked child that is killed after ``held``
-    seconds (None then): HiGHS does not check its limit everywhere (results/search-time-epyc.md: 10+ min
-    against 60 s at the root node), and a tune must not hang on it. In-process where fork is unavailable."""
-    from collage.search.ilp import ilp_search
+    seconds (default ``time_limit + ILP_GRACE_S``; None then): HiGHS does not check its limit everywhere
+    (results/search-time-epyc.md: 10+ min against 60 s at the root node), and a tune must not hang on it.
+    ``stats.ilp`` gets the child's IlpStats. In-process where fork is unavailable."""
+    from collage.search.ilp import IlpStats, ilp_search
 
+    stats = stats if stats is not None else ExactStats()
+    stats.ilp = stats.ilp if stats.ilp is not None else IlpStats()
+    held = held if held is not None else time_limit + ILP_GRACE_S
     if "fork" not in multiprocessing.get_all_start_methods():
-        return ilp_search(graph, costs, transition, start=greedy, stats=stats.ilp, time_limit=time_limit)
+        return ilp_search(graph, costs, transition, start=start, stats=stats.ilp, time_limit=time_limit)
     ctx = multiprocessing.get_context("fork")
     answer, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_ilp_child, args=(send, graph, costs, transition, greedy, time_limit),
+    child = ctx.Process(target=_ilp_child, args=(send, graph, costs, transition, start, time_limit),
                         name="collage-ilp")
     child.start()
     send.close()
