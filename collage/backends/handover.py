@@ -14,8 +14,8 @@ each of its threads gets a real-time signal whose handler is libc's ``sleep``, s
 and takes no core; when its own runtime runs next, a second signal (handler: a no-op) ends that sleep and
 the thread goes back to its loop. Every partition's ``run`` calls :func:`run_on` with its runtime first
 (one comparison when the runtime does not change), so only a switch pays: two ``tgkill`` calls per
-thread. Parked threads are idle: a run of their runtime has returned, and its next run wakes them before
-it starts. A run that bypasses :func:`run_on` (an ONNX Runtime session made outside collage, in the same
+thread. Parked threads are idle: a run of their runtime has returned, and its next run (or session creation,
+for ONNX Runtime) wakes them before it starts. A run that bypasses :func:`run_on` (an ONNX Runtime session made outside collage, in the same
 process) is still computed: the pool's caller does the parked worker's share itself (checked in
 tests/backends/test_handover.py); and a parked thread wakes by itself after the signal's number of
 seconds (``sleep(signum)``, ~40 s) in any case.

@@ -84,7 +84,7 @@ def ensure_global_pool(threads: int, nice: int = 0, park: bool = True) -> None:
 
 def _adopt_plain_sessions(ort: Any) -> None:
     """Make ``InferenceSession`` put sessions that ask for their own pool on the shared one (see module doc),
-    and wake the pool's parked workers before its ``run`` (:mod:`collage.backends.handover`)."""
+    and wake the pool's parked workers before a session is made or run (:mod:`collage.backends.handover`)."""
     cls = ort.InferenceSession
     original = cls.__init__
     if getattr(original, "_collage_shared_pool", False):
@@ -98,6 +98,7 @@ def _adopt_plain_sessions(ort: Any) -> None:
             sess_options.use_per_session_threads = False
             sess_options.intra_op_num_threads = 0
             sess_options.inter_op_num_threads = 0
+        handover.run_on("onnxruntime")  # creating a session may use the pool: its workers must be awake
         original(self, path_or_bytes, sess_options, *args, **kwargs)
 
     __init__._collage_shared_pool = True  # type: ignore[attr-defined]
