@@ -10,8 +10,9 @@ and its price is the hand-over: its workers spin ~50 ms after every run whatever
 onnxruntime/core/session/inference_session.cc; Python has no binding for the global pool's spin control),
 so an OpenVINO partition right after an ONNX Runtime one would share the cores with that spin (+3 to +35 ms
 per switch at BERT-base scale) but for ``park`` below. The tuner measures the switch with real work on
-both sides and the search pays it (collage.cost_models.transitions). **Side effect** of that pool: once it exists, ONNX Runtime refuses any session in the process that
-asks for its own pool ("use_per_session_threads must be false when using a global thread pool"). So that
+both sides and the search pays it (collage.cost_models.transitions). **Side effect** of that pool: once it
+exists, ONNX Runtime refuses any session in the process that asks for its own pool
+("use_per_session_threads must be false when using a global thread pool"). So that
 other code in the process (reference runs, zoo calibration, tests) keeps working, creating the pool also
 makes ``onnxruntime.InferenceSession`` switch any session that asks for its own pool to the shared one
 (``session._adopt_plain_sessions``; its ``intra_op_num_threads`` is then ignored), and every session of
@@ -19,7 +20,7 @@ this backend created later joins it too. New code should build plain sessions wi
 
 ``park`` (shared pool, Linux; on by default): while another runtime runs, the pool's workers are parked
 (blocked in a signal handler, :mod:`collage.backends.handover`) instead of spinning beside it, and woken
-when ONNX Runtime runs next: the switch to OpenVINO went from +34 ms to ~+1 ms at BERT-base scale, while
+when ONNX Runtime runs next: the switch to OpenVINO went from +35 ms to ~0 at BERT-base scale, while
 ONNX Runtime alone and its chains keep the shared pool's speed (results/transitions.md).
 
 ``pool_nice`` (shared pool, Linux): the pool's worker threads run that much lower in priority
