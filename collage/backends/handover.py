@@ -15,7 +15,10 @@ and takes no core; when its own runtime runs next, a second signal (handler: a n
 the thread goes back to its loop. Every partition's ``run`` calls :func:`run_on` with its runtime first
 (one comparison when the runtime does not change), so only a switch pays: two ``tgkill`` calls per
 thread. Parked threads are idle: a run of their runtime has returned, and its next run (or session
-creation, for ONNX Runtime) wakes them before it starts. A run that bypasses :func:`run_on` (an ONNX
+creation, for ONNX Runtime) wakes them before it starts; so does the interpreter's exit (ONNX Runtime joins
+its workers at exit). A wake is sent only once the thread sleeps in the park handler (read from
+/proc/self/task/<tid>/syscall): sent while the park is still pending, the kernel would run the wake's
+handler first and the park's sleep after it, to its end. A run that bypasses :func:`run_on` (an ONNX
 Runtime session's raw call, in the same process) is still computed: the pool's caller does the parked
 worker's share itself (checked in tests/backends/test_handover.py); and a parked thread wakes by itself
 after the signal's number of seconds (``sleep(signum)``, ~40 s) in any case.
@@ -31,18 +34,21 @@ case collage has (a plan's partitions run one after another).
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
+import errno
 import logging
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterable
 
 log = logging.getLogger(__name__)
 
-#: the park signal (its handler sleeps ``PARK`` seconds at most) and the wake signal, which must come after
-#: it: pending real-time signals are delivered lowest first, so a wake sent right after a park ends it
+#: the park signal (its handler sleeps ``PARK`` seconds at most) and the wake signal (a no-op handler that
+#: ends that sleep; sent only once the thread sleeps in it: :func:`_wake`)
 PARK = signal.SIGRTMIN + 6 if hasattr(signal, "SIGRTMIN") else 0
 WAKE = PARK + 1
 
@@ -52,6 +58,11 @@ _parked: set[str] = set()           # runtimes whose threads are parked now
 _current: str | None = None         # the runtime that ran last
 _libc: ctypes.CDLL | None = None
 _ready: bool | None = None          # the signals are installed (None: not tried yet)
+#: how long a wake waits for a thread to reach the park handler's sleep (a park signal just sent is taken
+#: within microseconds by a spinning worker; a blocked one is woken by it and taken when next scheduled)
+WAKE_WAIT_S = 0.05
+#: the system calls libc's sleep blocks in (clock_nanosleep, nanosleep), as /proc/<tid>/syscall writes them
+_SLEEP_CALLS = {b"230", b"35"} if os.uname().machine == "x86_64" else {b"115", b"101"}
 
 
 def _install() -> bool:
@@ -82,6 +93,7 @@ def _install() -> bool:
             log.debug("handover: signal %d already has a handler; pools are not parked", num)
             return False
     _libc, _ready = libc, True
+    atexit.register(wake_all)  # ONNX Runtime joins its pool's workers when the process exits
     return True
 
 
@@ -107,19 +119,48 @@ def run_on(runtime: str) -> None:
         if not _pools:
             return
         if runtime in _parked:
-            _signal(_pools[runtime], WAKE)
+            _wake(_pools[runtime])
             _parked.discard(runtime)
         for other, tids in _pools.items():
             if other != runtime and other not in _parked:
-                _signal(tids, PARK)
+                _park(tids)
                 _parked.add(other)
 
 
-def _signal(tids: list[int], num: int) -> None:
+def _park(tids: list[int]) -> None:
     pid = os.getpid()
     for tid in list(tids):
-        if _libc.tgkill(pid, tid, num) != 0:  # the thread has ended: forget it
+        if _libc.tgkill(pid, tid, PARK) != 0 and ctypes.get_errno() == errno.ESRCH:
+            tids.remove(tid)  # the thread has ended: forget it
+
+
+def _wake(tids: list[int]) -> None:
+    """Wake each thread once it sleeps in the park handler. Not before: with the park still pending, the
+    kernel would stack both handlers and run the wake's first, and the park's sleep would then run its
+    full ~40 s. A thread that has not reached the sleep within ``WAKE_WAIT_S`` is sent the wake anyway."""
+    pid = os.getpid()
+    for tid in list(tids):
+        t_end = time.monotonic() + WAKE_WAIT_S
+        while not _sleeping(tid) and time.monotonic() < t_end:
+            os.sched_yield()
+        if _libc.tgkill(pid, tid, WAKE) != 0 and ctypes.get_errno() == errno.ESRCH:
             tids.remove(tid)
+
+
+def _sleeping(tid: int) -> bool:
+    """Whether thread ``tid`` is blocked in the sleep of the park handler (its system call, from /proc)."""
+    try:
+        with open(f"/proc/self/task/{tid}/syscall", "rb") as f:
+            first = f.read(16).split(b" ", 1)[0]
+    except OSError:  # the thread has ended, or /proc cannot tell: nothing to wait for
+        return True
+    return first in _SLEEP_CALLS
+
+
+def threads(runtime: str) -> list[int]:
+    """The thread ids registered for ``runtime`` (for tests and logs)."""
+    with _lock:
+        return list(_pools.get(runtime, ()))
 
 
 def parked() -> set[str]:
@@ -129,10 +170,10 @@ def parked() -> set[str]:
 
 
 def wake_all() -> None:
-    """Wake every parked pool (before code that runs a runtime without :func:`run_on`)."""
+    """Wake every parked pool (at exit, and before code that runs a runtime without :func:`run_on`)."""
     global _current
     with _lock:
         for runtime in list(_parked):
-            _signal(_pools[runtime], WAKE)
+            _wake(_pools[runtime])
         _parked.clear()
         _current = None

@@ -21,7 +21,8 @@ this backend created later joins it too. New code should build plain sessions wi
 ``park`` (shared pool, Linux; on by default): while another runtime runs, the pool's workers are parked
 (blocked in a signal handler, :mod:`collage.backends.handover`) instead of spinning beside it, and woken
 when ONNX Runtime runs next: the switch to OpenVINO went from +35 ms to ~0 at BERT-base scale, while
-ONNX Runtime alone and its chains keep the shared pool's speed (results/transitions.md).
+ONNX Runtime alone and its chains keep the shared pool's speed (results/transitions.md). Like ``threads``,
+the backend that creates the process-wide pool decides it for the process.
 
 ``pool_nice`` (shared pool, Linux): the pool's worker threads run that much lower in priority
 (``setpriority`` on their thread ids when the pool is made; the calling thread keeps its own). Alone,
