@@ -81,10 +81,7 @@ def search_exact(graph: Graph, costs: Mapping[Candidate, Any], transition: Trans
     stats.dp_s = time.perf_counter() - t0
     if plan is not None and stats.dp.expanded <= max_states:
         return plan
-    from collage.search.ilp import IlpStats, ilp_search
-
     why = (f"passed {max_states} states" if plan is not None else f"ran past {dp_time_limit:g} s")
-    stats.ilp = IlpStats()
     log.info("%s: the DP %s (%.1f s); solving exactly as an ILP (HiGHS)%s", graph.name, why, stats.dp_s,
              f" from its greedy plan ({greedy.predicted_ms or 0.0:.3f} ms)" if greedy is not None else "")
     t1 = time.perf_counter()
@@ -116,7 +113,7 @@ def ilp_held(graph: Graph, costs: Mapping[Candidate, Any], transition: Transitio
     from collage.search.ilp import IlpStats, ilp_search
 
     stats = stats if stats is not None else ExactStats()
-    stats.ilp = stats.ilp if stats.ilp is not None else IlpStats()
+    stats.ilp = IlpStats()  # this run's; the child's stats replace them when it answers
     held = held if held is not None else time_limit + ILP_GRACE_S
     if "fork" not in multiprocessing.get_all_start_methods():
         return ilp_search(graph, costs, transition, start=start, stats=stats.ilp, time_limit=time_limit)
