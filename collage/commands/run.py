@@ -1,9 +1,10 @@
 """``collage run``: run a tuned artifact on inputs from .npy / .npz files (or seeded random ones).
 
-    collage run OUT --input NAME=x.npy ... [--random] [--output DIR] [--repeat N] [--ignore-version-mismatch]
+    collage run OUT --input NAME=x.npy ... [--random] [--output DIR] [--repeat N] [--partitions] [--ignore-version-mismatch]
 
-Prints each output's name, shape and dtype (and where ``--output`` wrote it), and with ``--repeat``
-the median latency. Loading and running is :mod:`collage.runtime.artifact`; like it, this module imports
+Prints each output's name, shape and dtype (and where ``--output`` wrote it), with ``--repeat``
+the median latency, and with ``--partitions`` each partition's time where it runs (inside the stitched
+runs) and alone beside the tune's prediction. Loading and running is :mod:`collage.runtime.artifact`; like it, this module imports
 nothing of the tuner.
 """
 from __future__ import annotations
@@ -30,6 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", metavar="DIR", help="write each output to DIR/<name>.npy")
     parser.add_argument("--repeat", type=int, default=0, metavar="N",
                         help="time N runs (after 3 warm-up runs) and print p50/p90/p99, mean, min, max and throughput")
+    parser.add_argument("--partitions", action="store_true",
+                        help="time each partition inside the stitched runs and alone on its captured inputs "
+                             "(interleaved, --repeat rounds, 20 if not given) and print both beside the tune's "
+                             "prediction: which partition costs more where it runs than it was priced at")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object: outputs ({name: {shape, dtype, file}}) and, with --repeat, "
                              "latency_ms {runs, p50, p90, p99, mean, min, max} and throughput_per_s")
@@ -107,6 +112,30 @@ def sanitize(name: str) -> str:
     return safe or "output"
 
 
+def partition_rows(art: Artifact, feeds: dict[str, np.ndarray], repeat: int, quiet: bool = False) -> list[dict[str, Any]]:
+    """Each partition's predicted ms, its median call inside the stitched runs and alone (``boundary_overhead``);
+    printed as a table unless ``quiet``."""
+    bo = art.boundary_overhead(feeds, repeat=repeat)
+    rows = [{"index": p.index, "backend": p.backend, "nodes": p.n_nodes, "predicted_ms": p.cost_ms,
+             "in_chain_ms": bo.in_chain_ms[k], "alone_ms": bo.parts_ms[k],
+             "switch": k > 0 and p.backend != art.partitions[k - 1].backend}
+            for k, p in enumerate(art.partitions)]
+    if not quiet:
+        print(f"partitions over {repeat} interleaved rounds (medians, ms): stitched {bo.stitched_ms:.3f}, "
+              f"sum of the calls in it {sum(bo.in_chain_ms):.3f}, sum alone {sum(bo.parts_ms):.3f}, "
+              f"sum predicted " + (f"{sum(r['predicted_ms'] for r in rows):.3f}"
+                                   if all(r["predicted_ms"] is not None for r in rows) else "-"))
+        print("#\tbackend\tnodes\tpredicted\tin chain\talone\tchain/alone")
+        for r in rows:
+            pred = "-" if r["predicted_ms"] is None else f"{r['predicted_ms']:.3f}"
+            ratio = f"{r['in_chain_ms'] / r['alone_ms']:.2f}" if r["alone_ms"] > 0 else "-"
+            print(f"{r['index']}\t{r['backend']}{' *' if r['switch'] else ''}\t{r['nodes']}\t{pred}\t"
+                  f"{r['in_chain_ms']:.3f}\t{r['alone_ms']:.3f}\t{ratio}")
+        if any(r["switch"] for r in rows):
+            print("* the backend changes before this partition")
+    return rows
+
+
 def run(args: argparse.Namespace) -> int:
     out_dir = check_output_dir(args.output) if args.output else None  # before any work
     art = load(args.artifact, check_versions=not args.ignore_version_mismatch)
@@ -153,6 +182,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"latency over {stats['runs']} runs: p50 {stats['p50']:.3f} ms, p90 {stats['p90']:.3f} ms, "
                   f"p99 {stats['p99']:.3f} ms, mean {stats['mean']:.3f} ms (min {stats['min']:.3f}, "
                   f"max {stats['max']:.3f}); throughput {stats['throughput_per_s']:.1f} runs/s (one at a time)")
+    if args.partitions:
+        result["partitions"] = partition_rows(art, feeds, args.repeat or 20, quiet=args.json)
     if args.json:
         print(json.dumps(result, indent=2))
     sys.stdout.flush()

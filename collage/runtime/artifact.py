@@ -74,12 +74,15 @@ class BoundaryOverhead:
 
     ``per_boundary_ms[k]`` is the overhead of the hand-over between partitions k and k+1, measured
     as (time of running k then k+1) - (time of k alone) - (time of k+1 alone), all interleaved.
+    ``in_chain_ms[k]``: partition k's own call timed inside the stitched runs (what it costs where it
+    runs, after whatever ran before it), beside ``parts_ms[k]``, the same call alone on its captured inputs.
     """
 
     stitched_ms: float
     parts_ms: list[float]
     per_boundary_ms: list[float] = field(default_factory=list)
     repeat: int = 0
+    in_chain_ms: list[float] = field(default_factory=list)
 
     @property
     def boundaries(self) -> int:
@@ -97,7 +100,7 @@ class BoundaryOverhead:
         return {"stitched_ms": self.stitched_ms, "parts_ms": list(self.parts_ms), "sum_parts_ms": sum(self.parts_ms),
                 "boundaries": self.boundaries, "total_ms": self.total_ms,
                 "mean_per_boundary_ms": self.mean_per_boundary_ms, "per_boundary_ms": list(self.per_boundary_ms),
-                "repeat": self.repeat}
+                "in_chain_ms": list(self.in_chain_ms), "repeat": self.repeat}
 
 
 def _spec(d: Mapping[str, Any]) -> TensorSpec:
@@ -163,13 +166,20 @@ class Artifact:
             out[spec.name] = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
         return out
 
-    def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """Run every partition in order on ``feeds``; return the graph outputs by name."""
+    def run(self, feeds: Mapping[str, Any], times: list[float] | None = None) -> dict[str, np.ndarray]:
+        """Run every partition in order on ``feeds``; return the graph outputs by name. With ``times`` (a list),
+        each partition's call is timed and its ms appended, in order (what it costs where it runs)."""
         env: dict[str, np.ndarray] = self.check_feeds(feeds)
         keep = set(self._output_names)
         for p in self.partitions:
             try:
-                result = p.compiled.run({t: env[t] for t in p.inputs})
+                if times is None:
+                    result = p.compiled.run({t: env[t] for t in p.inputs})
+                else:
+                    pfeeds = {t: env[t] for t in p.inputs}
+                    t0 = time.perf_counter_ns()
+                    result = p.compiled.run(pfeeds)
+                    times.append((time.perf_counter_ns() - t0) / 1e6)
             except CollageError:
                 raise
             except Exception as e:
@@ -227,20 +237,23 @@ class Artifact:
 
         stitched: list[float] = []
         parts: list[list[float]] = [[] for _ in range(n)]
+        chain: list[list[float]] = [[] for _ in range(n)]
         pairs: list[list[float]] = [[] for _ in range(n - 1)]
         for r in range(warmup + repeat):
-            s = timed(lambda: self.run(feeds))
+            cs: list[float] = []
+            s = timed(lambda: self.run(feeds, cs))
             ps = [timed(lambda p=p, f=f: p.compiled.run(f)) for p, f in zip(self.partitions, pfeeds)]
             qs = [timed(lambda k=k: pair(k)) for k in range(n - 1)]
             if r >= warmup:
                 stitched.append(s)
                 for k in range(n):
                     parts[k].append(ps[k])
+                    chain[k].append(cs[k])
                 for k in range(n - 1):
                     pairs[k].append(qs[k])
         med = [float(np.median(x)) for x in parts]
         per = [float(np.median(pairs[k])) - med[k] - med[k + 1] for k in range(n - 1)]
-        return BoundaryOverhead(float(np.median(stitched)), med, per, repeat)
+        return BoundaryOverhead(float(np.median(stitched)), med, per, repeat, [float(np.median(x)) for x in chain])
 
 
 # ---------------------------------------------------------------------- loading

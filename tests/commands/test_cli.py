@@ -146,6 +146,20 @@ def test_run_repeat_json(tuned):
     assert "p50" in text.stdout and "p99" in text.stdout and "throughput" in text.stdout
 
 
+def test_run_partitions(tuned):
+    d, res, _ = tuned
+    proc = _cli("run", str(d / "out"), "--random", "--partitions", "--repeat", "3", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["partitions"]
+    assert [r["index"] for r in rows] == list(range(len(res["partitions"])))
+    assert [r["backend"] for r in rows] == [p["backend"] for p in res["partitions"]]
+    assert sum(r["nodes"] for r in rows) == 40 and all(r["in_chain_ms"] > 0 and r["alone_ms"] > 0 for r in rows)
+    assert [r["switch"] for r in rows] == [k > 0 and rows[k]["backend"] != rows[k - 1]["backend"]
+                                           for k in range(len(rows))]
+    text = _cli("run", str(d / "out"), "--random", "--partitions", "--repeat", "3")
+    assert "in chain" in text.stdout and "predicted" in text.stdout, text.stdout
+
+
 def test_inspect_json(capsys):
     assert main(["inspect", "zoo:tiny-resnet", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -204,6 +204,8 @@ def test_boundary_overhead_shape(art):
     bo = a.boundary_overhead(repeat=3, warmup=1)
     assert bo.boundaries == 2 and len(bo.parts_ms) == 3 and len(bo.per_boundary_ms) == 2
     assert bo.stitched_ms > 0 and all(p > 0 for p in bo.parts_ms)
+    assert len(bo.in_chain_ms) == 3 and all(t > 0 for t in bo.in_chain_ms)
+    assert sum(bo.in_chain_ms) <= 1.5 * bo.stitched_ms  # the calls inside the stitched runs are part of them
     d = bo.to_dict()
     assert d["total_ms"] == pytest.approx(d["stitched_ms"] - d["sum_parts_ms"])
     json.dumps(d)
