@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -173,6 +174,20 @@ def measuring_order(cands: Sequence[Candidate], n: int, coarse: set[tuple[tuple[
     return sorted(cands, key=key)
 
 
+def furthest_over_price(plan: Plan, part_ms: Sequence[float] | None) -> str:
+    """A note's tail naming the partition whose time inside the plan's runs exceeded its price the most ("" when
+    there are no such times, or every partition ran within its price)."""
+    if not part_ms or len(part_ms) != len(plan.partitions) or len(plan.partitions) < 2:
+        return ""
+    over = [(ms - p.cost_ms, k) for k, (p, ms) in enumerate(zip(plan.partitions, part_ms)) if p.cost_ms is not None]
+    if not over or max(over)[0] <= 0:
+        return ""
+    excess, k = max(over)
+    p = plan.partitions[k]
+    return (f" (in those runs partition {k} on {p.backend}, {len(p.nodes)} node(s), took {part_ms[k]:.3f} ms, "
+            f"{excess:.3f} ms over its price of {p.cost_ms:.3f} ms: the most over of the {len(part_ms)})")
+
+
 def plan_summary(plan: Plan) -> dict[str, Any]:
     """report.json's form of a searched plan: each partition's backend, node ids and cost as the search priced it,
     and the search's prediction."""
@@ -214,6 +229,8 @@ class Verified:
     artifact: Any
     timings: dict[str, float]
     baselines: dict[str, float]
+    #: a plan of several partitions: each partition's median call inside the plan's timed runs (ms, in order)
+    part_ms: list[float] | None = None
 
 
 class TuneJob:
@@ -256,6 +273,9 @@ class TuneJob:
         base = self.baselines(supports, measured)
         plan, charged, search_info = self.search(measured, base)
         verified = self.verify(plan, measured, base)
+        if verified.part_ms is not None:  # each partition's time inside the plan's verification runs, by its price
+            for row, ms in zip(search_info["searched_plan"]["partitions"], verified.part_ms):
+                row["in_plan_ms"] = ms
         verified = self.refine(verified, charged, base)
         verified = self.never_worse(verified, measured)
         artifact = verified.artifact or self.load(self.export(verified.plan, self.work / "final"))
@@ -506,7 +526,13 @@ class TuneJob:
         # a plan of one backend on the whole model is that baseline: timed once, under the baseline's name
         same = plan.partitions[0].backend if len(plan.partitions) == 1 else None
         same = same if same in base.singles else None
-        runners = {} if same else {"plan": lambda: artifact.run(self.feeds)}
+        calls: list[list[float]] = []  # each plan run: its partitions' calls, ms
+
+        def run_plan() -> None:
+            got: list[float] = []
+            artifact.run(self.feeds, got)
+            calls.append(got)
+        runners: dict[str, Any] = {} if same else {"plan": run_plan}
         runners.update({name: (lambda c=c: c.run(self.feeds)) for name, c in base.singles.items()})
         alts = self.precision.whole_model_alternatives(plan)
         runners.update({f"whole:{name}": (lambda c=c: c.run(self.feeds)) for name, c in alts.items()})
@@ -515,7 +541,9 @@ class TuneJob:
         timings = measure_interleaved(runners)
         plan_ms = timings[same] if same else timings.pop("plan")
         alt_ms = {name: timings.pop(f"whole:{name}") for name in alts}
-        verified = Verified(plan, plan_ms, artifact, timings, {**timings, **base.from_db})
+        timed = calls[3:] or calls  # the first warm-up calls left out
+        part_ms = [statistics.median(c[k] for c in timed) for k in range(len(plan.partitions))] if timed else None
+        verified = Verified(plan, plan_ms, artifact, timings, {**timings, **base.from_db}, part_ms)
         if alt_ms and min(alt_ms.values()) < plan_ms:
             verified = self.take_whole_model_alternative(verified, alt_ms, measured)
         self.note_baselines(verified, base)
@@ -617,7 +645,8 @@ class TuneJob:
         what = ("the mixed plan" if len({p.backend for p in plan.partitions}) > 1
                 else f"the searched plan ({plan.partitions[0].backend} in {len(plan.partitions)} partition(s))")
         note = (f"never worse: {what} measured {plan_ms:.3f} ms end to end, not faster than "
-                f"{best} alone ({best_ms:.3f} ms); the plan is {best} on the whole model")
+                f"{best} alone ({best_ms:.3f} ms); the plan is {best} on the whole model"
+                + furthest_over_price(plan, verified.part_ms))
         self.say(note)
         kept = [x for x in plan.notes if not x.startswith("refined by")]  # facts of the run, not of the mix
         single = fill_boundaries(self.graph, Plan.single(best, len(self.graph), self.whole_prediction(measured, best)))

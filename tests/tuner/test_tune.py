@@ -105,8 +105,23 @@ def test_retune_reuses_every_measurement(tmp_path, monkeypatch):
         parts = on_disk[key]["partitions"]
         assert sorted(i for p in parts for i in p["nodes"]) == list(range(n)), key
         assert {p["backend"] for p in parts} <= set(BACKENDS) and on_disk[key]["predicted_ms"] > 0
+    parts = on_disk["searched_plan"]["partitions"]
+    if len(parts) > 1:  # timed inside the plan's verification runs
+        assert all(p["in_plan_ms"] > 0 for p in parts), parts
     assert not list(scratch.glob("collage-tune-*"))  # the exported attempts do not pile up in /tmp
     assert (tmp_path / "b" / "manifest.json").is_file()
+
+
+def test_never_worse_names_the_partition_furthest_over_its_price():
+    from collage.plan import Partition, Plan
+    from collage.tuner.job import furthest_over_price
+
+    plan = Plan([Partition((0, 1), "openvino", 2.0), Partition((2,), "onnxruntime", 1.0),
+                 Partition((3, 4, 5), "openvino", 3.0)], 6.0)
+    tail = furthest_over_price(plan, [2.1, 4.5, 2.0])
+    assert "partition 1 on onnxruntime, 1 node(s), took 4.500 ms, 3.500 ms over its price of 1.000 ms" in tail
+    assert furthest_over_price(plan, [1.9, 0.9, 2.9]) == ""  # every partition within its price
+    assert furthest_over_price(plan, None) == "" and furthest_over_price(plan, [1.0, 2.0]) == ""
 
 
 def test_a_budget_used_up_before_measuring_still_measures_every_whole_model(tmp_path, monkeypatch):
