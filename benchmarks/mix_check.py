@@ -43,7 +43,13 @@ def measure(folder: str, options: dict, rounds: int, calls: int) -> dict:
     feeds = random_inputs(graph, seed=0)
     with tempfile.TemporaryDirectory(prefix="collage-mix-") as tmp:
         art = load(export(graph, plan, Path(tmp) / "plan", backend_options=options))
-        runners = {"plan": lambda: art.run(feeds)}
+        calls_ms: list[list[float]] = []  # per plan call: each partition's call inside it
+
+        def plan_call() -> None:
+            got: list[float] = []
+            art.run(feeds, got)
+            calls_ms.append(got)
+        runners = {"plan": plan_call}
         for b in report["backends"]:
             c = get_backend(b, **options.get(b, {})).compile(graph.model)
             runners[b] = lambda c=c: c.run(feeds)
@@ -51,8 +57,11 @@ def measure(folder: str, options: dict, rounds: int, calls: int) -> dict:
     # per runner: the median of its per-round medians
     ms = {k: statistics.median(statistics.median(v[r * calls:(r + 1) * calls]) for r in range(rounds))
           for k, v in samples.items()}
+    timed = calls_ms[-rounds * calls:]  # the warm-up calls left out
     return {"model": report["model"], "partitions": [(b, len(n)) for n, b in parts],
-            "predicted_ms": searched["predicted_ms"], "ms": ms}
+            "predicted_ms": searched["predicted_ms"], "ms": ms,
+            "part_predicted_ms": [p["cost_ms"] for p in searched["partitions"]],
+            "part_ms": [statistics.median(c[k] for c in timed) for k in range(len(parts))]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.one:
         print("RESULT " + json.dumps(measure(args.one, options, args.rounds, args.calls)), flush=True)
         return 0
-    rows = []
+    rows, parts = [], []
     for folder in args.folders:
         cmd = [sys.executable, "-m", "benchmarks.mix_check", folder, "--one", folder, "--rounds", str(args.rounds),
                "--calls", str(args.calls)] + [x for o in args.backend_option for x in ("--backend-option", o)]
@@ -85,11 +94,17 @@ def main(argv: list[str] | None = None) -> int:
         rows.append([r["model"], " + ".join(f"{b} {n}" for b, n in r["partitions"]), f"{r['predicted_ms']:.2f}",
                      f"{r['ms']['plan']:.2f}", f"{r['ms']['plan'] / r['predicted_ms'] - 1:+.0%}",
                      ", ".join(f"{k} {v:.2f}" for k, v in singles.items()), f"{singles[best] / r['ms']['plan']:.3f}x"])
+        parts.append((r["model"], r["partitions"], r["part_predicted_ms"], r["part_ms"]))
         print(rows[-1], file=sys.stderr, flush=True)
     command = "python -m benchmarks.mix_check " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = header("Searched plans measured again in a fresh process", command, __doc__.split("\n\n")[2].replace("\n", " "))
     lines += md_table(["model", "searched plan (nodes)", "predicted ms", "plan ms", "plan vs prediction",
                        "whole model ms", "best single / plan"], rows)
+    lines += ["", "Per partition: the search's cost (as charged) and the median of its call inside the plan's runs, ms:", ""]
+    prow = [[m, k, b, n, "-" if pred is None else f"{pred:.3f}", f"{got:.3f}",
+             "-" if not pred else f"{got / pred - 1:+.0%}"]
+            for m, ps, preds, gots in parts for k, ((b, n), pred, got) in enumerate(zip(ps, preds, gots))]
+    lines += md_table(["model", "partition", "backend", "nodes", "predicted ms", "in the plan ms", "vs prediction"], prow)
     write_report(args.output, lines)
     return 0
 
