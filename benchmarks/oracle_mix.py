@@ -82,6 +82,8 @@ def one_model(model: str, rounds: int, work: Path) -> dict:
     t0 = time.monotonic()
     first = interleaved({k: call(k) for k in arts}, rounds, f"{model}: pieces")
     k_parts = len(pieces)
+    if k_parts < 2:
+        raise SystemExit(f"{model}: no narrow cut inside it, nothing to mix")
     med = {b: [float(np.median([t[j] for t in times[f"chain {b}"][3:]])) for j in range(k_parts)] for b in BACKENDS}
     pick = [min(BACKENDS, key=lambda b: med[b][j]) for j in range(k_parts)]
     predicted = sum(med[b][j] for j, b in enumerate(pick))
@@ -156,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                    f"total {(time.monotonic() - t0) / 60:.1f} min. Pieces: the segments between the model's narrow "
                    "cuts. `oracle predicted`: the sum, over pieces, of the lower of the two in-chain medians (from the "
                    "single-backend chains); `oracle measured`: that mix exported and timed in the second phase, "
-                   "interleaved with the other four (their columns are from that phase where there is one). "
+                   "interleaved with the other five (their columns are from that phase). "
                    "`gain`: the best whole model / the mix. `best split`: one switch, the pieces before a cut on one "
                    "backend and the rest on the other, the cut and order with the lowest estimate (each half at its "
                    "backend's whole-model time x the half's share of that backend's chain), measured in the second phase.")
@@ -182,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         pairs = [f"{a:.2f}/{b:.2f}" for a, b in zip(r["piece_ms"]["onnxruntime"], r["piece_ms"]["openvino"])]
         lines.append(f"- {r['model']}: " + ", ".join(pairs))
+        if r.get("oracle_piece_ms"):
+            lines.append(f"  - its oracle mix, each piece inside that mix: "
+                         + ", ".join(f"{b[:3]} {ms:.2f}" for b, ms in zip(r["pick"], r["oracle_piece_ms"])))
     write_report(args.output, lines)
     return 0
 

@@ -37,7 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "prediction: which partition costs more where it runs than it was priced at")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object: outputs ({name: {shape, dtype, file}}) and, with --repeat, "
-                             "latency_ms {runs, p50, p90, p99, mean, min, max} and throughput_per_s")
+                             "latency_ms {runs, p50, p90, p99, mean, min, max} and throughput_per_s; with "
+                             "--partitions, partitions [{index, backend, nodes, predicted_ms, in_chain_ms, alone_ms, "
+                             "switch}]")
     parser.add_argument("--ignore-version-mismatch", action="store_true",
                         help="run even if a backend's installed version differs from the tuned one")
 
@@ -183,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
                   f"p99 {stats['p99']:.3f} ms, mean {stats['mean']:.3f} ms (min {stats['min']:.3f}, "
                   f"max {stats['max']:.3f}); throughput {stats['throughput_per_s']:.1f} runs/s (one at a time)")
     if args.partitions:
-        result["partitions"] = partition_rows(art, feeds, args.repeat or 20, quiet=args.json)
+        result["partitions"] = partition_rows(art, feeds, args.repeat if args.repeat > 0 else 20, quiet=args.json)
     if args.json:
         print(json.dumps(result, indent=2))
     sys.stdout.flush()

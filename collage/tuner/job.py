@@ -229,7 +229,8 @@ class Verified:
     artifact: Any
     timings: dict[str, float]
     baselines: dict[str, float]
-    #: a plan of several partitions: each partition's median call inside the plan's timed runs (ms, in order)
+    #: a plan of several partitions: each partition's median call inside the plan's timed runs (ms, in order;
+    #: the calls of every round pooled)
     part_ms: list[float] | None = None
 
 
@@ -242,6 +243,7 @@ class TuneJob:
         self.transition_s = 0.0
         self.whole_s = 0.0
         self.charges: dict[str, Any] = {}  # backend -> search_step.PartitionCharge, set by the search step
+        self.searched_part_ms: list[float] | None = None  # set by the verification: the searched plan's partitions
         self.graph = load_model_graph(model, options.shapes)
         self.backend_options = options.all_backend_options()
         self.backends = resolve_backends(list(options.backends), options.target, self.backend_options)
@@ -273,8 +275,8 @@ class TuneJob:
         base = self.baselines(supports, measured)
         plan, charged, search_info = self.search(measured, base)
         verified = self.verify(plan, measured, base)
-        if verified.part_ms is not None:  # each partition's time inside the plan's verification runs, by its price
-            for row, ms in zip(search_info["searched_plan"]["partitions"], verified.part_ms):
+        if self.searched_part_ms is not None:  # each partition's median call inside the plan's verification runs
+            for row, ms in zip(search_info["searched_plan"]["partitions"], self.searched_part_ms):
                 row["in_plan_ms"] = ms
         verified = self.refine(verified, charged, base)
         verified = self.never_worse(verified, measured)
@@ -538,11 +540,12 @@ class TuneJob:
         runners.update({f"whole:{name}": (lambda c=c: c.run(self.feeds)) for name, c in alts.items()})
         self.say("verifying: %s vs %s, interleaved", f"the plan ({same} alone)" if same else "plan",
                  ", ".join([n for n in [*base.singles, *alts] if n != same]) or "nothing")
-        timings = measure_interleaved(runners)
+        timings = measure_interleaved(runners, warmed=calls.clear)  # the warm-up calls are not kept
         plan_ms = timings[same] if same else timings.pop("plan")
         alt_ms = {name: timings.pop(f"whole:{name}") for name in alts}
-        timed = calls[3:] or calls  # the first warm-up calls left out
-        part_ms = [statistics.median(c[k] for c in timed) for k in range(len(plan.partitions))] if timed else None
+        part_ms = ([statistics.median(c[k] for c in calls) for k in range(len(plan.partitions))]
+                   if calls and len(plan.partitions) > 1 else None)
+        self.searched_part_ms = part_ms  # for report.json, whichever plan the later steps keep
         verified = Verified(plan, plan_ms, artifact, timings, {**timings, **base.from_db}, part_ms)
         if alt_ms and min(alt_ms.values()) < plan_ms:
             verified = self.take_whole_model_alternative(verified, alt_ms, measured)

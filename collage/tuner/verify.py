@@ -39,14 +39,18 @@ VERIFY_ROUNDS = 7
 
 
 def measure_interleaved(runners: Mapping[str, Callable[[], object]], *, rounds: int = VERIFY_ROUNDS,
-                        min_time_s: float = 0.15, warmup_s: float = 0.3) -> dict[str, float]:
+                        min_time_s: float = 0.15, warmup_s: float = 0.3,
+                        warmed: Callable[[], object] | None = None) -> dict[str, float]:
     """Median ms of each runner, measured in interleaved rounds so that drift hits all alike.
 
     Each runner is first warmed up for ``warmup_s`` (at least 3 calls): OpenVINO's first calls after a
-    compile ran ~1.5x slow here, enough to skew a short measurement.
+    compile ran ~1.5x slow here, enough to skew a short measurement. ``warmed`` is called once after the
+    warm-up, before the rounds (a runner that records its calls can drop the warm-up ones there).
     """
     for fn in runners.values():
         median_ms(fn, min_runs=3, min_time_s=warmup_s)
+    if warmed is not None:
+        warmed()
     per: dict[str, list[float]] = {k: [] for k in runners}
     for _ in range(rounds):
         for k, fn in runners.items():

@@ -124,6 +124,18 @@ def test_never_worse_names_the_partition_furthest_over_its_price():
     assert furthest_over_price(plan, None) == "" and furthest_over_price(plan, [1.0, 2.0]) == ""
 
 
+def test_interleaved_measuring_says_when_the_warm_up_is_over():
+    # the verification drops the plan's warm-up calls from its per-partition times there: a fast plan makes many
+    from collage.tuner.verify import measure_interleaved
+
+    calls: list[str] = []
+    log: list[str] = []
+    measure_interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=2,
+                        min_time_s=0.0, warmup_s=0.01, warmed=lambda: log.append(f"{len(calls)} {calls.clear()}"))
+    assert len(log) == 1 and int(log[0].split()[0]) >= 6  # once, after every runner's warm-up calls
+    assert sorted(calls) == ["a"] * 6 + ["b"] * 6  # then 2 rounds of at least 3 calls each, nothing else
+
+
 def test_a_budget_used_up_before_measuring_still_measures_every_whole_model(tmp_path, monkeypatch):
     # benchmarks.precision once ran bert-base's 3-minute budget down in the precision prescreen: two whole
     # models got a cost, and the verification's faster whole-model bf16 plan had nothing to be predicted from
