@@ -28,7 +28,7 @@ def measure(folder: str, options: dict, rounds: int, calls: int) -> dict:
     from collage.backends import get_backend
     from collage.graph.inputs import random_inputs
     from collage.graph.ir import Graph
-    from collage.runtime.artifact import load
+    from collage.runtime.artifact import PartitionTimes, load
     from collage.search.cover import to_plan
     from collage.tuner.export import export
     from collage.tuner.search_step import fill_boundaries
@@ -43,13 +43,8 @@ def measure(folder: str, options: dict, rounds: int, calls: int) -> dict:
     feeds = random_inputs(graph, seed=0)
     with tempfile.TemporaryDirectory(prefix="collage-mix-") as tmp:
         art = load(export(graph, plan, Path(tmp) / "plan", backend_options=options))
-        calls_ms: list[list[float]] = []  # per plan call: each partition's call inside it
-
-        def plan_call() -> None:
-            got: list[float] = []
-            art.run(feeds, got)
-            calls_ms.append(got)
-        runners = {"plan": plan_call}
+        clock = PartitionTimes(art, feeds)  # a plan call that keeps each partition's call inside it
+        runners = {"plan": clock}
         for b in report["backends"]:
             c = get_backend(b, **options.get(b, {})).compile(graph.model)
             runners[b] = lambda c=c: c.run(feeds)
@@ -57,11 +52,10 @@ def measure(folder: str, options: dict, rounds: int, calls: int) -> dict:
     # per runner: the median of its per-round medians
     ms = {k: statistics.median(statistics.median(v[r * calls:(r + 1) * calls]) for r in range(rounds))
           for k, v in samples.items()}
-    timed = calls_ms[-rounds * calls:]  # the warm-up calls left out
     return {"model": report["model"], "partitions": [(b, len(n)) for n, b in parts],
             "predicted_ms": searched["predicted_ms"], "ms": ms,
             "part_predicted_ms": [p["cost_ms"] for p in searched["partitions"]],
-            "part_ms": [statistics.median(c[k] for c in timed) for k in range(len(parts))]}
+            "part_ms": clock.medians(skip=len(clock.runs) - rounds * calls)}  # the warm-up calls left out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,7 +44,7 @@ def one_model(model: str, rounds: int, work: Path) -> dict:
     from collage import zoo
     from collage.graph.inputs import random_inputs
     from collage.plan import Partition, Plan
-    from collage.runtime.artifact import load
+    from collage.runtime.artifact import PartitionTimes, load
     from collage.tuner.export import export
     from collage.tuner.search_step import fill_boundaries
 
@@ -52,6 +52,9 @@ def one_model(model: str, rounds: int, work: Path) -> dict:
     feeds = random_inputs(graph)
     pieces = _pieces(graph)
     n = len(graph)
+    k_parts = len(pieces)
+    if k_parts < 2:
+        raise SystemExit(f"{model}: no narrow cut inside it, nothing to mix")
 
     def artifact(name: str, parts: list[tuple[tuple[int, ...], str]]):
         plan = fill_boundaries(graph, Plan([Partition(p, b, 0.0) for p, b in parts], 0.0))
@@ -68,23 +71,14 @@ def one_model(model: str, rounds: int, work: Path) -> dict:
     worker_whole = {b: costs[(whole, b)].median_ms if costs.get((whole, b)) and costs[(whole, b)].ok else None
                     for b in BACKENDS}
 
-    arts = {f"whole {b}": artifact(f"whole-{b}", [(tuple(range(n)), b)]) for b in BACKENDS}
+    arts = {f"whole {b}": artifact(f"whole-{b}", [(whole, b)]) for b in BACKENDS}
     arts.update({f"chain {b}": artifact(f"chain-{b}", [(p, b) for p in pieces]) for b in BACKENDS})
-    times: dict[str, list[list[float]]] = {k: [] for k in arts}
-
-    def call(k):
-        def go():
-            got: list[float] = []
-            arts[k].run(feeds, got)
-            times[k].append(got)
-        return go
+    # each artifact's runs keep their partitions' call times; interleaved's 3 warm-up calls are left out below
+    clocks = {k: PartitionTimes(a, feeds) for k, a in arts.items()}
 
     t0 = time.monotonic()
-    first = interleaved({k: call(k) for k in arts}, rounds, f"{model}: pieces")
-    k_parts = len(pieces)
-    if k_parts < 2:
-        raise SystemExit(f"{model}: no narrow cut inside it, nothing to mix")
-    med = {b: [float(np.median([t[j] for t in times[f"chain {b}"][3:]])) for j in range(k_parts)] for b in BACKENDS}
+    first = interleaved(clocks, rounds, f"{model}: pieces")
+    med = {b: clocks[f"chain {b}"].medians(skip=3) for b in BACKENDS}
     pick = [min(BACKENDS, key=lambda b: med[b][j]) for j in range(k_parts)]
     predicted = sum(med[b][j] for j, b in enumerate(pick))
     row = {"model": model, "nodes": n, "pieces": k_parts,
@@ -103,12 +97,11 @@ def one_model(model: str, rounds: int, work: Path) -> dict:
     arts["best split"] = artifact("split", [(sum(pieces[:c], ()), a), (sum(pieces[c:], ()), z)])
     if len(set(pick)) > 1:
         arts["oracle mix"] = artifact("oracle", list(zip(pieces, pick)))
-    times = {k: [] for k in arts}
-    second = interleaved({k: call(k) for k in arts}, rounds, f"{model}: mixes")
+    clocks = {k: PartitionTimes(a, feeds) for k, a in arts.items()}
+    second = interleaved(clocks, rounds, f"{model}: mixes")
     row["second"] = {k: float(np.median(v)) for k, v in second.items()}
     if "oracle mix" in arts:
-        row["oracle_piece_ms"] = [float(np.median([t[j] for t in times["oracle mix"][3:]]))
-                                  for j in range(len(arts["oracle mix"].partitions))]
+        row["oracle_piece_ms"] = clocks["oracle mix"].medians(skip=3)
     row["seconds"] = time.monotonic() - t0
     return row
 

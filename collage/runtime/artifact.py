@@ -237,23 +237,43 @@ class Artifact:
 
         stitched: list[float] = []
         parts: list[list[float]] = [[] for _ in range(n)]
-        chain: list[list[float]] = [[] for _ in range(n)]
         pairs: list[list[float]] = [[] for _ in range(n - 1)]
+        chain = PartitionTimes(self, feeds)
         for r in range(warmup + repeat):
-            cs: list[float] = []
-            s = timed(lambda: self.run(feeds, cs))
+            s = timed(chain)
             ps = [timed(lambda p=p, f=f: p.compiled.run(f)) for p, f in zip(self.partitions, pfeeds)]
             qs = [timed(lambda k=k: pair(k)) for k in range(n - 1)]
             if r >= warmup:
                 stitched.append(s)
                 for k in range(n):
                     parts[k].append(ps[k])
-                    chain[k].append(cs[k])
                 for k in range(n - 1):
                     pairs[k].append(qs[k])
         med = [float(np.median(x)) for x in parts]
         per = [float(np.median(pairs[k])) - med[k] - med[k + 1] for k in range(n - 1)]
-        return BoundaryOverhead(float(np.median(stitched)), med, per, repeat, [float(np.median(x)) for x in chain])
+        return BoundaryOverhead(float(np.median(stitched)), med, per, repeat, chain.medians(skip=warmup))
+
+
+class PartitionTimes:
+    """Runs of an artifact that keep each partition's call time (``Artifact.run(feeds, times)``): calling it runs
+    the artifact once on ``feeds``; :meth:`medians` is each partition's median over the runs kept (the first
+    ``skip`` left out; :meth:`clear` drops those so far, e.g. a warm-up's)."""
+
+    def __init__(self, artifact: Artifact, feeds: Mapping[str, Any]) -> None:
+        self.artifact, self.feeds = artifact, feeds
+        self.runs: list[list[float]] = []
+
+    def __call__(self) -> None:
+        got: list[float] = []
+        self.artifact.run(self.feeds, got)
+        self.runs.append(got)
+
+    def clear(self) -> None:
+        self.runs.clear()
+
+    def medians(self, skip: int = 0) -> list[float]:
+        kept = self.runs[skip:]
+        return [float(np.median([r[k] for r in kept])) for k in range(len(self.artifact.partitions))]
 
 
 # ---------------------------------------------------------------------- loading

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import statistics
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -524,27 +523,23 @@ class TuneJob:
         """6. The stitched plan vs each single backend, interleaved, same run. A lower-precision backend on
         the whole model, within the accuracy budget on its own, runs too: a competitor for the plan (not an
         fp32 baseline), so a faster within-budget bf16 plan is never lost."""
+        from collage.runtime.artifact import PartitionTimes
+
         artifact = self.load(self.export(plan, self.work / "plan"))
         # a plan of one backend on the whole model is that baseline: timed once, under the baseline's name
         same = plan.partitions[0].backend if len(plan.partitions) == 1 else None
         same = same if same in base.singles else None
-        calls: list[list[float]] = []  # each plan run: its partitions' calls, ms
-
-        def run_plan() -> None:
-            got: list[float] = []
-            artifact.run(self.feeds, got)
-            calls.append(got)
-        runners: dict[str, Any] = {} if same else {"plan": run_plan}
+        clock = PartitionTimes(artifact, self.feeds)  # a plan run that keeps its partitions' call times
+        runners: dict[str, Any] = {} if same else {"plan": clock}
         runners.update({name: (lambda c=c: c.run(self.feeds)) for name, c in base.singles.items()})
         alts = self.precision.whole_model_alternatives(plan)
         runners.update({f"whole:{name}": (lambda c=c: c.run(self.feeds)) for name, c in alts.items()})
         self.say("verifying: %s vs %s, interleaved", f"the plan ({same} alone)" if same else "plan",
                  ", ".join([n for n in [*base.singles, *alts] if n != same]) or "nothing")
-        timings = measure_interleaved(runners, warmed=calls.clear)  # the warm-up calls are not kept
+        timings = measure_interleaved(runners, warmed=clock.clear)  # the warm-up calls are not kept
         plan_ms = timings[same] if same else timings.pop("plan")
         alt_ms = {name: timings.pop(f"whole:{name}") for name in alts}
-        part_ms = ([statistics.median(c[k] for c in calls) for k in range(len(plan.partitions))]
-                   if calls and len(plan.partitions) > 1 else None)
+        part_ms = clock.medians() if clock.runs and len(plan.partitions) > 1 else None
         self.searched_part_ms = part_ms  # for report.json, whichever plan the later steps keep
         verified = Verified(plan, plan_ms, artifact, timings, {**timings, **base.from_db}, part_ms)
         if alt_ms and min(alt_ms.values()) < plan_ms:
