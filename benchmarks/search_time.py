@@ -5,8 +5,10 @@
     python -m benchmarks.search_time --models bert-base resnet50 --no-stress
     python -m benchmarks.search_time --undropped  # also each search with the DP's option dropping off
 
-The search timed is the tuner's, ``collage.search.exact.search_exact``: the DP, and the ILP (HiGHS) where
-the DP's frontier passes its valve. Unless ``--no-ilp``, the ILP (``collage.search.ilp.ilp_search``) also
+The search timed is the tuner's, ``collage.search.exact.search_exact``: module by module where the graph
+is a series of fork-join modules of chains (``collage.search.forkjoin``), else the DP, and the ILP (HiGHS)
+where the DP's frontier passes its valve; where the module-by-module search answers, the DP is also run
+by itself and the two compared. Unless ``--no-ilp``, the ILP (``collage.search.ilp.ilp_search``) also
 solves every model on its own, and the table says whether the two exact answers agree (same cost in
 integer ns, same number of partitions). The stress graph (``--stress``, on by default without
 ``--models``) is a ladder of parallel MatMul+Relu chains mixed pairwise by Adds every second step: its
@@ -145,29 +147,42 @@ def bench(name: str, repeats: int, ilp: bool = True, graph: Graph | None = None,
         t0 = time.perf_counter()
         plan = search_exact(graph, costs, transition, stats=stats)
         exact_s.append(time.perf_counter() - t0)
-        if undropped:  # the same search with every backend option kept, right after (the DP before it dropped any)
-            with mock.patch.object(dp, "drop_dominated_options", lambda *a: 0):
-                t0 = time.perf_counter()
-                kept = search_exact(graph, costs, transition)
-                kept_s.append(time.perf_counter() - t0)
-            if _price(graph, kept, costs) != _price(graph, plan, costs) or len(kept.partitions) != len(plan.partitions):
-                raise AssertionError(f"{name}: the search with every option kept found another optimum")
+    fj = stats.forkjoin
+    dstats, dplan = stats, plan
+    if stats.method == "forkjoin":  # the DP on the same costs by itself (its ILP where it runs out), to compare
+        dstats = ExactStats()
+        t0 = time.perf_counter()
+        dplan = search_exact(graph, costs, transition, stats=dstats, decompose=False)
+        dstats.dp_s = time.perf_counter() - t0
+    if undropped:  # the DP with every backend option kept, right after (the DP before it dropped any)
+        with mock.patch.object(dp, "drop_dominated_options", lambda *a: 0):
+            t0 = time.perf_counter()
+            kept = search_exact(graph, costs, transition, decompose=False)
+            kept_s.append(time.perf_counter() - t0)
+        if _price(graph, kept, costs) != _price(graph, plan, costs) or len(kept.partitions) != len(plan.partitions):
+            raise AssertionError(f"{name}: the search with every option kept found another optimum")
     counts = candidate_counts(cands)
+    greedy = any("not proven optimal" in n for n in plan.notes)
+    proven = (stats.ilp is None or stats.ilp.optimal) and not greedy
+    dp_proven = (dstats.ilp is None or dstats.ilp.optimal) and not any("not proven optimal" in n for n in dplan.notes)
     row = {"model": name, "nodes": len(graph), "counts": counts,
            "enum_s": statistics.median(enum_s), "exact_s": statistics.median(exact_s), "method": stats.method,
-           "dp_s": stats.dp_s, "expanded": stats.dp.expanded, "pushed": stats.dp.pushed, "dropped": stats.dp.dropped,
-           "options": sum(counts.values()),
+           "fj_s": fj.seconds if fj.solved else None, "fj_shape": f"{fj.modules} / {fj.chains}" if fj.solved else
+           fj.why_not.split(":")[0],
+           "dp_s": dstats.dp_s, "dp_method": dstats.method, "expanded": dstats.dp.expanded, "pushed": dstats.dp.pushed,
+           "dropped": dstats.dp.dropped, "options": sum(counts.values()),
+           "dp_agree": None if dplan is plan or not (proven and dp_proven) else
+           (_price(graph, dplan, costs) == _price(graph, plan, costs) and len(dplan.partitions) == len(plan.partitions)),
            "kept_s": statistics.median(kept_s) if kept_s else None,
            "partitions": len(plan.partitions), "backends": plan.backends, "predicted_ms": plan.predicted_ms,
-           "proven": stats.ilp is None or stats.ilp.optimal,
-           "greedy": any("not proven optimal" in n for n in plan.notes)}
+           "proven": proven, "greedy": greedy}
     if ilp:
         held = ExactStats()
         t0 = time.perf_counter()
         alone = ilp_held(graph, costs, transition, stats=held)  # stopped ILP_GRACE_S past its limit if need be
         ist = held.ilp
         status = ist.status if alone is not None else f"stopped after {time.perf_counter() - t0:.0f} s"
-        both = alone is not None and ist.optimal and row["proven"] and not row["greedy"]
+        both = alone is not None and ist.optimal and row["proven"]
         row.update(ilp_s=time.perf_counter() - t0, ilp_status=status, ilp_cuts=ist.cuts, ilp_bb=ist.nodes,
                    agree=None if not both else (_price(graph, alone, costs) == _price(graph, plan, costs)
                                                 and len(alone.partitions) == len(plan.partitions)))
@@ -225,32 +240,38 @@ def main(argv: list[str] | None = None) -> int:
         "(max 12 nodes, at most 1 heavy op per candidate) plus the coarse range candidates the tuner adds "
         "(`collage.search.ranges`).",
         "",
-        f"**exact s** is the tuner's search, `search_exact`: the DP, and where the DP passes {DP_STATES} expanded "
-        "states, the ILP (HiGHS) started from the DP's greedy plan; **method** says which answered. "
-        "**proven**: the answer is a proven optimum (no valve, no greedy fallback). **DP s / states**: the DP's "
-        "part (states expanded: kept after dominance and expanded; reached: records created or improved; options "
-        "dropped: (node set, backend) options another backend on the same set beats whatever the rest of the plan, "
-        "of all of them). **options kept s** (with `--undropped`): the same exact search with no option dropped, "
-        "timed right after it (the same optimum: checked). "
-        "**ILP alone s**: `ilp_search` on the same costs by itself (in a process stopped 30 s past its 60 s limit: "
-        "`collage.search.exact.ilp_held`); **agree**: its plan and the exact search's "
+        f"**exact s** is the tuner's search, `search_exact`: module by module where the graph is a series of "
+        "fork-join modules of plain chains (`collage.search.forkjoin`; **method** forkjoin), else the DP, and where "
+        f"the DP passes {DP_STATES} expanded states, the ILP (HiGHS) started from the DP's greedy plan; **method** "
+        "says which answered. **proven**: the answer is a proven optimum (no valve, no greedy fallback). "
+        "**modules / chains**: the module-by-module search's shape, or why the graph has none. "
+        "**DP s / states**: the DP (by itself where the module-by-module search answered: `search_exact(..., "
+        "decompose=False)`; states expanded: kept after dominance and expanded; reached: records created or "
+        "improved; options dropped: (node set, backend) options another backend on the same set beats whatever "
+        "the rest of the plan, of all of them); **DP agrees**: the DP's plan and the module-by-module one have the "
+        "same cost (integer ns) and the same number of partitions (\"-\": the DP answered the exact search itself). "
+        "**options kept s** (with `--undropped`): the DP with no option dropped, timed right after (the same "
+        "optimum: checked). **ILP alone s**: `ilp_search` on the same costs by itself (in a process stopped 30 s "
+        "past its 60 s limit: `collage.search.exact.ilp_held`); **agree**: its plan and the exact search's "
         "have the same cost (integer ns) and the same number of partitions (\"-\": one of them is not a proven optimum).",
         "",
-        "| model | nodes | candidates per backend | enumeration s | exact s | method | proven | DP s | DP states "
-        "expanded | DP states reached | options dropped | options kept s | ILP alone s | ILP status | agree | "
-        "plan partitions | plan backends |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | nodes | candidates per backend | enumeration s | exact s | method | proven | modules / chains | DP s | "
+        "DP states expanded | DP states reached | options dropped | options kept s | DP agrees | ILP alone s | "
+        "ILP status | agree | plan partitions | plan backends |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         counts = ", ".join(f"{b} {n}" for b, n in r["counts"].items())
         agree = "-" if r.get("agree") is None else "yes" if r["agree"] else "**no**"
         ilp_cells = (f"{r['ilp_s']:.2f} | {r['ilp_status']} | {agree}" if "ilp_s" in r
                      else "- | - | -")
+        dp_agree = "-" if r["dp_agree"] is None else "yes" if r["dp_agree"] else "**no**"
+        dp_cell = f"{r['dp_s']:.2f}" + ("" if r["dp_method"] == "dp" else f" ({r['dp_method']})")
         lines.append(f"| {r['model']} | {r['nodes']} | {counts} | {r['enum_s']:.2f} | {r['exact_s']:.2f} | {r['method']} | "
-                     f"{'yes' if r['proven'] and not r['greedy'] else '**no**'} | {r['dp_s']:.2f} | {r['expanded']} | "
+                     f"{'yes' if r['proven'] else '**no**'} | {r['fj_shape']} | {dp_cell} | {r['expanded']} | "
                      f"{r['pushed']} | {r['dropped']} of {r['options']} | "
-                     f"{'-' if r['kept_s'] is None else format(r['kept_s'], '.2f')} | {ilp_cells} | {r['partitions']} | "
-                     f"{', '.join(r['backends'])} |")
+                     f"{'-' if r['kept_s'] is None else format(r['kept_s'], '.2f')} | {dp_agree} | {ilp_cells} | "
+                     f"{r['partitions']} | {', '.join(r['backends'])} |")
     write_atomic(out, lines)
     print(f"wrote {out}")
     return 0
