@@ -4,7 +4,8 @@ explodes, the same problem solved exactly as an ILP.
 :func:`collage.search.forkjoin.search` answers first where the graph is a series of fork-join modules of
 plain chains (Inception, ResNet, MobileNet, DenseNet, the plain CNNs; not the transformers, whose
 attention splits inside a layer): the same optimum as the DP, with each module's chains solved apart
-(Inception-v2 with three backends: 110,649 DP states in 12-28 s; module by module ~2-3 s).
+(Inception-v2 with three backends: 110,649 DP states in 12-30 s; module by module 2.8-3.9 s on the
+same machine: results/search-time.md).
 :func:`collage.search.dp.search` is exact and fast while the frontier (covered nodes still read by
 uncovered ones) stays narrow; past its state valve it returns its greedy plan, "not proven optimal".
 :func:`search_exact` gives the DP ``dp_time_limit`` seconds and ``max_states`` expanded states, and when
