@@ -123,6 +123,21 @@ def ladder(width: int = 4, steps: int = 24, dim: int = 256, rows: int = 256) -> 
     return Graph.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
 
 
+def tuner_candidates(graph: Graph, backends: tuple[str, ...] = BACKENDS) -> list[Candidate]:
+    """Every node supported on ``backends``: the candidates of default ``Limits()`` plus the coarse ranges the
+    tuner adds (``collage.tuner.job``)."""
+    supports = {b: {i: True for i in range(len(graph))} for b in backends}
+    cands = enumerate_candidates(graph, supports, Limits())
+    known = set(cands)
+    return cands + [c for c in range_candidates(graph, supports) if c not in known]
+
+
+def zoo_problem(name: str) -> tuple[Graph, dict[Candidate, float]]:
+    """A zoo model and the synthetic costs of its candidates on the three backends (for the search's tests)."""
+    graph = zoo.load_graph(f"zoo:{name}")
+    return graph, synthetic_costs(graph, tuner_candidates(graph))
+
+
 def _price(graph: Graph, plan, costs) -> int:
     compute, moved = cover_cost(graph, [(p.nodes, p.backend) for p in plan.partitions], usable_costs(graph, costs),
                                 transition)
@@ -132,13 +147,10 @@ def _price(graph: Graph, plan, costs) -> int:
 def bench(name: str, repeats: int, ilp: bool = True, graph: Graph | None = None,
           backends: tuple[str, ...] = BACKENDS, undropped: bool = False) -> dict:
     graph = graph if graph is not None else zoo.load_graph(f"zoo:{name}")
-    supports = {b: {i: True for i in range(len(graph))} for b in backends}
     enum_s, exact_s = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        cands = enumerate_candidates(graph, supports, Limits())
-        known = set(cands)
-        cands += [c for c in range_candidates(graph, supports) if c not in known]  # as collage.tuner.job adds them
+        cands = tuner_candidates(graph, backends)
         enum_s.append(time.perf_counter() - t0)
     costs = synthetic_costs(graph, cands)
     kept_s: list[float] = []

@@ -125,16 +125,9 @@ def test_search_exact_answers_module_by_module_where_it_can():
                                   pytest.param("inception_v2", marks=pytest.mark.slow),
                                   pytest.param("densenet121", marks=pytest.mark.slow)])
 def test_forkjoin_equals_dp_on_zoo_models(name):
-    from benchmarks.search_time import BACKENDS as B3, synthetic_costs, transition
-    from collage import zoo
-    from collage.search.ranges import range_candidates
+    from benchmarks.search_time import transition, zoo_problem
 
-    g = zoo.load_graph(f"zoo:{name}")
-    sup = {b: {i: True for i in range(len(g))} for b in B3}
-    cands = enumerate_candidates(g, sup, Limits())
-    known = set(cands)
-    cands += [c for c in range_candidates(g, sup) if c not in known]
-    costs = synthetic_costs(g, cands)
+    g, costs = zoo_problem(name)
     stats = forkjoin.ForkJoinStats()
     plan = forkjoin.search(g, costs, transition, stats=stats)
     assert stats.solved, stats.why_not

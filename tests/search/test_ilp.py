@@ -171,16 +171,9 @@ def test_an_ilp_that_fails_in_its_process_raises_here(monkeypatch):
                                   pytest.param("convnext-t", marks=pytest.mark.slow),
                                   pytest.param("vit-b16", marks=pytest.mark.slow)])
 def test_ilp_equals_dp_on_zoo_models(name):
-    from benchmarks.search_time import BACKENDS as B3, synthetic_costs, transition
-    from collage import zoo
-    from collage.search.ranges import range_candidates
+    from benchmarks.search_time import transition, zoo_problem
 
-    g = zoo.load_graph(f"zoo:{name}")
-    sup = {b: {i: True for i in range(len(g))} for b in B3}
-    cands = enumerate_candidates(g, sup, Limits())
-    known = set(cands)
-    cands += [c for c in range_candidates(g, sup) if c not in known]
-    costs = synthetic_costs(g, cands)
+    g, costs = zoo_problem(name)
     dp, ilp = search(g, costs, transition), ilp_search(g, costs, transition)
     assert objective(g, ilp, costs, transition) == objective(g, dp, costs, transition)
     assert len(ilp.partitions) == len(dp.partitions)
@@ -193,16 +186,9 @@ def test_ilp_stops_at_its_time_limit_on_inception_v2():
     past a 60 s limit: results/search-time.md)."""
     import time
 
-    from benchmarks.search_time import BACKENDS as B3, synthetic_costs, transition
-    from collage import zoo
-    from collage.search.ranges import range_candidates
+    from benchmarks.search_time import transition, zoo_problem
 
-    g = zoo.load_graph("zoo:inception_v2")
-    sup = {b: {i: True for i in range(len(g))} for b in B3}
-    cands = enumerate_candidates(g, sup, Limits())
-    known = set(cands)
-    cands += [c for c in range_candidates(g, sup) if c not in known]
-    costs = synthetic_costs(g, cands)
+    g, costs = zoo_problem("inception_v2")
     greedy = search(g, costs, transition, max_states=0)
     stats = IlpStats()
     t0 = time.monotonic()
