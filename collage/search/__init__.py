@@ -1,6 +1,7 @@
-"""The search: candidates per backend, the Collage DP over them, the same problem as an ILP (HiGHS) for
-where the DP's frontier explodes (``search_exact`` runs one then the other), a brute-force reference,
-and an Optuna refinement of the DP's plan by measured end-to-end latency.
+"""The search: candidates per backend, the Collage DP over them, the same problem solved module by module
+where the graph is a series of fork-join modules of chains (``forkjoin``) and as an ILP (HiGHS) where the
+DP's frontier explodes (``search_exact`` runs the first that applies: module by module, the DP, the ILP),
+a brute-force reference, and an Optuna refinement of the DP's plan by measured end-to-end latency.
 
 The search sees costs (numbers per candidate and per hand-over), never runtimes: nothing here imports
 a backend or the cost models.

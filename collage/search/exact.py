@@ -3,7 +3,8 @@ explodes, the same problem solved exactly as an ILP.
 
 :func:`collage.search.forkjoin.search` answers first where the graph is a series of fork-join modules of
 plain chains (Inception, ResNet, MobileNet, DenseNet, the plain CNNs; not the transformers, whose
-attention splits inside a layer): the same optimum as the DP, with each module's chains solved apart
+attention splits inside a layer): the same optimum as the DP (its plan priced again as the DP prices it;
+the DP answers where that differed), with each module's chains solved apart
 (Inception-v2 with three backends: 110,649 DP states in 12-30 s; module by module 2.8-3.9 s on the
 same machine: results/search-time.md).
 :func:`collage.search.dp.search` is exact and fast while the frontier (covered nodes still read by
@@ -82,6 +83,7 @@ def search_exact(graph: Graph, costs: Mapping[Candidate, Any], transition: Trans
     """The cheapest executable exact cover: module by module (unless ``decompose`` is False), else the DP, or
     the ILP where the DP runs out (module docstring)."""
     stats = stats if stats is not None else ExactStats()
+    stats.forkjoin = ForkJoinStats()
     if decompose:
         plan = forkjoin_search(graph, costs, transition, stats=stats.forkjoin)
         if plan is not None:

@@ -36,8 +36,10 @@ direct reads between the two. Every plan this builds is executable (pieces read 
 or the hub before, a hub reads the module before it), and every plan is one it considers.
 
 Costs are the DP's integers (:func:`collage.search.dp_tables.quantize` per candidate and per hand-over),
-carried as ``cost << 16 | partitions`` so that sums keep the DP's tie-break (fewest partitions among
-the equally cheap) exactly.
+carried as ``cost << 16 | partitions`` in int64 so that sums keep the DP's tie-break (fewest partitions
+among the equally cheap) exactly; every term is capped at 2^60 ("no cover"), so a plan dearer than 2^44 ns
+(~4.9 hours) is left to the DP. The plan found is priced again from scratch as the DP prices it before it
+is returned; a difference would be a bug here, and the DP answers instead.
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -65,7 +67,7 @@ log = logging.getLogger(__name__)
 PART_BITS = 16
 _ONE = 1                     # one partition, as a key
 _INF = 1 << 60               # no cover; sums are clipped to it
-#: Chains per module beyond which the direct-read masks (int64 bit sets) would not hold them.
+#: Chains per module beyond which the direct-read masks (int64 bit sets, sign bit left alone) would not hold them.
 MAX_CHAINS = 62
 
 Tensors = tuple[tuple[str, int], ...]  # (name, nbytes) of each distinct tensor read across one edge
@@ -185,9 +187,12 @@ class _Hub:
 def search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition | None = None,
            *, stats: ForkJoinStats | None = None) -> Plan | None:
     """The cheapest executable exact cover, solved module by module (module docstring); None where the graph
-    or its candidates do not have that shape (``stats.why_not`` says why), or where no cover exists (the
-    DP then says which node is stuck)."""
+    or its candidates do not have that shape, where no cover exists (the DP then says which node is stuck) or
+    the cheapest costs more than the keys hold (2^44 ns, ~4.9 hours), or where its plan does not cost what
+    it priced (a bug; logged): ``stats.why_not`` says which, and the caller asks the DP."""
     stats = stats if stats is not None else ForkJoinStats()
+    for f in fields(stats):  # this call's, whatever an earlier one left
+        setattr(stats, f.name, f.default)
     t0 = time.perf_counter()
     try:
         plan = _Solve(graph, costs, transition, stats).run()
@@ -304,7 +309,7 @@ class _Solve:
                                        f"is {ms}; it must be a finite, non-negative number of ms")
                 hit = self.ho_cache[key] = quantize(ms)
             total += hit
-        return total << PART_BITS
+        return min(total << PART_BITS, _INF)
 
     # ------------------------------------------------------------------ chains
     def middles(self, k: int, i: int, h: int, a: int) -> list[list[tuple[int, int, int]]]:
@@ -394,6 +399,7 @@ class _Solve:
             sigs_out = list(outs[k].items())
             if not sigs_out:
                 if k == L:
+                    self.stats.why_not = "no plan found module by module (no cover, or one dearer than the keys hold)"
                     return None
                 continue  # no hub ends at this separator: every plan's hub holds it and the next one
             if k < L:
@@ -401,7 +407,7 @@ class _Solve:
             else:
                 sigs_in = [((0,) * len(chains), nb)]
             if not sigs_in:
-                return None
+                continue  # no hub starts at the next separator: every plan's hub holds it and the one before
             tables = []
             for i, chain in enumerate(chains):
                 tables.append(self.chain_table(k, i, {s[0][i] for s, _ in sigs_out}, {s[1] for s, _ in sigs_out},
@@ -411,6 +417,7 @@ class _Solve:
             slot = {s: r for r, s in enumerate(sigs_in)}
             if k == L:
                 if best[0] >= _INF:
+                    self.stats.why_not = "no plan found module by module (no cover, or one dearer than the keys hold)"
                     return None
                 self.total = int(best[0])
                 break
@@ -420,6 +427,8 @@ class _Solve:
                 if key >= _INF:
                     continue
                 key += (q << PART_BITS) + _ONE
+                if key >= _INF:
+                    continue
                 sig = (hub.heads, b)
                 into = outs[hub.last]
                 old = into.get(sig)
@@ -491,7 +500,9 @@ class _Solve:
                 p = graph.producer(t)
                 if p is not None:
                     cost += self.ho(owner[p], b, ((t, graph.tensor(t).nbytes),)) >> PART_BITS
-        if (cost << PART_BITS) + len(parts) != self.total or sorted(owner) != list(range(len(graph))):
+        if ((cost << PART_BITS) + len(parts) != self.total or sorted(owner) != list(range(len(graph)))
+                or sum(len(nodes) for nodes, _ in parts) != len(graph)):
+            self.stats.why_not = "its plan did not cost what it priced (a bug: reported in the log)"
             log.warning("%s: the module-by-module search priced its plan at %d, the plan costs %d (%d partitions); "
                         "the DP answers instead", graph.name, self.total, (cost << PART_BITS) + len(parts), len(parts))
             return None

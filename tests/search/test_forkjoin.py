@@ -51,6 +51,9 @@ def test_forkjoin_equals_dp(g, seed, nb, missing):
     rng = random.Random(seed)
     backends = BACKENDS[:nb]
     costs = random_costs(g, rng, backends, missing=missing)
+    for c in costs:  # single nodes missing too: a separator then only in a hub that holds the next one
+        if len(c.nodes) == 1 and rng.random() < missing:
+            costs[c] = None
     transition = random_transition(rng, backends)
     stats = forkjoin.ForkJoinStats()
     plan = forkjoin.search(g, costs, transition, stats=stats)
@@ -134,3 +137,27 @@ def test_forkjoin_equals_dp_on_zoo_models(name):
     dp = search(g, costs, transition)
     assert objective(g, plan, costs, transition) == objective(g, dp, costs, transition)
     assert len(plan.partitions) == len(dp.partitions)
+
+
+def test_a_separator_only_in_a_hub_that_holds_the_next_one():
+    # a chain 0 -> 1 -> 2 with no candidate for node 1 alone: {0, 1} holds two separators, and no hub starts
+    # at separator 1 (the module after node 0 is empty)
+    g = make_dag([("Relu", (-1,)), ("Relu", (0,)), ("Relu", (1,))])
+    costs = {Candidate((0,), "ort"): 1.0, Candidate((0, 1), "ort"): 1.5, Candidate((2,), "ort"): 1.0}
+    stats = forkjoin.ForkJoinStats()
+    plan = forkjoin.search(g, costs, stats=stats)
+    assert plan is not None, stats.why_not
+    assert [(p.nodes, p.backend) for p in plan.partitions] == [((0, 1), "ort"), ((2,), "ort")]
+
+
+def test_costs_past_what_the_keys_hold_are_left_to_the_dp():
+    g = two_chains_into_one_hub()
+    costs = {c: 1.0 for c in enumerate_candidates(g, all_supported(g, ["ort", "ov"]), Limits())}
+    stats = ExactStats()
+    plan = search_exact(g, costs, lambda a, b, n: 1e9, stats=stats)  # a hand-over of 1e9 ms: never taken
+    assert plan.predicted_ms == pytest.approx(search(g, costs, lambda a, b, n: 1e9).predicted_ms)
+    costs = {Candidate(tuple(range(5)), "ort"): 1e12}  # the one plan costs 1e12 ms: more than the keys hold
+    stats = ExactStats()
+    plan = search_exact(g, costs, stats=stats)
+    assert stats.method == "dp" and "no plan found module by module" in stats.forkjoin.why_not
+    assert plan.predicted_ms == pytest.approx(1e12)
