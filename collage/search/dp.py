@@ -60,7 +60,7 @@ from collage.errors import CollageError
 from collage.plan import Plan
 from collage.search.candidates import Candidate
 from collage.search.cover import Transition, to_plan, usable_costs
-from collage.search.dp_tables import SCALE, Group, build_groups, drop_dominated_options, prepare, quantize
+from collage.search.dp_tables import SCALE, Group, HandOver, build_groups, drop_dominated_options, prepare
 
 if TYPE_CHECKING:
     from collage.graph.ir import Graph
@@ -198,7 +198,7 @@ class CoverSearch:
             self.preds[v] |= 1 << u
             self.succ[u] |= 1 << v
         self.sources = sum(1 << i for i in range(n) if not self.preds[i])
-        self.trans_cache: dict[tuple[int, int, int], int] = {}
+        self.hand_over = HandOver(self.backends, transition)  # quantized, cached
         groups = build_groups(graph, table, {b: k for k, b in enumerate(self.backends)}, self.preds, self.succ)
         self.out_tensors = self._out_tensors()
         self.dropped = drop_dominated_options(groups, self.nb, self.hand_over, self.out_tensors)
@@ -236,19 +236,6 @@ class CoverSearch:
         self.settled: dict[int, StateRecord] = {}          # state -> its record, once kept
 
     # ------------------------------------------------------------------ set-up
-    def hand_over(self, src: int, dst: int, nbytes: int) -> int:
-        """The quantized transition cost of ``nbytes`` from backend index ``src`` to ``dst`` (cached)."""
-        key = (src, dst, nbytes)
-        hit = self.trans_cache.get(key)
-        if hit is None:
-            backends, transition = self.backends, self.transition
-            ms = float(transition(backends[src], backends[dst], nbytes)) if transition else 0.0
-            if not math.isfinite(ms) or ms < 0:
-                raise CollageError(f"transition cost {backends[src]} -> {backends[dst]} for {nbytes} bytes is {ms}; "
-                                   "it must be a finite, non-negative number of ms")
-            hit = self.trans_cache[key] = quantize(ms)
-        return hit
-
     def _out_tensors(self) -> list[list[tuple[int, int]]]:
         """Per node, (readers mask, dearest hand-over) of each output tensor read. Dominance between states
         with the same covered set: a frontier node's backend can change the remaining cost by at most

@@ -21,11 +21,14 @@ The chain heuristic (admissible and consistent, so A*-style pruning by ``g + h``
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from collage.errors import CollageError
 
 if TYPE_CHECKING:
     from collage.graph.ir import Graph
@@ -37,6 +40,29 @@ SCALE = 1_000_000
 
 def quantize(ms: float) -> int:
     return int(round(ms * SCALE))
+
+
+class HandOver:
+    """``(src, dst, nbytes) -> int``: the quantized cost of handing ``nbytes`` from backend index ``src`` to ``dst``
+    (``transition`` on the backends' names, in ms; 0 without one), cached. A cost that is not a finite,
+    non-negative number of ms is a CollageError. The DP, the ILP and the module-by-module search price
+    hand-overs with it, so their integer costs agree."""
+
+    def __init__(self, backends: Sequence[str], transition: Callable[[str, str, int], float] | None) -> None:
+        self.backends, self.transition = list(backends), transition
+        self.cache: dict[tuple[int, int, int], int] = {}
+
+    def __call__(self, src: int, dst: int, nbytes: int) -> int:
+        key = (src, dst, nbytes)
+        hit = self.cache.get(key)
+        if hit is None:
+            backends = self.backends
+            ms = float(self.transition(backends[src], backends[dst], nbytes)) if self.transition else 0.0
+            if not math.isfinite(ms) or ms < 0:
+                raise CollageError(f"transition cost {backends[src]} -> {backends[dst]} for {nbytes} bytes is {ms}; "
+                                   "it must be a finite, non-negative number of ms")
+            hit = self.cache[key] = quantize(ms)
+        return hit
 
 
 @dataclass

@@ -44,7 +44,6 @@ is returned; a difference would be a bug here, and the DP answers instead.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -52,11 +51,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from collage.errors import CollageError
 from collage.plan import Plan
 from collage.search.candidates import Candidate
 from collage.search.cover import Transition, to_plan, usable_costs
-from collage.search.dp_tables import quantize
+from collage.search.dp_tables import HandOver, quantize
 
 if TYPE_CHECKING:
     from collage.graph.ir import Graph
@@ -69,6 +67,9 @@ _ONE = 1                     # one partition, as a key
 _INF = 1 << 60               # no cover; sums are clipped to it
 #: Chains per module beyond which the direct-read masks (int64 bit sets, sign bit left alone) would not hold them.
 MAX_CHAINS = 62
+
+#: ``ForkJoinStats.why_not`` when the modules admit no plan (the DP then says which node is stuck).
+NO_PLAN = "no plan found module by module (no cover, or one dearer than the keys hold)"
 
 Tensors = tuple[tuple[str, int], ...]  # (name, nbytes) of each distinct tensor read across one edge
 
@@ -211,7 +212,6 @@ class _Solve:
                  stats: ForkJoinStats) -> None:
         self.graph, self.transition, self.stats = graph, transition, stats
         self.costs = costs
-        self.ho_cache: dict[tuple[int, int, int], int] = {}
 
     # ------------------------------------------------------------------ set-up
     def run(self) -> Plan | None:
@@ -227,6 +227,7 @@ class _Solve:
         self.table = usable_costs(graph, self.costs)
         self.backends = sorted({b for opts in self.table.values() for b in opts})
         self.nb = len(self.backends)
+        self.hand_over = HandOver(self.backends, self.transition)
         try:
             self.classify()
         except _NotApplicable as e:
@@ -293,39 +294,26 @@ class _Solve:
         return _Hub(nodes, j, m, tuple(tails), tuple(heads), options)
 
     def ho(self, a: int, b: int, tensors: Tensors) -> int:
-        """Quantized hand-over of ``tensors`` from backend index ``a`` to ``b`` (the DP's: per tensor, cached), as a
-        key (no partition); nothing across the graph's ends (index ``nb``) or on one backend."""
+        """Quantized hand-over of ``tensors`` from backend index ``a`` to ``b`` (the DP's, per tensor), as a key (no
+        partition); nothing across the graph's ends (index ``nb``) or on one backend."""
         nb = self.nb
         if a == b or a == nb or b == nb:
             return 0
-        total = 0
-        for _, nbytes in tensors:
-            key = (a, b, nbytes)
-            hit = self.ho_cache.get(key)
-            if hit is None:
-                ms = float(self.transition(self.backends[a], self.backends[b], nbytes)) if self.transition else 0.0
-                if not math.isfinite(ms) or ms < 0:
-                    raise CollageError(f"transition cost {self.backends[a]} -> {self.backends[b]} for {nbytes} bytes "
-                                       f"is {ms}; it must be a finite, non-negative number of ms")
-                hit = self.ho_cache[key] = quantize(ms)
-            total += hit
-        return min(total << PART_BITS, _INF)
+        return min(sum(self.hand_over(a, b, nbytes) for _, nbytes in tensors) << PART_BITS, _INF)
 
     # ------------------------------------------------------------------ chains
-    def middles(self, k: int, i: int, h: int, a: int) -> list[list[tuple[int, int, int]]]:
-        """Chain ``i`` of module ``k`` tiled from position ``h`` on (the node before on backend ``a``): per end
-        position ``e`` and backend, (key, start of its last piece, backend before it) of the cheapest tiling."""
-        chain = self.fj.modules[k][i]
+    def middles(self, chain: Chain, by_end: Mapping[int, list[tuple[int, tuple[tuple[int, int], ...]]]], h: int,
+                a: int) -> list[list[tuple[int, int, int]]]:
+        """``chain`` (its pieces' options by end position) tiled from position ``h`` on, the node before on backend
+        ``a``: per end position ``e`` and backend, (key, start of its last piece, backend before it) of the
+        cheapest tiling."""
         size, nb = len(chain.nodes), self.nb
-        pieces = self.pieces.get((k, i), {})
-        by_end: dict[int, list[tuple[int, tuple[tuple[int, int], ...]]]] = {}
-        for (l, r), opts in pieces.items():
-            if l >= h:
-                by_end.setdefault(r, []).append((l, opts))
         f: list[list[tuple[int, int, int]]] = [[(_INF, -1, -1)] * nb for _ in range(size + 1)]
         for e in range(h + 1, size + 1):
             row = f[e]
             for l, opts in by_end.get(e, ()):
+                if l < h:
+                    continue
                 edge = chain.edges[l]
                 for b, q in opts:
                     own = (q << PART_BITS) + _ONE
@@ -349,11 +337,14 @@ class _Solve:
         (``h == 0``, ``t == len``) pays that in the module's direct reads, not here."""
         chain = self.fj.modules[k][i]
         size, nb = len(chain.nodes), self.nb
+        by_end: dict[int, list[tuple[int, tuple[tuple[int, int], ...]]]] = {}
+        for (l, r), opts in self.pieces.get((k, i), {}).items():
+            by_end.setdefault(r, []).append((l, opts))
         table = np.full((size + 1, nb + 1, size + 1, nb + 1), _INF, np.int64)
         tilings = {}
         for h in heads:
             for a in befores:
-                f = tilings[(h, a)] = self.middles(k, i, h, a) if h < size else None
+                f = tilings[(h, a)] = self.middles(chain, by_end, h, a) if h < size else None
                 for t in tails:
                     e = size - t
                     if e < h:
@@ -362,9 +353,13 @@ class _Solve:
                         if e == h:
                             table[h, a, t, b] = self.ho(a, b, chain.edges[h]) if h > 0 else 0
                         else:
-                            table[h, a, t, b] = min(min(key + self.ho(g, b, chain.edges[e]), _INF)
-                                                    for g, (key, _, _) in enumerate(f[e]))
+                            table[h, a, t, b] = self.leave(f[e], b, chain.edges[e])[0]
         return table, tilings
+
+    def leave(self, ends: list[tuple[int, int, int]], b: int, edge: Tensors) -> tuple[int, int]:
+        """The cheapest of a tiling's last pieces ``ends`` (per backend) with the hand-over of ``edge`` to ``b``
+        after it: (key, its backend)."""
+        return min((min(key + self.ho(g, b, edge), _INF), g) for g, (key, _, _) in enumerate(ends))
 
     def tiling(self, k: int, i: int, tilings: dict, h: int, a: int, t: int, b: int) -> list[tuple[tuple[int, ...], int]]:
         """The pieces (nodes, backend index) of the middle ``chain_table`` priced at ``[h, a, t, b]``."""
@@ -373,7 +368,7 @@ class _Solve:
         if e == h:
             return []
         f = tilings[(h, a)]
-        g = min(range(self.nb), key=lambda g: f[e][g][0] + self.ho(g, b, chain.edges[e]))
+        g = self.leave(f[e], b, chain.edges[e])[1]
         out = []
         while e > h:
             _, l, before = f[e][g]
@@ -399,7 +394,7 @@ class _Solve:
             sigs_out = list(outs[k].items())
             if not sigs_out:
                 if k == L:
-                    self.stats.why_not = "no plan found module by module (no cover, or one dearer than the keys hold)"
+                    self.stats.why_not = NO_PLAN
                     return None
                 continue  # no hub ends at this separator: every plan's hub holds it and the next one
             if k < L:
@@ -417,7 +412,7 @@ class _Solve:
             slot = {s: r for r, s in enumerate(sigs_in)}
             if k == L:
                 if best[0] >= _INF:
-                    self.stats.why_not = "no plan found module by module (no cover, or one dearer than the keys hold)"
+                    self.stats.why_not = NO_PLAN
                     return None
                 self.total = int(best[0])
                 break

@@ -56,7 +56,6 @@ unproven plan, the plan carries a note saying so (and the gap); ``IlpStats`` say
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -68,7 +67,7 @@ from collage.errors import CollageError
 from collage.plan import Plan
 from collage.search.candidates import Candidate
 from collage.search.cover import Transition, to_plan, usable_costs
-from collage.search.dp_tables import quantize
+from collage.search.dp_tables import HandOver, quantize
 
 if TYPE_CHECKING:
     from collage.graph.ir import Graph
@@ -494,17 +493,7 @@ def _transition_terms(graph: Graph, m: _Matrix, backends: list[str], holding, y0
     if transition is None or nb < 2:
         return 0
     inf = None
-    hand: dict[tuple[int, int, int], int] = {}
-
-    def price(src: int, dst: int, nbytes: int) -> int:
-        key = (src, dst, nbytes)
-        if key not in hand:
-            ms = float(transition(backends[src], backends[dst], nbytes))
-            if not math.isfinite(ms) or ms < 0:
-                raise CollageError(f"transition cost {backends[src]} -> {backends[dst]} for {nbytes} bytes is "
-                                   f"{ms}; it must be a finite, non-negative number of ms")
-            hand[key] = quantize(ms)
-        return hand[key]
+    price = HandOver(backends, transition)
 
     hi = m.hi
 
