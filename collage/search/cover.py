@@ -91,8 +91,17 @@ def to_plan(graph: Graph, parts: list[tuple[tuple[int, ...], str]],
     compute, moved = cover_cost(graph, parts, table, transition)
     plan = Plan(partitions, predicted_ms=compute + moved)
     if moved:
-        plan.notes.append(f"transitions between backends: {moved:.3f} ms of the predicted {compute + moved:.3f} ms")
+        plan.notes.append(transitions_note(moved, compute + moved))
     return plan
+
+
+#: how a plan's notes begin the line that says what its transitions cost (``transitions_note``)
+TRANSITIONS_NOTE = "transitions between backends:"
+
+
+def transitions_note(moved_ms: float, predicted_ms: float) -> str:
+    """The plan note that says how much of its prediction is transitions."""
+    return f"{TRANSITIONS_NOTE} {moved_ms:.3f} ms of the predicted {predicted_ms:.3f} ms"
 
 
 def plan_from_parts(graph: Graph, parts: list[tuple[tuple[int, ...], str]],

@@ -56,6 +56,7 @@ def bench(models: Sequence[str], *, backends: Sequence[str], target: str = "cpu"
             "speedup_vs_best": round(best_ms / res.plan_ms, 3) if res.plan_ms else None,
             "predicted_ms": round(res.plan.predicted_ms, 3) if res.plan.predicted_ms else None,
             "predicted_over_measured": round(res.plan.predicted_ms / res.plan_ms, 3) if res.plan.predicted_ms else None,
+            **searched_columns(res.report.get("searched_plan")),
             "max_abs_err": res.report.get("numerics", {}).get("max_abs_err"),
             "tune_s": round(res.report.get("tune_s", 0.0), 1),
             "notes": " / ".join(res.plan.notes),
@@ -65,6 +66,19 @@ def bench(models: Sequence[str], *, backends: Sequence[str], target: str = "cpu"
         print(f"{name}: plan {row['plan_ms']} ms, best single {best} {best_ms:.3f} ms "
               f"({row['speedup_vs_best']}x)", file=sys.stderr, flush=True)
     return rows
+
+
+def searched_columns(searched: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The plan the search chose (before never-worse and any whole-model alternative): its partitions and
+    backends, its prediction and the verification's measurement of it (report.json's ``searched_plan``)."""
+    parts = (searched or {}).get("partitions") or []
+    predicted, measured = (searched or {}).get("predicted_ms"), (searched or {}).get("measured_ms")
+    return {
+        "searched": f"{len(parts)}: {'+'.join(dict.fromkeys(p['backend'] for p in parts))}" if parts else None,
+        "searched_predicted_ms": round(predicted, 3) if predicted else None,
+        "searched_measured_ms": round(measured, 3) if measured else None,
+        "searched_predicted_over_measured": round(predicted / measured, 3) if predicted and measured else None,
+    }
 
 
 def _write(rows: list[dict[str, Any]], out_dir: str | Path, target: str, command: str) -> Path:
@@ -88,6 +102,9 @@ def _write(rows: list[dict[str, Any]], out_dir: str | Path, target: str, command
         "Every number is a median in ms measured in the same run: the stitched plan (the deployable artifact) and",
         "each backend running the whole model, interleaved. `speedup_vs_best` = best single backend / plan",
         "(above 1: the plan is faster). `predicted_ms` is the search's sum of measured parts and transitions.",
+        "`searched` is the plan the search chose (partitions: backends) before the never-worse rule, with its",
+        "prediction and its measurement in the same interleaved rounds; a mixed plan measured in the search's",
+        "attempts is predicted as it ran there (its notes give what it was searched for).",
         "",
         "",
     ]

@@ -189,7 +189,8 @@ def furthest_over_price(plan: Plan, part_ms: Sequence[float] | None) -> str:
 
 def plan_summary(plan: Plan) -> dict[str, Any]:
     """report.json's form of a searched plan: each partition's backend, node ids and cost as the search priced it,
-    and the search's prediction."""
+    and the search's prediction (the tune adds the verification's measurement of the plan, ``measured_ms``, and
+    each partition's call in it, ``in_plan_ms``)."""
     return {"partitions": [{"backend": p.backend, "nodes": list(p.nodes), "cost_ms": p.cost_ms}
                            for p in plan.partitions],
             "predicted_ms": plan.predicted_ms}
@@ -243,6 +244,7 @@ class TuneJob:
         self.whole_s = 0.0
         self.charges: dict[str, Any] = {}  # backend -> search_step.PartitionCharge, set by the search step
         self.searched_part_ms: list[float] | None = None  # set by the verification: the searched plan's partitions
+        self.searched_ms: float | None = None  # and the searched plan end to end
         self.graph = load_model_graph(model, options.shapes)
         self.backend_options = options.all_backend_options()
         self.backends = resolve_backends(list(options.backends), options.target, self.backend_options)
@@ -274,6 +276,7 @@ class TuneJob:
         base = self.baselines(supports, measured)
         plan, charged, search_info = self.search(measured, base)
         verified = self.verify(plan, measured, base)
+        search_info["searched_plan"]["measured_ms"] = self.searched_ms  # in the verification, beside the baselines
         if self.searched_part_ms is not None:  # each partition's median call inside the plan's verification runs
             for row, ms in zip(search_info["searched_plan"]["partitions"], self.searched_part_ms):
                 row["in_plan_ms"] = ms
@@ -540,7 +543,7 @@ class TuneJob:
         plan_ms = timings[same] if same else timings.pop("plan")
         alt_ms = {name: timings.pop(f"whole:{name}") for name in alts}
         part_ms = clock.medians() if clock.runs and len(plan.partitions) > 1 else None
-        self.searched_part_ms = part_ms  # for report.json, whichever plan the later steps keep
+        self.searched_part_ms, self.searched_ms = part_ms, plan_ms  # for report.json, whichever plan the later steps keep
         verified = Verified(plan, plan_ms, artifact, timings, {**timings, **base.from_db}, part_ms)
         if alt_ms and min(alt_ms.values()) < plan_ms:
             verified = self.take_whole_model_alternative(verified, alt_ms, measured)

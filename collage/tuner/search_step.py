@@ -5,9 +5,10 @@ Each candidate is timed alone, so a stitched chain of them costs more than the s
 (DESIGN.md, "Stitching"). ``calibrate_partition_charges`` measures, per backend, a ``PartitionCharge``
 before the search: a level (the whole model called from an artifact against its worker timing) and a cost
 per cut (a chain of that backend's pieces against the levelled sum of its parts). ``search_checked``
-searches with it charged, stitches and measures the plan, and where the plan measures well over or under its
-prediction (or loses to the best single backend), charges the measured difference to its backends' cuts and
-searches again, keeping the best measured plan. A plan can win and still be mispredicted: a switch from
+searches with it charged, stitches and measures the plan with each partition's call timed inside it, and
+where the plan measures well over or under its prediction (or loses to the best single backend), prices its
+partitions as they ran there, charges the difference per cut to its backends (what the candidates never run
+in a plan learn from it) and searches again, keeping the best measured plan, priced as it ran (its prediction is then a measurement of the plan itself). A plan can win and still be mispredicted: a switch from
 OpenVINO to ONNX Runtime costs the next ONNX Runtime partition milliseconds while OpenVINO's threads wind
 down (ResNet-50 under a bf16 budget: bf16 then an ONNX Runtime tail predicted 10.6 ms, measured 27.9 ms;
 searched again, bf16 then an OpenVINO tail measured 19.1 ms: results/precision-bf16.md), which no
@@ -170,14 +171,20 @@ def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
-def artifact_runner(graph: Graph, plan: Plan, path: Path, feeds: Mapping[str, np.ndarray], target: str,
-                     backend_options: Mapping[str, Mapping[str, Any]] | None) -> Callable[[], Any]:
-    """A call of ``plan`` exported and loaded as an artifact (what a deployment runs)."""
+def plan_artifact(graph: Graph, plan: Plan, path: Path, target: str,
+                  backend_options: Mapping[str, Mapping[str, Any]] | None) -> Any:
+    """``plan`` exported to ``path`` and loaded as an artifact (what a deployment runs)."""
     from collage.runtime.artifact import load as load_artifact
     from collage.tuner.export import export
 
-    art = load_artifact(export(graph, plan, path, target=target,
-                               backend_options={k: dict(v) for k, v in (backend_options or {}).items()}))
+    return load_artifact(export(graph, plan, path, target=target,
+                                backend_options={k: dict(v) for k, v in (backend_options or {}).items()}))
+
+
+def artifact_runner(graph: Graph, plan: Plan, path: Path, feeds: Mapping[str, np.ndarray], target: str,
+                     backend_options: Mapping[str, Mapping[str, Any]] | None) -> Callable[[], Any]:
+    """A call of ``plan`` exported and loaded as an artifact."""
+    art = plan_artifact(graph, plan, path, target, backend_options)
     return lambda: art.run(feeds)
 
 
@@ -215,21 +222,32 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
                    progress: bool = True,
                    backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[Plan, dict[Any, float], int]:
     """Search, stitch and measure the plan; where it loses to the best single backend, or measures outside
-    ``MISPREDICTED`` of the search's prediction either way, charge the difference per cut to its backends
-    (``charges``, updated in place; a cut is never charged below 0) and search again (module doc).
+    ``MISPREDICTED`` of the search's prediction either way, price it as it ran and search again (module doc).
 
-    A plan searched again that comes out the same (same partitions, same backends) is not measured again:
-    its measurement stands and its prediction is now the corrected one.
+    Each measured plan's partitions are priced from then on as they ran inside it (``in_plan_costs``: each
+    partition's median call in the plan's runs, plus its share of the plan's time outside the calls), and
+    the difference between the plan's measurement and its prediction is charged per cut to its backends
+    (``charges``, updated in place; a cut is never charged below 0): that is what the candidates never run in
+    a plan learn from it. A plan searched again that comes out the same (same partitions, same backends) is
+    not measured again: its measurement stands.
 
     Returns (plan, the charged costs it was found with, attempts used). The plan returned is the best
-    measured mixed plan (the caller's never-worse rule then decides against the single backends).
+    measured mixed plan (the caller's never-worse rule then decides against the single backends), priced as
+    it ran in its attempt, and its notes give the prediction it was searched with beside that measurement.
     """
+    from collage.runtime.artifact import PartitionTimes
+
+    key = {(tuple(c.nodes), c.backend): c for c in costs}
     best: tuple[float, Plan, dict[Any, float], tuple] | None = None
     charged: dict[Any, float] = {}
     plan = None
     seen: dict[tuple, float] = {}  # each measured plan's end-to-end ms, by its partitions
+    as_ran: dict[tuple, list[float]] = {}  # each measured plan's partitions priced as they ran (in_plan_costs)
+    searched_ms: dict[tuple, float] = {}  # and the prediction it was measured for
+    in_plan: dict[Any, float] = {}  # a candidate's ms as it ran in the last measured plan that held it
     for attempt in range(1, attempts + 1):
         charged = charge_costs(costs, charges)
+        charged.update(in_plan)
         plan = do_search(charged)
         k = len(plan.partitions)
         if k == 1:
@@ -239,19 +257,25 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
         shape = tuple((tuple(p.nodes), p.backend) for p in plan.partitions)
         again = shape in seen
         if not again:
-            run = artifact_runner(graph, plan, work / f"attempt-{attempt}", feeds, target, backend_options)
+            clock = PartitionTimes(plan_artifact(graph, plan, work / f"attempt-{attempt}", target, backend_options),
+                                   feeds)
             # with 3 rounds, an inception_v1 bf16 + fp32 plan measured 5.91 ms in its first attempt, the next
             # attempt's 2-partition plan 3.94 ms, and the excess charged from the first left the plan shipped
             # predicted at 1.19x its measurement
-            seen[shape] = measure_interleaved({"p": run}, rounds=VERIFY_ROUNDS)["p"]
+            seen[shape] = measure_interleaved({"p": clock}, rounds=VERIFY_ROUNDS, warmed=clock.clear)["p"]
+            as_ran[shape] = in_plan_costs(plan, clock.medians(), seen[shape])
+            searched_ms[shape] = plan.predicted_ms or 0.0
+            in_plan.update({key[s]: ms for s, ms in zip(shape, as_ran[shape]) if s in key})
         measured_ms = seen[shape]
         if best is None or measured_ms < best[0] or shape == best[3]:
-            best = (measured_ms, plan, charged, shape)  # the same plan again: its corrected prediction
+            best = (measured_ms, plan, charged, shape)  # the same plan again: its in-plan prediction
         predicted = plan.predicted_ms or 0.0
         say(progress, "attempt %d: %d partitions, predicted %.3f ms, measured %.3f ms%s (best single %.3f ms)",
              attempt, k, predicted, measured_ms, " before" if again else "", best_single_ms)
         if measured_ms < best_single_ms and predicted / MISPREDICTED <= measured_ms <= MISPREDICTED * predicted:
             break
+        if again:
+            break  # priced as it ran and still the search's choice: another attempt finds it again
         excess = (measured_ms - predicted) / (k - 1)
         if excess == 0 or (excess < 0 and all(charges.get(b, PartitionCharge()).cut_ms <= 0 for b in plan.backends)):
             break  # nothing to charge: the prediction's parts, not its cuts, are off
@@ -259,9 +283,36 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
             was = charges.get(b, PartitionCharge())
             charges[b] = dataclasses.replace(was, cut_ms=max(0.0, was.cut_ms + excess))
     assert best is not None and plan is not None
-    if best[1] is not plan:
-        do_search(best[2])  # the same costs give the same plan: the search's state (precision rounds, notes) is its
-    return best[1], best[2], attempt
+    _, kept, kept_charged, shape = best
+    if kept is not plan:
+        do_search(kept_charged)  # the same costs give the same plan: the search's state (precision rounds, notes) is its
+    if all(s in key for s in shape):
+        kept_charged = {**kept_charged, **dict(zip((key[s] for s in shape), as_ran[shape]))}
+        kept = priced_as(kept, as_ran[shape])
+        kept.notes.append(f"priced as it ran: its partitions timed inside the stitched plan in the search, "
+                          f"{seen[shape]:.3f} ms end to end; searched for {searched_ms[shape]:.3f} ms")
+    return kept, kept_charged, attempt
+
+
+def in_plan_costs(plan: Plan, part_ms: Sequence[float], measured_ms: float) -> list[float]:
+    """Each partition of ``plan`` priced as it ran in it: its median call (``part_ms``) plus an equal share of
+    the plan's time outside its partitions' calls (``measured_ms`` less the calls and the plan's priced
+    transitions; the artifact's own handling of the tensors, never below 0). Priced so, the plan's
+    prediction is its measurement."""
+    moved = (plan.predicted_ms or 0.0) - sum(p.cost_ms or 0.0 for p in plan.partitions)
+    outside = (measured_ms - moved - sum(part_ms)) / len(part_ms)
+    return [max(0.0, ms + outside) for ms in part_ms]
+
+
+def priced_as(plan: Plan, part_costs: Sequence[float]) -> Plan:
+    """``plan`` with its partitions' costs replaced by ``part_costs``: the same transitions, a new prediction."""
+    from collage.search.cover import TRANSITIONS_NOTE, transitions_note
+
+    moved = (plan.predicted_ms or 0.0) - sum(p.cost_ms or 0.0 for p in plan.partitions)
+    parts = [dataclasses.replace(p, cost_ms=ms) for p, ms in zip(plan.partitions, part_costs)]
+    predicted = moved + sum(part_costs)
+    notes = [transitions_note(moved, predicted) if n.startswith(TRANSITIONS_NOTE) else n for n in plan.notes]
+    return Plan(parts, predicted, notes)
 
 
 def whole_if_one_backend(graph: Graph, plan: Plan, costs: Mapping[Any, float], prec: Any = None) -> Plan:

@@ -106,6 +106,7 @@ def test_retune_reuses_every_measurement(tmp_path, monkeypatch):
         assert sorted(i for p in parts for i in p["nodes"]) == list(range(n)), key
         assert {p["backend"] for p in parts} <= set(BACKENDS) and on_disk[key]["predicted_ms"] > 0
     parts = on_disk["searched_plan"]["partitions"]
+    assert on_disk["searched_plan"]["measured_ms"] > 0  # end to end, in the verification
     if len(parts) > 1:  # timed inside the plan's verification runs
         assert all(p["in_plan_ms"] > 0 for p in parts), parts
     assert not list(scratch.glob("collage-tune-*"))  # the exported attempts do not pile up in /tmp
@@ -227,6 +228,10 @@ def test_bench_writes_ratios(tmp_path):
     ov_rows = [c for c in SQLiteCostDB(tmp_path / "c.sqlite").all() if c.backend == "openvino"]
     assert ov_rows and all(json.loads(c.options)["threads"] == 1 for c in ov_rows)  # the option reached the tune
     assert rows[0]["speedup_vs_best"] >= 1.0  # never worse: a mixed plan is kept only when faster
+    # the searched plan, whatever the never-worse rule kept: its prediction beside its measurement
+    assert rows[0]["searched"] and rows[0]["searched_measured_ms"] > 0 and rows[0]["searched_predicted_ms"] > 0
+    assert rows[0]["searched_predicted_over_measured"] == pytest.approx(
+        rows[0]["searched_predicted_ms"] / rows[0]["searched_measured_ms"], abs=2e-3)
     md = next((tmp_path / "results").glob("*-cpu.md")).read_text()
     assert "tiny-resnet" in md and "speedup_vs_best" in md
     assert next((tmp_path / "results").glob("*-cpu.csv")).exists()
@@ -325,55 +330,79 @@ def test_calibration_takes_level_from_the_whole_model_and_the_cut_from_the_chain
     assert charges["onnxruntime"] == charges["openvino"]
 
 
-def test_a_winning_but_mispredicted_plan_is_searched_again(monkeypatch, tmp_path):
-    """Plan A beats the best single backend but measures 2x its prediction (an OpenVINO -> ONNX Runtime
-    switch does that): its excess is charged to its backends and the search runs again; B, measured as
-    predicted, is kept. The old rule stopped at A because it won."""
+class _Cand(str):
+    """A candidate of the fake search tests: only its nodes and backend are read."""
+
+    def __new__(cls, name: str, nodes: tuple[int, ...], backend: str):
+        c = super().__new__(cls, name)
+        c.nodes, c.backend = nodes, backend
+        return c
+
+
+def _fake_plan_runs(monkeypatch, runs: dict[tuple, tuple[float, list[float]]]) -> list:
+    """search_checked's plans exported, loaded and timed without a runtime: a plan of shape
+    ``((nodes, backend), ...)`` measures ``runs[shape] = (end to end ms, each partition's call ms)``.
+    Returns the list of shapes measured, in order."""
     import collage.tuner.export
     import collage.runtime.artifact
     from collage.tuner import search_step as tune_search
+
+    measured: list[tuple] = []
+
+    class _Art:
+        def __init__(self, plan):
+            self.partitions = plan.partitions
+            self.shape = tuple((tuple(p.nodes), p.backend) for p in plan.partitions)
+
+        def run(self, feeds, times):
+            times.extend(runs[self.shape][1])
+
+    def fake_measure(runners, rounds=3, warmed=None):
+        clock = runners["p"]
+        clock()
+        measured.append(clock.artifact.shape)
+        return {"p": runs[clock.artifact.shape][0]}
+
+    monkeypatch.setattr(collage.tuner.export, "export", lambda graph, plan, path, target="cpu", **kw: plan)
+    monkeypatch.setattr(collage.runtime.artifact, "load", _Art)
+    monkeypatch.setattr(tune_search, "measure_interleaved", fake_measure)
+    return measured
+
+
+def _shape(plan) -> tuple:
+    return tuple((tuple(p.nodes), p.backend) for p in plan.partitions)
+
+
+def test_a_winning_but_mispredicted_plan_is_searched_again(monkeypatch, tmp_path):
+    """Plan A beats the best single backend but measures 2x its prediction (an OpenVINO -> ONNX Runtime
+    switch does that): its excess is charged to its backends, its partitions are priced as they ran in it,
+    and the search runs again; B, measured as predicted, is kept, priced as it ran. The old rule stopped at
+    A because it won."""
+    from collage.tuner import search_step as tune_search
     from collage.plan import Partition, Plan
 
-    a = Plan([Partition((0, 1), "openvino-bf16", 5.0), Partition((2, 3), "onnxruntime", 5.0)], predicted_ms=10.0)
-    b = Plan([Partition((0, 1), "openvino-bf16", 5.0), Partition((2, 3), "openvino", 7.0)], predicted_ms=12.0)
-    measured = {id(a): 20.0, id(b): 12.5}
+    head, ort, ov = (_Cand("bf16-head", (0, 1), "openvino-bf16"), _Cand("ort-tail", (2, 3), "onnxruntime"),
+                     _Cand("ov-tail", (2, 3), "openvino"))
     searched: list[dict] = []
 
     def do_search(charged):
         searched.append(dict(charged))
-        return a if charged["ort-tail"] <= charged["ov-tail"] else b
+        tail = ort if charged[ort] <= charged[ov] else ov
+        return Plan([Partition((0, 1), "openvino-bf16", charged[head]), Partition((2, 3), tail.backend, charged[tail])],
+                    predicted_ms=charged[head] + charged[tail])
 
-    ran: list[Plan] = []
-
-    class _Art:  # the "artifact" of a plan: running it says which plan was measured
-        def __init__(self, plan):
-            self.plan = plan
-
-        def run(self, feeds):
-            ran.append(self.plan)
-            return {}
-
-    def fake_measure(runners, rounds=3):
-        runners["p"]()
-        return {"p": measured[id(ran[-1])]}
-
-    monkeypatch.setattr(collage.tuner.export, "export", lambda graph, plan, path, target="cpu", **kw: plan)
-    monkeypatch.setattr(collage.runtime.artifact, "load", lambda plan: _Art(plan))
-    monkeypatch.setattr(tune_search, "measure_interleaved", fake_measure)
-
-    class _C(str):  # a candidate: only its backend and nodes are read
-        @property
-        def backend(self):
-            return {"ort-tail": "onnxruntime", "ov-tail": "openvino"}[str(self)]
-
-        nodes = (2, 3)
-
-    costs = {_C("ort-tail"): 5.0, _C("ov-tail"): 7.0}
-    plan, charged, attempts = tune_search.search_checked(list(range(4)), costs, {}, do_search, {}, tmp_path,
-                                                         best_single_ms=30.0, progress=False)
-    assert plan is b and attempts == 2
-    # A's excess, (20 - 10) over its one cut, on its backends' cuts
-    assert charged["ort-tail"] == 15.0 and charged["ov-tail"] == 7.0
+    a, b = (((0, 1), "openvino-bf16"), ((2, 3), "onnxruntime")), (((0, 1), "openvino-bf16"), ((2, 3), "openvino"))
+    measured = _fake_plan_runs(monkeypatch, {a: (20.0, [5.0, 14.0]), b: (12.5, [5.5, 7.0])})
+    plan, charged, attempts = tune_search.search_checked(list(range(4)), {head: 5.0, ort: 5.0, ov: 7.0}, {},
+                                                         do_search, {}, tmp_path, best_single_ms=30.0, progress=False)
+    assert _shape(plan) == b and attempts == 2 and measured == [a, b]
+    # A's excess, (20 - 10) over its one cut, on its backends' cuts; A's parts priced as they ran in it instead
+    # (each call and half of the 1 ms A spent outside its two calls)
+    assert searched[1] == {head: 5.5, ort: 14.5, ov: 7.0}
+    # B kept as it ran (predicted 12.5 ms, measured 12.5 ms), and its notes give what it was searched for
+    assert plan.predicted_ms == 12.5 and charged == {head: 5.5, ort: 14.5, ov: 7.0}
+    assert [p.cost_ms for p in plan.partitions] == [5.5, 7.0]
+    assert "12.500 ms end to end; searched for 12.500 ms" in plan.notes[-1]
 
 
 def test_reference_runs_never_make_the_process_wide_pool():
@@ -400,36 +429,98 @@ def test_reference_runs_never_make_the_process_wide_pool():
 def test_an_over_predicted_plan_gets_its_cuts_lowered_and_ships_predicted_as_measured(monkeypatch, tmp_path):
     """A 2-partition plan predicted at 10 ms measures 8.5 ms (0.85x: the precision run shipped two strict plans
     predicted at 0.84-0.85x their measurements this way). Its backends' cuts are lowered by the difference
-    per cut, the search runs again, the same plan comes back and is not measured again: it ships predicted at
-    its measurement. The old check accepted any winning plan measured under its prediction."""
-    import collage.tuner.export
-    import collage.runtime.artifact
+    per cut, its parts priced as they ran, the search runs again, the same plan comes back and is not
+    measured again: it ships predicted at its measurement. The old check accepted any winning plan measured
+    under its prediction."""
     from collage.tuner import search_step as tune_search
     from collage.tuner.search_step import PartitionCharge
     from collage.plan import Partition, Plan
 
-    class _C(str):  # a candidate: only its backend and nodes are read
-        backend = "openvino"
-        nodes = (2,)
+    head, tail = _Cand("head", (0, 1), "openvino-bf16"), _Cand("tail", (2,), "openvino")
 
-    cand = _C("tail")
+    def do_search(charged):  # the same partitions whatever the charges
+        return Plan([Partition((0, 1), "openvino-bf16", charged[head]), Partition((2,), "openvino", charged[tail])],
+                    predicted_ms=charged[head] + charged[tail])
 
-    def do_search(charged):  # the same partitions whatever the charges: a 6 ms head and the charged tail
-        return Plan([Partition((0, 1), "openvino-bf16", 6.0), Partition((2,), "openvino", charged[cand])],
-                    predicted_ms=6.0 + charged[cand])
-
-    calls: list[int] = []
-
-    def fake_measure(runners, rounds=3):
-        calls.append(1)
-        return {"p": 8.5}
-
-    monkeypatch.setattr(collage.tuner.export, "export", lambda graph, plan, path, target="cpu", **kw: plan)
-    monkeypatch.setattr(collage.runtime.artifact, "load", lambda plan: plan)
-    monkeypatch.setattr(tune_search, "measure_interleaved", fake_measure)
+    shape = (((0, 1), "openvino-bf16"), ((2,), "openvino"))
+    measured = _fake_plan_runs(monkeypatch, {shape: (8.5, [6.0, 2.0])})
     charges = {"openvino": PartitionCharge(1.0, 2.0), "openvino-bf16": PartitionCharge(1.0, 2.0)}
-    plan, charged, attempts = tune_search.search_checked(list(range(3)), {cand: 2.0}, charges, do_search, {},
-                                                         tmp_path, best_single_ms=12.0, progress=False)
+    plan, charged, attempts = tune_search.search_checked(list(range(3)), {head: 6.0, tail: 2.0}, charges, do_search,
+                                                         {}, tmp_path, best_single_ms=12.0, progress=False)
     # predicted 10 (6 + 2 + the 2 ms cut), measured 8.5: 1.5 ms less on the one cut, on both backends
     assert charges["openvino"].cut_ms == 0.5 and charges["openvino-bf16"].cut_ms == 0.5
-    assert plan.predicted_ms == 8.5 and charged[cand] == 2.5 and attempts == 2 and len(calls) == 1
+    # each call and half of the 0.5 ms outside them
+    assert plan.predicted_ms == 8.5 and charged == {head: 6.25, tail: 2.25}
+    assert attempts == 2 and measured == [shape]
+
+
+def test_a_plan_measured_in_an_earlier_attempt_is_kept_priced_as_it_ran(monkeypatch, tmp_path):
+    """The best measured plan is A (first attempt, 3 partitions, mispredicted); the second attempt's B measures
+    slower and the third search goes to one backend. A is returned priced from its own run (its calls and
+    its share of the time outside them, plus its priced transitions), not at the prediction it was found
+    with, and the costs returned say so."""
+    from collage.tuner import search_step as tune_search
+    from collage.plan import Partition, Plan
+
+    x, y, z = _Cand("x", (0,), "onnxruntime"), _Cand("y", (1,), "openvino"), _Cand("z", (2,), "onnxruntime")
+    y2 = _Cand("y2", (1, 2), "openvino")
+    first = Plan([Partition((0,), "onnxruntime", 1.0), Partition((1,), "openvino", 1.0),
+                  Partition((2,), "onnxruntime", 1.0)],
+                 predicted_ms=3.5, notes=["transitions between backends: 0.500 ms of the predicted 3.500 ms"])
+    plans = iter([  # the last: the search run again with A's costs, for its state
+        first, Plan([Partition((0,), "onnxruntime", 1.0), Partition((1, 2), "openvino", 2.0)], predicted_ms=3.0),
+        Plan([Partition((0, 1, 2), "openvino", 3.0)], predicted_ms=3.0), first])
+    a = (((0,), "onnxruntime"), ((1,), "openvino"), ((2,), "onnxruntime"))
+    b = (((0,), "onnxruntime"), ((1, 2), "openvino"))
+    _fake_plan_runs(monkeypatch, {a: (6.5, [2.0, 1.0, 2.0]), b: (7.0, [1.0, 5.0])})
+    plan, charged, attempts = tune_search.search_checked(list(range(3)), {x: 1.0, y: 1.0, z: 1.0, y2: 2.0}, {},
+                                                         lambda charged: next(plans), {}, tmp_path,
+                                                         best_single_ms=9.0, progress=False)
+    assert _shape(plan) == a and attempts == 3
+    # 6.5 ms end to end: 5 ms of calls, 0.5 ms of priced transitions, 1 ms outside the calls (a third each)
+    assert [round(p.cost_ms, 6) for p in plan.partitions] == [2.333333, 1.333333, 2.333333]
+    assert plan.predicted_ms == pytest.approx(6.5)
+    assert charged[x] == charged[z] == pytest.approx(7 / 3) and charged[y] == pytest.approx(4 / 3)
+    assert plan.notes[0] == "transitions between backends: 0.500 ms of the predicted 6.500 ms"
+    assert plan.notes[-1].endswith("6.500 ms end to end; searched for 3.500 ms")
+
+
+def test_a_real_mixed_plan_is_priced_as_it_ran(monkeypatch, tmp_path):
+    """tiny-resnet cut in two, ONNX Runtime then OpenVINO, its parts given made-up costs (1 ms each): the
+    stitched plan is exported, loaded and timed for real, and comes back priced from that run: each
+    partition's cost its own call in the plan plus its share of the time outside the calls, the plan's
+    prediction its measurement, with the made-up prediction it was searched for in its notes."""
+    pytest.importorskip("openvino")
+    from collage.graph.inputs import random_inputs
+    from collage.search.candidates import Candidate
+    from collage.search.cover import plan_from_parts
+    from collage.tuner import search_step as tune_search
+
+    graph = zoo.load_graph("zoo:tiny-resnet")
+    n, cut = len(graph), len(graph) // 2
+    head, tail = Candidate(tuple(range(cut)), "onnxruntime"), Candidate(tuple(range(cut, n)), "openvino")
+    costs = {head: 1.0, tail: 1.0}
+    timed: list[float] = []
+    real_measure = tune_search.measure_interleaved
+
+    def measure(runners, **kw):
+        got = real_measure(runners, **kw)
+        timed.append(got["p"])
+        return got
+
+    monkeypatch.setattr(tune_search, "measure_interleaved", measure)
+
+    def do_search(charged):
+        return tune_search.fill_boundaries(graph, plan_from_parts(graph, [(head.nodes, "onnxruntime"),
+                                                                          (tail.nodes, "openvino")],
+                                                                  charged, lambda a, b, nbytes: 0.01))
+
+    searched_for = do_search(costs).predicted_ms  # 2 ms and the transitions (0.01 ms a tensor crossing the cut)
+    plan, charged, _ = tune_search.search_checked(graph, costs, {}, do_search, random_inputs(graph, seed=0),
+                                                  tmp_path, best_single_ms=1e9, progress=False)
+    assert len(timed) == 1  # measured once: searched again, the same plan, not measured again
+    assert plan.predicted_ms == pytest.approx(timed[0])
+    assert charged[head] == plan.partitions[0].cost_ms and charged[tail] == plan.partitions[1].cost_ms
+    assert charged[head] + charged[tail] + (searched_for - 2.0) == pytest.approx(timed[0])
+    assert 0 < charged[head] != 1.0 and 0 < charged[tail] != 1.0
+    assert plan.notes[-1].endswith(f"{timed[0]:.3f} ms end to end; searched for {searched_for:.3f} ms")
