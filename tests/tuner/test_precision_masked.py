@@ -96,7 +96,7 @@ def test_tune_masked_model_plan_is_finite_and_within_budget(tmp_path, capsys):
 
     out = tmp_path / "art"
     rc = main(["tune", MODEL, "-o", str(out), "--backends", "onnxruntime,openvino,openvino-bf16",
-               "--accuracy", "cos=0.999,rel=0.01", "--max-nodes", "2", "--budget", "40s",
+               "--accuracy", "cos=0.999,rel=0.01", "--max-nodes", "2", "--budget", "20s",
                "--db", str(tmp_path / "costs.sqlite")])
     assert rc == 0
     rep = json.loads((out / "report.json").read_text())

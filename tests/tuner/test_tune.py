@@ -71,13 +71,13 @@ def _round_trip(spec: str, tmp_path: Path, *, max_nodes: int, budget: str = "3m"
                                   pytest.param("zoo:tiny-mobilenetv2", marks=pytest.mark.slow),
                                   pytest.param("zoo:tiny-bert", marks=pytest.mark.slow)])
 def test_round_trip_tiny(spec, tmp_path):
-    _round_trip(spec, tmp_path, max_nodes=3, budget="60s")
+    _round_trip(spec, tmp_path, max_nodes=3, budget="20s")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", ["zoo:squeezenet", "zoo:mobilenetv2", "zoo:inception_v1"])
 def test_round_trip_real(spec, tmp_path):
-    _round_trip(spec, tmp_path, max_nodes=2, budget="50s")  # a cover and an artifact, not plan quality
+    _round_trip(spec, tmp_path, max_nodes=2, budget="20s")  # a cover and an artifact, not plan quality
 
 
 def test_retune_reuses_every_measurement(tmp_path, monkeypatch):
@@ -207,7 +207,7 @@ def test_unavailable_or_unknown_backend_is_refused(tmp_path):
 def test_cli_tune_and_report(tmp_path):
     out = tmp_path / "art"
     proc = subprocess.run([sys.executable, "-m", "collage.cli", "tune", "zoo:tiny-bert", "-o", str(out),
-                           "--max-nodes", "2", "--db", str(tmp_path / "c.sqlite"), "--budget", "2m"],
+                           "--max-nodes", "2", "--db", str(tmp_path / "c.sqlite"), "--budget", "20s"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "measured end to end" in proc.stdout
