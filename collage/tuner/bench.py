@@ -69,15 +69,24 @@ def bench(models: Sequence[str], *, backends: Sequence[str], target: str = "cpu"
 
 
 def searched_columns(searched: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The plan the search chose (before never-worse and any whole-model alternative): its partitions and
-    backends, its prediction and the verification's measurement of it (report.json's ``searched_plan``)."""
-    parts = (searched or {}).get("partitions") or []
-    predicted, measured = (searched or {}).get("predicted_ms"), (searched or {}).get("measured_ms")
+    """The plan the search chose (before never-worse and any whole-model alternative; report.json's
+    ``searched_plan``): its partitions and backends, what the search priced it at from its parts
+    (``searched_for_ms``), its prediction (for a plan run in the search's attempts: as it ran there) and the
+    verification's measurement of it."""
+    s = searched or {}
+    parts = s.get("partitions") or []
+
+    def ms(k: str) -> float | None:
+        return round(s[k], 3) if s.get(k) else None
+
+    predicted, measured = ms("predicted_ms"), ms("measured_ms")
     return {
         "searched": f"{len(parts)}: {'+'.join(dict.fromkeys(p['backend'] for p in parts))}" if parts else None,
-        "searched_predicted_ms": round(predicted, 3) if predicted else None,
-        "searched_measured_ms": round(measured, 3) if measured else None,
-        "searched_predicted_over_measured": round(predicted / measured, 3) if predicted and measured else None,
+        "searched_for_ms": ms("searched_for_ms") or predicted,
+        "searched_predicted_ms": predicted,
+        "searched_measured_ms": measured,
+        "searched_predicted_over_measured": round(s["predicted_ms"] / s["measured_ms"], 3)
+        if predicted and measured else None,
     }
 
 
@@ -102,9 +111,9 @@ def _write(rows: list[dict[str, Any]], out_dir: str | Path, target: str, command
         "Every number is a median in ms measured in the same run: the stitched plan (the deployable artifact) and",
         "each backend running the whole model, interleaved. `speedup_vs_best` = best single backend / plan",
         "(above 1: the plan is faster). `predicted_ms` is the search's sum of measured parts and transitions.",
-        "`searched` is the plan the search chose (partitions: backends) before the never-worse rule, with its",
-        "prediction and its measurement in the same interleaved rounds; a mixed plan measured in the search's",
-        "attempts is predicted as it ran there (its notes give what it was searched for).",
+        "`searched` is the plan the search chose (partitions: backends) before the never-worse rule, with what",
+        "the search priced it at from its parts (`searched_for_ms`), its prediction (a mixed plan the search's",
+        "attempts ran: as it ran there) and its measurement in the same interleaved rounds as the baselines.",
         "",
         "",
     ]

@@ -187,13 +187,20 @@ def furthest_over_price(plan: Plan, part_ms: Sequence[float] | None) -> str:
             f"{excess:.3f} ms over its price of {p.cost_ms:.3f} ms: the most over of the {len(part_ms)})")
 
 
-def plan_summary(plan: Plan) -> dict[str, Any]:
-    """report.json's form of a searched plan: each partition's backend, node ids and cost as the search priced it,
-    and the search's prediction (the tune adds the verification's measurement of the plan, ``measured_ms``, and
-    each partition's call in it, ``in_plan_ms``)."""
-    return {"partitions": [{"backend": p.backend, "nodes": list(p.nodes), "cost_ms": p.cost_ms}
-                           for p in plan.partitions],
-            "predicted_ms": plan.predicted_ms}
+def plan_summary(plan: Plan, searched_for: Plan | None = None) -> dict[str, Any]:
+    """report.json's form of a searched plan: each partition's backend, node ids and cost, and the prediction.
+    With ``searched_for`` (the same plan as the search priced it before the plan ran in its attempts; the
+    plan itself is then priced as it ran there), that plan's costs (``searched_cost_ms``) and prediction
+    (``searched_for_ms``) too. The tune adds the verification's measurement of the plan, ``measured_ms``, and
+    each partition's call in it, ``in_plan_ms``."""
+    summary = {"partitions": [{"backend": p.backend, "nodes": list(p.nodes), "cost_ms": p.cost_ms}
+                              for p in plan.partitions],
+               "predicted_ms": plan.predicted_ms}
+    if searched_for is not None and len(searched_for.partitions) == len(plan.partitions):
+        for row, p in zip(summary["partitions"], searched_for.partitions):
+            row["searched_cost_ms"] = p.cost_ms
+        summary["searched_for_ms"] = searched_for.predicted_ms
+    return summary
 
 
 @dataclass
@@ -245,6 +252,7 @@ class TuneJob:
         self.charges: dict[str, Any] = {}  # backend -> search_step.PartitionCharge, set by the search step
         self.searched_part_ms: list[float] | None = None  # set by the verification: the searched plan's partitions
         self.searched_ms: float | None = None  # and the searched plan end to end
+        self.searched_for: Plan | None = None  # set by the search: its plan as priced before it ran in its attempts
         self.graph = load_model_graph(model, options.shapes)
         self.backend_options = options.all_backend_options()
         self.backends = resolve_backends(list(options.backends), options.target, self.backend_options)
@@ -508,9 +516,10 @@ class TuneJob:
             return searched[-1]
 
         t0 = time.perf_counter()
-        plan, charged, attempts = search_checked(graph, measured.costs, self.charges, do_search, self.feeds, self.work,
-                                                 base.best_single_ms, target=opts.target, progress=opts.progress,
-                                                 backend_options=self.backend_options)
+        plan, charged, attempts, searched_for = search_checked(
+            graph, measured.costs, self.charges, do_search, self.feeds, self.work, base.best_single_ms,
+            target=opts.target, progress=opts.progress, backend_options=self.backend_options)
+        self.searched_for = searched_for or plan
         # what the cost DB's contents alone give: the first attempt, over the candidate costs with the stored
         # partition charges (nothing of this run's end-to-end timings), so two tunes on the same DB
         # contents derive the same plan. Under an accuracy budget the search also rests on errors of stitched
@@ -519,7 +528,7 @@ class TuneJob:
         search_s = time.perf_counter() - t0
         self.say("search: %s (%d attempt(s), %.2f s)", plan.describe(), attempts, search_s)
         return plan, charged, {"charges": calibrated, "attempts": attempts, "search_s": search_s,
-                               "searched_plan": plan_summary(plan),
+                               "searched_plan": plan_summary(plan, self.searched_for),
                                "cost_db_plan": None if from_db is None else plan_summary(from_db)}
 
     def verify(self, plan: Plan, measured: Measured, base: Baselines) -> Verified:
@@ -647,7 +656,8 @@ class TuneJob:
                 else f"the searched plan ({plan.partitions[0].backend} in {len(plan.partitions)} partition(s))")
         note = (f"never worse: {what} measured {plan_ms:.3f} ms end to end, not faster than "
                 f"{best} alone ({best_ms:.3f} ms); the plan is {best} on the whole model"
-                + furthest_over_price(plan, verified.part_ms))
+                # priced as the search priced it before it ran (part_ms: the searched plan was verified)
+                + furthest_over_price(self.searched_for or plan, verified.part_ms))
         self.say(note)
         kept = [x for x in plan.notes if not x.startswith("refined by")]  # facts of the run, not of the mix
         single = fill_boundaries(self.graph, Plan.single(best, len(self.graph), self.whole_prediction(measured, best)))

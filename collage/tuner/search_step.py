@@ -24,7 +24,7 @@ import dataclasses
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -216,24 +216,34 @@ def charge_settings(graph: Graph, chain: Plan | None, name: str, options: Mappin
 MISPREDICTED = 1.10
 
 
+class Checked(NamedTuple):
+    """What ``search_checked`` found: the plan (priced as it ran where it was measured), the charged costs it was
+    found with (its own partitions as they ran), the attempts used, and the plan as the search priced it
+    before it ran (``searched_for``; None where it was not measured: a plan of one partition)."""
+
+    plan: Plan
+    charged: dict[Any, float]
+    attempts: int
+    searched_for: Plan | None
+
+
 def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, PartitionCharge],
                    do_search: Callable[[Mapping[Any, float]], Plan], feeds: Mapping[str, np.ndarray], work: Path,
                    best_single_ms: float, *, target: str = "cpu", attempts: int = 3,
                    progress: bool = True,
-                   backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[Plan, dict[Any, float], int]:
+                   backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> Checked:
     """Search, stitch and measure the plan; where it loses to the best single backend, or measures outside
     ``MISPREDICTED`` of the search's prediction either way, price it as it ran and search again (module doc).
 
-    Each measured plan's partitions are priced from then on as they ran inside it (``in_plan_costs``: each
-    partition's median call in the plan's runs, plus its share of the plan's time outside the calls), and
+    Each measured plan's partitions are priced from then on as they ran inside it (``in_plan_costs``), and
     the difference between the plan's measurement and its prediction is charged per cut to its backends
     (``charges``, updated in place; a cut is never charged below 0): that is what the candidates never run in
-    a plan learn from it. A plan searched again that comes out the same (same partitions, same backends) is
-    not measured again: its measurement stands.
+    a plan learn from it. A plan the search comes back to (same partitions, same backends) is not measured
+    again, and the attempts end there: priced as it ran, it is the search's choice.
 
-    Returns (plan, the charged costs it was found with, attempts used). The plan returned is the best
-    measured mixed plan (the caller's never-worse rule then decides against the single backends), priced as
-    it ran in its attempt, and its notes give the prediction it was searched with beside that measurement.
+    The plan returned is the best measured mixed plan (the caller's never-worse rule then decides against
+    the single backends), priced as it ran in the attempt that measured it; ``searched_for`` is that plan
+    as the search priced it in that attempt, and the returned plan's notes say both.
     """
     from collage.runtime.artifact import PartitionTimes
 
@@ -243,7 +253,7 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
     plan = None
     seen: dict[tuple, float] = {}  # each measured plan's end-to-end ms, by its partitions
     as_ran: dict[tuple, list[float]] = {}  # each measured plan's partitions priced as they ran (in_plan_costs)
-    searched_ms: dict[tuple, float] = {}  # and the prediction it was measured for
+    searched_for: dict[tuple, Plan] = {}  # and the plan as the search priced it when it was measured
     in_plan: dict[Any, float] = {}  # a candidate's ms as it ran in the last measured plan that held it
     for attempt in range(1, attempts + 1):
         charged = charge_costs(costs, charges)
@@ -252,9 +262,9 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
         k = len(plan.partitions)
         if k == 1:
             if best is None:
-                return plan, charged, attempt
+                return Checked(plan, charged, attempt, None)
             break  # charged into one backend: the best measured mix stands (never-worse judges it)
-        shape = tuple((tuple(p.nodes), p.backend) for p in plan.partitions)
+        shape = plan_shape(plan)
         again = shape in seen
         if not again:
             clock = PartitionTimes(plan_artifact(graph, plan, work / f"attempt-{attempt}", target, backend_options),
@@ -264,7 +274,7 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
             # predicted at 1.19x its measurement
             seen[shape] = measure_interleaved({"p": clock}, rounds=VERIFY_ROUNDS, warmed=clock.clear)["p"]
             as_ran[shape] = in_plan_costs(plan, clock.medians(), seen[shape])
-            searched_ms[shape] = plan.predicted_ms or 0.0
+            searched_for[shape] = plan
             in_plan.update({key[s]: ms for s, ms in zip(shape, as_ran[shape]) if s in key})
         measured_ms = seen[shape]
         if best is None or measured_ms < best[0] or shape == best[3]:
@@ -289,26 +299,36 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
     if all(s in key for s in shape):
         kept_charged = {**kept_charged, **dict(zip((key[s] for s in shape), as_ran[shape]))}
         kept = priced_as(kept, as_ran[shape])
-        kept.notes.append(f"priced as it ran: its partitions timed inside the stitched plan in the search, "
-                          f"{seen[shape]:.3f} ms end to end; searched for {searched_ms[shape]:.3f} ms")
-    return kept, kept_charged, attempt
+        kept.notes.append(f"the searched plan, priced as it ran: its partitions timed inside it in the search, "
+                          f"{seen[shape]:.3f} ms end to end; searched for {searched_for[shape].predicted_ms or 0.0:.3f} ms")
+    return Checked(kept, kept_charged, attempt, searched_for[shape])
+
+
+def plan_shape(plan: Plan) -> tuple[tuple[tuple[int, ...], str], ...]:
+    """A plan's partitions as ``((nodes, backend), ...)``: what makes two plans the same plan."""
+    return tuple((tuple(p.nodes), p.backend) for p in plan.partitions)
+
+
+def transitions_ms(plan: Plan) -> float:
+    """The part of a plan's prediction that is its priced transitions (the rest is its partitions' costs)."""
+    return (plan.predicted_ms or 0.0) - sum(p.cost_ms or 0.0 for p in plan.partitions)
 
 
 def in_plan_costs(plan: Plan, part_ms: Sequence[float], measured_ms: float) -> list[float]:
-    """Each partition of ``plan`` priced as it ran in it: its median call (``part_ms``) plus an equal share of
-    the plan's time outside its partitions' calls (``measured_ms`` less the calls and the plan's priced
-    transitions; the artifact's own handling of the tensors, never below 0). Priced so, the plan's
-    prediction is its measurement."""
-    moved = (plan.predicted_ms or 0.0) - sum(p.cost_ms or 0.0 for p in plan.partitions)
-    outside = (measured_ms - moved - sum(part_ms)) / len(part_ms)
-    return [max(0.0, ms + outside) for ms in part_ms]
+    """Each partition of ``plan`` priced as it ran in it: its median call (``part_ms``) scaled so that the calls
+    and the plan's priced transitions add up to its measurement (``measured_ms``: the calls, the artifact's
+    own handling of the tensors between them, and any switch a call pays on entry). Priced so, the plan's
+    prediction is its measurement (a measurement below its priced transitions alone prices every call at 0)."""
+    calls = sum(part_ms)
+    scale = max(0.0, measured_ms - transitions_ms(plan)) / calls if calls > 0 else 0.0
+    return [ms * scale for ms in part_ms]
 
 
 def priced_as(plan: Plan, part_costs: Sequence[float]) -> Plan:
     """``plan`` with its partitions' costs replaced by ``part_costs``: the same transitions, a new prediction."""
     from collage.search.cover import TRANSITIONS_NOTE, transitions_note
 
-    moved = (plan.predicted_ms or 0.0) - sum(p.cost_ms or 0.0 for p in plan.partitions)
+    moved = transitions_ms(plan)
     parts = [dataclasses.replace(p, cost_ms=ms) for p, ms in zip(plan.partitions, part_costs)]
     predicted = moved + sum(part_costs)
     notes = [transitions_note(moved, predicted) if n.startswith(TRANSITIONS_NOTE) else n for n in plan.notes]
