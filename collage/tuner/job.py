@@ -518,7 +518,8 @@ class TuneJob:
         t0 = time.perf_counter()
         plan, charged, attempts, searched_for = search_checked(
             graph, measured.costs, self.charges, do_search, self.feeds, self.work, base.best_single_ms,
-            target=opts.target, progress=opts.progress, backend_options=self.backend_options)
+            target=opts.target, progress=opts.progress, backend_options=self.backend_options,
+            singles={name: (lambda c=c: c.run(self.feeds)) for name, c in base.singles.items()})
         self.searched_for = searched_for or plan
         # what the cost DB's contents alone give: the first attempt, over the candidate costs with the stored
         # partition charges (nothing of this run's end-to-end timings), so two tunes on the same DB

@@ -231,7 +231,8 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
                    do_search: Callable[[Mapping[Any, float]], Plan], feeds: Mapping[str, np.ndarray], work: Path,
                    best_single_ms: float, *, target: str = "cpu", attempts: int = 3,
                    progress: bool = True,
-                   backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> Checked:
+                   backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+                   singles: Mapping[str, Callable[[], object]] | None = None) -> Checked:
     """Search, stitch and measure the plan; where it loses to the best single backend, or measures outside
     ``MISPREDICTED`` of the search's prediction either way, price it as it ran and search again (module doc).
 
@@ -240,6 +241,11 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
     (``charges``, updated in place; a cut is never charged below 0): that is what the candidates never run in
     a plan learn from it. A plan the search comes back to (same partitions, same backends) is not measured
     again, and the attempts end there: priced as it ran, it is the search's choice.
+
+    ``singles`` (each single backend's whole model, a call each) are timed in the same interleaved rounds as
+    each plan, as the verification times them: the plan runs after the other runtimes as it will there,
+    and it is judged against the best of them in those rounds (the baselines' ``best_single_ms``, timed
+    minutes before in three rounds, put OpenVINO's alexnet at 33.9 ms where the verification had 22.5).
 
     The plan returned is the best measured mixed plan (the caller's never-worse rule then decides against
     the single backends), priced as it ran in the attempt that measured it; ``searched_for`` is that plan
@@ -254,6 +260,7 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
     seen: dict[tuple, float] = {}  # each measured plan's end-to-end ms, by its partitions
     as_ran: dict[tuple, list[float]] = {}  # each measured plan's partitions priced as they ran (in_plan_costs)
     searched_for: dict[tuple, Plan] = {}  # and the plan as the search priced it when it was measured
+    single_ms: dict[tuple, float] = {}  # and the best single backend in the same rounds
     in_plan: dict[Any, float] = {}  # a candidate's ms as it ran in the last measured plan that held it
     for attempt in range(1, attempts + 1):
         charged = charge_costs(costs, charges)
@@ -272,7 +279,10 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
             # with 3 rounds, an inception_v1 bf16 + fp32 plan measured 5.91 ms in its first attempt, the next
             # attempt's 2-partition plan 3.94 ms, and the excess charged from the first left the plan shipped
             # predicted at 1.19x its measurement
-            seen[shape] = measure_interleaved({"p": clock}, rounds=VERIFY_ROUNDS, warmed=clock.clear)["p"]
+            timed = measure_interleaved({"p": clock, **{f"single:{b}": fn for b, fn in (singles or {}).items()}},
+                                        rounds=VERIFY_ROUNDS, warmed=clock.clear)
+            seen[shape] = timed.pop("p")
+            single_ms[shape] = min(timed.values(), default=best_single_ms)
             as_ran[shape] = in_plan_costs(plan, clock.medians(), seen[shape])
             searched_for[shape] = plan
             in_plan.update({key[s]: ms for s, ms in zip(shape, as_ran[shape]) if s in key})
@@ -280,9 +290,10 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
         if best is None or measured_ms < best[0] or shape == best[3]:
             best = (measured_ms, plan, charged, shape)  # the same plan again: its in-plan prediction
         predicted = plan.predicted_ms or 0.0
-        say(progress, "attempt %d: %d partitions, predicted %.3f ms, measured %.3f ms%s (best single %.3f ms)",
-             attempt, k, predicted, measured_ms, " before" if again else "", best_single_ms)
-        if measured_ms < best_single_ms and predicted / MISPREDICTED <= measured_ms <= MISPREDICTED * predicted:
+        say(progress, "attempt %d: %d partitions, predicted %.3f ms, measured %.3f ms%s (best single %.3f ms%s)",
+             attempt, k, predicted, measured_ms, " before" if again else "", single_ms[shape],
+             " in the same rounds" if singles else "")
+        if measured_ms < single_ms[shape] and predicted / MISPREDICTED <= measured_ms <= MISPREDICTED * predicted:
             break
         if again:
             break  # priced as it ran and still the search's choice: another attempt finds it again

@@ -338,10 +338,11 @@ class _Cand(str):
         return c
 
 
-def _fake_plan_runs(monkeypatch, runs: dict[tuple, tuple[float, list[float]]]) -> list:
+def _fake_plan_runs(monkeypatch, runs: dict[tuple, tuple[float, list[float]]], singles_ms: float = 0.0) -> list:
     """search_checked's plans exported, loaded and timed without a runtime: a plan of shape
-    ``((nodes, backend), ...)`` measures ``runs[shape] = (end to end ms, each partition's call ms)``.
-    Returns the list of shapes measured, in order."""
+    ``((nodes, backend), ...)`` measures ``runs[shape] = (end to end ms, each partition's call ms)``, and any
+    other runner timed beside it (a single backend) ``singles_ms``. Returns the list of shapes measured, in
+    order."""
     import collage.tuner.export
     import collage.runtime.artifact
     from collage.tuner import search_step as tune_search
@@ -360,7 +361,7 @@ def _fake_plan_runs(monkeypatch, runs: dict[tuple, tuple[float, list[float]]]) -
         clock = runners["p"]
         clock()
         measured.append(clock.artifact.shape)
-        return {"p": runs[clock.artifact.shape][0]}
+        return {"p": runs[clock.artifact.shape][0], **{k: singles_ms for k in runners if k != "p"}}
 
     monkeypatch.setattr(collage.tuner.export, "export", lambda graph, plan, path, target="cpu", **kw: plan)
     monkeypatch.setattr(collage.runtime.artifact, "load", _Art)
@@ -522,6 +523,32 @@ def test_a_plan_found_again_after_it_ran_ends_the_attempts(monkeypatch, tmp_path
                                                             tmp_path, best_single_ms=9.0, attempts=5, progress=False)
     assert attempts == 2 and measured == [shape] and len(searched) == 2
     assert plan.predicted_ms == pytest.approx(10.7) and charged == pytest.approx({x: 3.21, y: 7.49})
+
+
+def test_a_plan_is_judged_against_the_single_backends_timed_beside_it(monkeypatch, tmp_path):
+    """The baselines, timed minutes before, had the best single backend at 30 ms; timed in the same rounds as the
+    plan it runs 9 ms. The plan (10.5 ms, within 10% of its 10 ms prediction) loses to that, so it is priced as
+    it ran and searched again, not kept as a win."""
+    from collage.tuner import search_step as tune_search
+    from collage.plan import Partition, Plan
+
+    x, y = _Cand("x", (0,), "onnxruntime"), _Cand("y", (1,), "openvino")
+
+    def do_search(charged):
+        return Plan([Partition((0,), "onnxruntime", charged[x]), Partition((1,), "openvino", charged[y])],
+                    predicted_ms=charged[x] + charged[y])
+
+    shape = (((0,), "onnxruntime"), ((1,), "openvino"))
+    measured = _fake_plan_runs(monkeypatch, {shape: (10.5, [4.0, 6.0])}, singles_ms=9.0)
+    singles = {"onnxruntime": lambda: None, "openvino": lambda: None}  # timed as 9 ms each beside the plan
+    _, charged, attempts, _ = tune_search.search_checked(list(range(2)), {x: 4.0, y: 6.0}, {}, do_search, {},
+                                                         tmp_path, best_single_ms=30.0, progress=False,
+                                                         singles=singles)
+    assert attempts == 2 and measured == [shape] and charged == pytest.approx({x: 4.2, y: 6.3})
+    # without the singles beside it, the stale 30 ms makes the same plan a win at once
+    _, _, attempts, _ = tune_search.search_checked(list(range(2)), {x: 4.0, y: 6.0}, {}, do_search, {}, tmp_path,
+                                                   best_single_ms=30.0, progress=False)
+    assert attempts == 1
 
 
 def test_a_real_mixed_plan_is_priced_as_it_ran(monkeypatch, tmp_path):
