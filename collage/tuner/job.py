@@ -553,7 +553,8 @@ class TuneJob:
         plan_ms = timings[same] if same else timings.pop("plan")
         alt_ms = {name: timings.pop(f"whole:{name}") for name in alts}
         part_ms = clock.medians() if clock.runs and len(plan.partitions) > 1 else None
-        self.searched_part_ms, self.searched_ms = part_ms, plan_ms  # for report.json, whichever plan the later steps keep
+        # for report.json, whichever plan the later steps keep
+        self.searched_part_ms, self.searched_ms = part_ms, plan_ms
         verified = Verified(plan, plan_ms, artifact, timings, {**timings, **base.from_db}, part_ms)
         if alt_ms and min(alt_ms.values()) < plan_ms:
             verified = self.take_whole_model_alternative(verified, alt_ms, measured)

@@ -5,10 +5,12 @@ Each candidate is timed alone, so a stitched chain of them costs more than the s
 (DESIGN.md, "Stitching"). ``calibrate_partition_charges`` measures, per backend, a ``PartitionCharge``
 before the search: a level (the whole model called from an artifact against its worker timing) and a cost
 per cut (a chain of that backend's pieces against the levelled sum of its parts). ``search_checked``
-searches with it charged, stitches and measures the plan with each partition's call timed inside it, and
-where the plan measures well over or under its prediction (or loses to the best single backend), prices its
-partitions as they ran there, charges the difference per cut to its backends (what the candidates never run
-in a plan learn from it) and searches again, keeping the best measured plan, priced as it ran (its prediction is then a measurement of the plan itself). A plan can win and still be mispredicted: a switch from
+searches with it charged, stitches and measures the plan (each partition's call timed inside it, the single
+backends timed beside it), and where the plan measures well over or under its prediction (or loses to the
+best single backend), prices its partitions as they ran there, charges the difference per cut to its
+backends (what the candidates never run in a plan learn from it) and searches again, keeping the best
+measured plan, priced as it ran (its prediction is then a measurement of the plan itself). A plan can win
+and still be mispredicted: a switch from
 OpenVINO to ONNX Runtime costs the next ONNX Runtime partition milliseconds while OpenVINO's threads wind
 down (ResNet-50 under a bf16 budget: bf16 then an ONNX Runtime tail predicted 10.6 ms, measured 27.9 ms;
 searched again, bf16 then an OpenVINO tail measured 19.1 ms: results/precision-bf16.md), which no
@@ -306,12 +308,14 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
     assert best is not None and plan is not None
     _, kept, kept_charged, shape = best
     if kept is not plan:
-        do_search(kept_charged)  # the same costs give the same plan: the search's state (precision rounds, notes) is its
+        # the same costs give the same plan: the search's state (precision rounds, notes) is its
+        do_search(kept_charged)
     if all(s in key for s in shape):
         kept_charged = {**kept_charged, **dict(zip((key[s] for s in shape), as_ran[shape]))}
         kept = priced_as(kept, as_ran[shape])
         kept.notes.append(f"the searched plan, priced as it ran: its partitions timed inside it in the search, "
-                          f"{seen[shape]:.3f} ms end to end; searched for {searched_for[shape].predicted_ms or 0.0:.3f} ms")
+                          f"{seen[shape]:.3f} ms end to end; "
+                          f"searched for {searched_for[shape].predicted_ms or 0.0:.3f} ms")
     return Checked(kept, kept_charged, attempt, searched_for[shape])
 
 

@@ -65,7 +65,8 @@ def _one_node_cases() -> set[str]:
     where ONNX Runtime refuses it, so the case is the onnxruntime or the openvino plan's same case again."""
     from onnx.backend.test.loader import load_model_tests
 
-    return {f"{t.name}_cpu" for t in load_model_tests(kind="node") if t.model is not None and len(t.model.graph.node) == 1}
+    return {f"{t.name}_cpu" for t in load_model_tests(kind="node")
+            if t.model is not None and len(t.model.graph.node) == 1}
 
 
 @pytest.mark.slow
