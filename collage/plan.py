@@ -66,6 +66,11 @@ class Plan:
                 seen.append(p.backend)
         return seen
 
+    def parts(self) -> tuple[tuple[tuple[int, ...], str], ...]:
+        """Each partition as ``(nodes, backend)``, in order: what makes two plans the same plan (and what
+        ``collage.search.plan_from_parts`` takes)."""
+        return tuple((tuple(p.nodes), p.backend) for p in self.partitions)
+
     def node_backend(self) -> dict[int, str]:
         return {i: p.backend for p in self.partitions for i in p.nodes}
 

@@ -11,7 +11,7 @@ checks that a plan is an executable exact cover by convex partitions.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from collage.errors import CollageError
@@ -104,7 +104,7 @@ def transitions_note(moved_ms: float, predicted_ms: float) -> str:
     return f"{TRANSITIONS_NOTE} {moved_ms:.3f} ms of the predicted {predicted_ms:.3f} ms"
 
 
-def plan_from_parts(graph: Graph, parts: list[tuple[tuple[int, ...], str]],
+def plan_from_parts(graph: Graph, parts: Sequence[tuple[tuple[int, ...], str]],
                     costs: Mapping[Candidate, Any], transition: Transition | None = None) -> Plan:
     """A Plan (boundaries, fingerprints, runner-ups, predicted ms) for given ``(nodes, backend)`` parts.
 

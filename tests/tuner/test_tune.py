@@ -352,7 +352,7 @@ def _fake_plan_runs(monkeypatch, runs: dict[tuple, tuple[float, list[float]]], s
     class _Art:
         def __init__(self, plan):
             self.partitions = plan.partitions
-            self.shape = _shape(plan)
+            self.shape = plan.parts()
 
         def run(self, feeds, times):
             times.extend(runs[self.shape][1])
@@ -367,12 +367,6 @@ def _fake_plan_runs(monkeypatch, runs: dict[tuple, tuple[float, list[float]]], s
     monkeypatch.setattr(collage.runtime.artifact, "load", _Art)
     monkeypatch.setattr(tune_search, "measure_interleaved", fake_measure)
     return measured
-
-
-def _shape(plan) -> tuple:
-    from collage.tuner.search_step import plan_shape
-
-    return plan_shape(plan)
 
 
 def test_a_winning_but_mispredicted_plan_is_searched_again(monkeypatch, tmp_path):
@@ -398,14 +392,14 @@ def test_a_winning_but_mispredicted_plan_is_searched_again(monkeypatch, tmp_path
     plan, charged, attempts, searched_for = tune_search.search_checked(
         list(range(4)), {head: 5.0, ort: 5.0, ov: 7.0}, {}, do_search, {}, tmp_path, best_single_ms=30.0,
         progress=False)
-    assert _shape(plan) == b and attempts == 2 and measured == [a, b]
+    assert plan.parts() == b and attempts == 2 and measured == [a, b]
     # A's excess, (20 - 10) over its one cut, on its backends' cuts; A's parts priced as they ran in it instead
     # (its calls, 16 ms, scaled to its 20 ms)
     assert searched[1] == {head: 5.0, ort: 15.0, ov: 7.0}
     # B kept as it ran (predicted 12.5 ms, measured 12.5 ms), and what it was searched for (12 ms) beside it
     assert plan.predicted_ms == 12.5 and charged == {head: 5.5, ort: 15.0, ov: 7.0}
     assert [p.cost_ms for p in plan.partitions] == [5.5, 7.0]
-    assert searched_for.predicted_ms == 12.0 and _shape(searched_for) == b
+    assert searched_for.predicted_ms == 12.0 and searched_for.parts() == b
     assert plan.notes[-1].endswith("12.500 ms end to end; searched for 12.000 ms")
     # report.json's searched_plan and the bench's columns keep both prices
     from collage.tuner.bench import searched_columns
@@ -491,7 +485,7 @@ def test_a_plan_measured_in_an_earlier_attempt_is_kept_priced_as_it_ran(monkeypa
     plan, charged, attempts, searched_for = tune_search.search_checked(
         list(range(3)), {x: 1.0, y: 1.0, z: 1.0, y2: 2.0}, {}, lambda charged: next(plans), {}, tmp_path,
         best_single_ms=9.0, progress=False)
-    assert _shape(plan) == a and attempts == 3 and searched_for is first
+    assert plan.parts() == a and attempts == 3 and searched_for is first
     assert next(plans, None) is None  # the search ran again with A's costs, for its state
     # 6.5 ms end to end, 0.5 ms of it priced transitions: the 5 ms of calls scaled to 6 ms
     assert [p.cost_ms for p in plan.partitions] == pytest.approx([2.4, 1.2, 2.4])

@@ -77,7 +77,7 @@ class BudgetedSearch:
         fp32 = {c: v for c, v in costs.items() if c.backend not in self.low}
         low = {c: v for c, v in costs.items() if c.backend in self.low}
         try:
-            fp32_plan = plan_from_parts(graph, _parts(search(graph, fp32, transition)), fp32, transition)
+            fp32_plan = plan_from_parts(graph, search(graph, fp32, transition).parts(), fp32, transition)
         except CollageError as e:
             raise CollageError(f"the fp32 backends ({sorted({c.backend for c in fp32})}) cannot cover "
                                f"{graph.name} alone ({e}); add onnxruntime to --backends") from e
@@ -118,7 +118,7 @@ class BudgetedSearch:
                 break
             charged = dict(fp32)
             charged.update({c: low[c] + lam * scores[c] for c in allowed})
-            chosen = _parts(search(graph, charged, transition))
+            chosen = search(graph, charged, transition).parts()
             plan = plan_from_parts(graph, chosen, costs, transition)
             lows = [Candidate(p.nodes, p.backend) for p in plan.partitions if p.backend in self.low]
             if not lows:
@@ -193,7 +193,3 @@ class BudgetedSearch:
                           f"({self.budget.describe()}): measured end to end {err.describe()}")
         plan.notes.extend(self.notes)
         return plan
-
-
-def _parts(plan: Plan) -> list[tuple[tuple[int, ...], str]]:
-    return [(tuple(p.nodes), p.backend) for p in plan.partitions]
