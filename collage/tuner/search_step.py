@@ -218,6 +218,17 @@ def charge_settings(graph: Graph, chain: Plan | None, name: str, options: Mappin
 MISPREDICTED = 1.10
 
 
+@dataclasses.dataclass
+class _Run:
+    """A plan measured in an attempt: end to end, the best single backend in the same rounds, its partitions
+    priced as they ran (``in_plan_costs``), and the plan as the search priced it then."""
+
+    ms: float
+    single_ms: float
+    as_ran: list[float]
+    searched_for: Plan
+
+
 class Checked(NamedTuple):
     """What ``search_checked`` found: the plan (priced as it ran where it was measured), the charged costs it was
     found with (its own partitions as they ran), the attempts used, and the plan as the search priced it
@@ -259,10 +270,7 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
     best: tuple[float, Plan, dict[Any, float], tuple] | None = None
     charged: dict[Any, float] = {}
     plan = None
-    seen: dict[tuple, float] = {}  # each measured plan's end-to-end ms, by its partitions
-    as_ran: dict[tuple, list[float]] = {}  # each measured plan's partitions priced as they ran (in_plan_costs)
-    searched_for: dict[tuple, Plan] = {}  # and the plan as the search priced it when it was measured
-    single_ms: dict[tuple, float] = {}  # and the best single backend in the same rounds
+    seen: dict[tuple, _Run] = {}  # each measured plan, by its partitions
     in_plan: dict[Any, float] = {}  # a candidate's ms as it ran in the last measured plan that held it
     for attempt in range(1, attempts + 1):
         charged = charge_costs(costs, charges)
@@ -273,7 +281,7 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
             if best is None:
                 return Checked(plan, charged, attempt, None)
             break  # charged into one backend: the best measured mix stands (never-worse judges it)
-        shape = plan_shape(plan)
+        shape = plan.parts()
         again = shape in seen
         if not again:
             clock = PartitionTimes(plan_artifact(graph, plan, work / f"attempt-{attempt}", target, backend_options),
@@ -283,19 +291,19 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
             # predicted at 1.19x its measurement
             timed = measure_interleaved({"p": clock, **{f"single:{b}": fn for b, fn in (singles or {}).items()}},
                                         rounds=VERIFY_ROUNDS, warmed=clock.clear)
-            seen[shape] = timed.pop("p")
-            single_ms[shape] = min(timed.values(), default=best_single_ms)
-            as_ran[shape] = in_plan_costs(plan, clock.medians(), seen[shape])
-            searched_for[shape] = plan
-            in_plan.update({key[s]: ms for s, ms in zip(shape, as_ran[shape]) if s in key})
-        measured_ms = seen[shape]
+            plan_ms = timed.pop("p")
+            seen[shape] = _Run(plan_ms, min(timed.values(), default=best_single_ms),
+                               in_plan_costs(plan, clock.medians(), plan_ms), plan)
+            in_plan.update({key[s]: ms for s, ms in zip(shape, seen[shape].as_ran) if s in key})
+        run = seen[shape]
+        measured_ms = run.ms
         if best is None or measured_ms < best[0] or shape == best[3]:
             best = (measured_ms, plan, charged, shape)  # the same plan again: its in-plan prediction
         predicted = plan.predicted_ms or 0.0
         say(progress, "attempt %d: %d partitions, predicted %.3f ms, measured %.3f ms%s (best single %.3f ms%s)",
-             attempt, k, predicted, measured_ms, " before" if again else "", single_ms[shape],
+             attempt, k, predicted, measured_ms, " before" if again else "", run.single_ms,
              " in the same rounds" if singles else "")
-        if measured_ms < single_ms[shape] and predicted / MISPREDICTED <= measured_ms <= MISPREDICTED * predicted:
+        if measured_ms < run.single_ms and predicted / MISPREDICTED <= measured_ms <= MISPREDICTED * predicted:
             break
         if again:
             break  # priced as it ran and still the search's choice: another attempt finds it again
@@ -310,18 +318,13 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
     if kept is not plan:
         # the same costs give the same plan: the search's state (precision rounds, notes) is its
         do_search(kept_charged)
+    run = seen[shape]
     if all(s in key for s in shape):
-        kept_charged = {**kept_charged, **dict(zip((key[s] for s in shape), as_ran[shape]))}
-        kept = priced_as(kept, as_ran[shape])
+        kept_charged = {**kept_charged, **dict(zip((key[s] for s in shape), run.as_ran))}
+        kept = priced_as(kept, run.as_ran)
         kept.notes.append(f"the searched plan, priced as it ran: its partitions timed inside it in the search, "
-                          f"{seen[shape]:.3f} ms end to end; "
-                          f"searched for {searched_for[shape].predicted_ms or 0.0:.3f} ms")
-    return Checked(kept, kept_charged, attempt, searched_for[shape])
-
-
-def plan_shape(plan: Plan) -> tuple[tuple[tuple[int, ...], str], ...]:
-    """A plan's partitions as ``((nodes, backend), ...)``: what makes two plans the same plan."""
-    return tuple((tuple(p.nodes), p.backend) for p in plan.partitions)
+                          f"{run.ms:.3f} ms end to end; searched for {run.searched_for.predicted_ms or 0.0:.3f} ms")
+    return Checked(kept, kept_charged, attempt, run.searched_for)
 
 
 def transitions_ms(plan: Plan) -> float:
