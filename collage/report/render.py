@@ -14,12 +14,16 @@ optional; the report shows what is there)::
       "plan_ms": 27.9,            # measured end-to-end median of the stitched artifact (same run)
       "predicted_ms": 26.5,       # the search's objective (partition costs + transition costs)
       "searched_plan": {"partitions": [{"backend": "openvino", "nodes": [0, 1, 2], "cost_ms": 3.1}, ...],
-                        "predicted_ms": 27.0, "searched_for_ms": 26.0, "measured_ms": 27.9},
+                        "predicted_ms": 27.0, "searched_for_ms": 26.0, "measured_ms": 27.9,
+                        "best_single_ms": 29.5, "best_single_measured_ms": 29.8},
                                   # the plan the search handed to the end-to-end checks, priced with the
                                   # partition charges measured in this run (partition_charges: level, ms per cut) charged,
                                   # or, for a mix the search's attempts ran, as it ran there: then
                                   # searched_for_ms and each partition's searched_cost_ms are what the search
                                   # priced it at before it ran; measured_ms: its time in the verification;
+                                  # best_single_ms: the best single backend priced alike (timed beside the
+                                  # plan in that attempt, or level x its worker cost), _measured_ms: in the
+                                  # verification (the predicted and measured gains are the ratios);
                                   # several partitions: each also has in_plan_ms, its call in those runs;
                                   # the final plan differs where never worse, refinement or a whole-model
                                   # alternative replaced it (the notes say which)

@@ -72,21 +72,30 @@ def searched_columns(searched: Mapping[str, Any] | None) -> dict[str, Any]:
     """The plan the search chose (before never-worse and any whole-model alternative; report.json's
     ``searched_plan``): its partitions and backends, what the search priced it at from its parts
     (``searched_for_ms``), its prediction (for a plan run in the search's attempts: as it ran there) and the
-    verification's measurement of it."""
+    verification's measurement of it; and its gain over the best single backend, predicted (against that
+    backend priced alike: timed in the same rounds as the plan's prediction) and measured (in the
+    verification's rounds). The gains are ratios of times taken side by side, so a machine whose level moves
+    between the search and the verification moves both terms of each."""
     s = searched or {}
     parts = s.get("partitions") or []
 
-    def ms(k: str) -> float | None:
-        return round(s[k], 3) if s.get(k) else None
+    def ratio(a: str, b: str) -> float | None:
+        return s[a] / s[b] if s.get(a) and s.get(b) else None
 
-    predicted, measured = ms("predicted_ms"), ms("measured_ms")
+    def r3(v: float | None) -> float | None:
+        return None if v is None else round(v, 3)
+
+    predicted, measured = r3(s.get("predicted_ms")), r3(s.get("measured_ms"))
+    gain, measured_gain = ratio("best_single_ms", "predicted_ms"), ratio("best_single_measured_ms", "measured_ms")
     return {
         "searched": f"{len(parts)}: {'+'.join(dict.fromkeys(p['backend'] for p in parts))}" if parts else None,
-        "searched_for_ms": ms("searched_for_ms") or predicted,
+        "searched_for_ms": r3(s.get("searched_for_ms")) or predicted,
         "searched_predicted_ms": predicted,
         "searched_measured_ms": measured,
-        "searched_predicted_over_measured": round(s["predicted_ms"] / s["measured_ms"], 3)
-        if predicted and measured else None,
+        "searched_predicted_over_measured": r3(ratio("predicted_ms", "measured_ms")),
+        "searched_predicted_speedup": r3(gain),
+        "searched_measured_speedup": r3(measured_gain),
+        "searched_speedup_predicted_over_measured": r3(gain / measured_gain) if gain and measured_gain else None,
     }
 
 
@@ -113,7 +122,9 @@ def _write(rows: list[dict[str, Any]], out_dir: str | Path, target: str, command
         "(above 1: the plan is faster). `predicted_ms` is the search's sum of measured parts and transitions.",
         "`searched` is the plan the search chose (partitions: backends) before the never-worse rule, with what",
         "the search priced it at from its parts (`searched_for_ms`), its prediction (a mixed plan the search's",
-        "attempts ran: as it ran there) and its measurement in the same interleaved rounds as the baselines.",
+        "attempts ran: as it ran there) and its measurement in the same interleaved rounds as the baselines;",
+        "`searched_predicted_speedup` is the best single backend priced alike (timed beside the plan when its",
+        "prediction was taken) over the prediction, `searched_measured_speedup` the same from the verification.",
         "",
         "",
     ]

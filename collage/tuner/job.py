@@ -187,15 +187,18 @@ def furthest_over_price(plan: Plan, part_ms: Sequence[float] | None) -> str:
             f"{excess:.3f} ms over its price of {p.cost_ms:.3f} ms: the most over of the {len(part_ms)})")
 
 
-def plan_summary(plan: Plan, searched_for: Plan | None = None) -> dict[str, Any]:
+def plan_summary(plan: Plan, searched_for: Plan | None = None, best_single_ms: float | None = None) -> dict[str, Any]:
     """report.json's form of a searched plan: each partition's backend, node ids and cost, and the prediction.
     With ``searched_for`` (the same plan as the search priced it before the plan ran in its attempts; the
     plan itself is then priced as it ran there), that plan's costs (``searched_cost_ms``) and prediction
-    (``searched_for_ms``) too. The tune adds the verification's measurement of the plan, ``measured_ms``, and
-    each partition's call in it, ``in_plan_ms``."""
+    (``searched_for_ms``) too. ``best_single_ms``: the best single backend priced alike (timed in the same
+    rounds as the plan's prediction, or level x worker cost beside a plan priced from its parts), so the
+    predicted gain is ``best_single_ms / predicted_ms``. The tune adds the verification's measurement of the
+    plan, ``measured_ms``, the best single backend in the same rounds, ``best_single_measured_ms``, and each
+    partition's call in the plan, ``in_plan_ms``."""
     summary = {"partitions": [{"backend": p.backend, "nodes": list(p.nodes), "cost_ms": p.cost_ms}
                               for p in plan.partitions],
-               "predicted_ms": plan.predicted_ms}
+               "predicted_ms": plan.predicted_ms, "best_single_ms": best_single_ms}
     if searched_for is not None and len(searched_for.partitions) == len(plan.partitions):
         for row, p in zip(summary["partitions"], searched_for.partitions):
             row["searched_cost_ms"] = p.cost_ms
@@ -284,7 +287,9 @@ class TuneJob:
         base = self.baselines(supports, measured)
         plan, charged, search_info = self.search(measured, base)
         verified = self.verify(plan, measured, base)
-        search_info["searched_plan"]["measured_ms"] = self.searched_ms  # in the verification, beside the baselines
+        # in the verification, beside the baselines (the best of them: what the plan's measured gain is against)
+        search_info["searched_plan"].update(measured_ms=self.searched_ms,
+                                            best_single_measured_ms=min(verified.baselines.values(), default=None))
         if self.searched_part_ms is not None:  # each partition's median call inside the plan's verification runs
             for row, ms in zip(search_info["searched_plan"]["partitions"], self.searched_part_ms):
                 row["in_plan_ms"] = ms
@@ -516,11 +521,14 @@ class TuneJob:
             return searched[-1]
 
         t0 = time.perf_counter()
-        plan, charged, attempts, searched_for = search_checked(
+        plan, charged, attempts, searched_for, single_ms = search_checked(
             graph, measured.costs, self.charges, do_search, self.feeds, self.work, base.best_single_ms,
             target=opts.target, progress=opts.progress, backend_options=self.backend_options,
             singles={name: (lambda c=c: c.run(self.feeds)) for name, c in base.singles.items()})
         self.searched_for = searched_for or plan
+        if single_ms is None:  # a plan priced from its parts: the single backends priced alike (level x cost)
+            single_ms = min((ms for b in [*base.singles, *base.from_db]
+                             if (ms := self.whole_prediction(measured, b)) is not None), default=None)
         # what the cost DB's contents alone give: the first attempt, over the candidate costs with the stored
         # partition charges (nothing of this run's end-to-end timings), so two tunes on the same DB
         # contents derive the same plan. Under an accuracy budget the search also rests on errors of stitched
@@ -529,7 +537,7 @@ class TuneJob:
         search_s = time.perf_counter() - t0
         self.say("search: %s (%d attempt(s), %.2f s)", plan.describe(), attempts, search_s)
         return plan, charged, {"charges": calibrated, "attempts": attempts, "search_s": search_s,
-                               "searched_plan": plan_summary(plan, self.searched_for),
+                               "searched_plan": plan_summary(plan, self.searched_for, single_ms),
                                "cost_db_plan": None if from_db is None else plan_summary(from_db)}
 
     def verify(self, plan: Plan, measured: Measured, base: Baselines) -> Verified:

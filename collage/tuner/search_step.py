@@ -231,13 +231,16 @@ class _Run:
 
 class Checked(NamedTuple):
     """What ``search_checked`` found: the plan (priced as it ran where it was measured), the charged costs it was
-    found with (its own partitions as they ran), the attempts used, and the plan as the search priced it
-    before it ran (``searched_for``; None where it was not measured: a plan of one partition)."""
+    found with (its own partitions as they ran), the attempts used, the plan as the search priced it before it
+    ran (``searched_for``), and the best single backend timed in the same rounds as the plan (``single_ms``:
+    the plan's prediction is a time of this machine at that moment, and this is the same moment's yardstick).
+    The last two are None where the plan was not measured (a plan of one partition)."""
 
     plan: Plan
     charged: dict[Any, float]
     attempts: int
     searched_for: Plan | None
+    single_ms: float | None
 
 
 def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, PartitionCharge],
@@ -262,7 +265,8 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
 
     The plan returned is the best measured mixed plan (the caller's never-worse rule then decides against
     the single backends), priced as it ran in the attempt that measured it; ``searched_for`` is that plan
-    as the search priced it in that attempt, and the returned plan's notes say both.
+    as the search priced it in that attempt, and the returned plan's notes say both; ``single_ms`` is the best
+    single backend in that attempt's rounds (what the plan's predicted gain is against).
     """
     from collage.runtime.artifact import PartitionTimes
 
@@ -279,7 +283,7 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
         k = len(plan.partitions)
         if k == 1:
             if best is None:
-                return Checked(plan, charged, attempt, None)
+                return Checked(plan, charged, attempt, None, None)
             break  # charged into one backend: the best measured mix stands (never-worse judges it)
         shape = plan.parts()
         again = shape in seen
@@ -324,7 +328,7 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
         kept = priced_as(kept, run.as_ran)
         kept.notes.append(f"the searched plan, priced as it ran: its partitions timed inside it in the search, "
                           f"{run.ms:.3f} ms end to end; searched for {run.searched_for.predicted_ms or 0.0:.3f} ms")
-    return Checked(kept, kept_charged, attempt, run.searched_for)
+    return Checked(kept, kept_charged, attempt, run.searched_for, run.single_ms)
 
 
 def transitions_ms(plan: Plan) -> float:

@@ -231,6 +231,8 @@ def test_bench_writes_ratios(tmp_path):
     # the searched plan, whatever the never-worse rule kept: what it was searched for, its prediction, its time
     assert rows[0]["searched"] and rows[0]["searched_for_ms"] > 0 and rows[0]["searched_predicted_ms"] > 0
     assert rows[0]["searched_measured_ms"] > 0
+    # and its gain over the best single backend, predicted and measured
+    assert rows[0]["searched_predicted_speedup"] > 0 and rows[0]["searched_measured_speedup"] > 0
     md = next((tmp_path / "results").glob("*-cpu.md")).read_text()
     assert "tiny-resnet" in md and "speedup_vs_best" in md
     assert next((tmp_path / "results").glob("*-cpu.csv")).exists()
@@ -389,7 +391,7 @@ def test_a_winning_but_mispredicted_plan_is_searched_again(monkeypatch, tmp_path
 
     a, b = (((0, 1), "openvino-bf16"), ((2, 3), "onnxruntime")), (((0, 1), "openvino-bf16"), ((2, 3), "openvino"))
     measured = _fake_plan_runs(monkeypatch, {a: (20.0, [4.0, 12.0]), b: (12.5, [5.5, 7.0])})
-    plan, charged, attempts, searched_for = tune_search.search_checked(
+    plan, charged, attempts, searched_for, single_ms = tune_search.search_checked(
         list(range(4)), {head: 5.0, ort: 5.0, ov: 7.0}, {}, do_search, {}, tmp_path, best_single_ms=30.0,
         progress=False)
     assert plan.parts() == b and attempts == 2 and measured == [a, b]
@@ -405,12 +407,17 @@ def test_a_winning_but_mispredicted_plan_is_searched_again(monkeypatch, tmp_path
     from collage.tuner.bench import searched_columns
     from collage.tuner.job import plan_summary
 
-    summary = plan_summary(plan, searched_for)
+    summary = plan_summary(plan, searched_for, single_ms)
     assert summary["predicted_ms"] == 12.5 and summary["searched_for_ms"] == 12.0
     assert [(p["cost_ms"], p["searched_cost_ms"]) for p in summary["partitions"]] == [(5.5, 5.0), (7.0, 7.0)]
-    cols = searched_columns({**summary, "measured_ms": 13.0})
+    # the gain over the best single backend, predicted (30 ms: no singles timed beside it here, the baselines'
+    # best) and measured (26 ms beside the plan's 13 ms in the verification)
+    assert single_ms == 30.0
+    cols = searched_columns({**summary, "measured_ms": 13.0, "best_single_measured_ms": 26.0})
     assert cols == {"searched": "2: openvino-bf16+openvino", "searched_for_ms": 12.0, "searched_predicted_ms": 12.5,
-                    "searched_measured_ms": 13.0, "searched_predicted_over_measured": 0.962}
+                    "searched_measured_ms": 13.0, "searched_predicted_over_measured": 0.962,
+                    "searched_predicted_speedup": 2.4, "searched_measured_speedup": 2.0,
+                    "searched_speedup_predicted_over_measured": 1.2}
 
 
 def test_reference_runs_never_make_the_process_wide_pool():
@@ -453,7 +460,7 @@ def test_an_over_predicted_plan_gets_its_cuts_lowered_and_ships_predicted_as_mea
     shape = (((0, 1), "openvino-bf16"), ((2,), "openvino"))
     measured = _fake_plan_runs(monkeypatch, {shape: (8.5, [6.0, 2.0])})
     charges = {"openvino": PartitionCharge(1.0, 2.0), "openvino-bf16": PartitionCharge(1.0, 2.0)}
-    plan, charged, attempts, _ = tune_search.search_checked(list(range(3)), {head: 6.0, tail: 2.0}, charges,
+    plan, charged, attempts, *_ = tune_search.search_checked(list(range(3)), {head: 6.0, tail: 2.0}, charges,
                                                             do_search, {}, tmp_path, best_single_ms=12.0,
                                                             progress=False)
     # predicted 10 (6 + 2 + the 2 ms cut), measured 8.5: 1.5 ms less on the one cut, on both backends
@@ -482,7 +489,7 @@ def test_a_plan_measured_in_an_earlier_attempt_is_kept_priced_as_it_ran(monkeypa
     a = (((0,), "onnxruntime"), ((1,), "openvino"), ((2,), "onnxruntime"))
     b = (((0,), "onnxruntime"), ((1, 2), "openvino"))
     _fake_plan_runs(monkeypatch, {a: (6.5, [2.0, 1.0, 2.0]), b: (7.0, [1.0, 5.0])})
-    plan, charged, attempts, searched_for = tune_search.search_checked(
+    plan, charged, attempts, searched_for, _ = tune_search.search_checked(
         list(range(3)), {x: 1.0, y: 1.0, z: 1.0, y2: 2.0}, {}, lambda charged: next(plans), {}, tmp_path,
         best_single_ms=9.0, progress=False)
     assert plan.parts() == a and attempts == 3 and searched_for is first
@@ -513,7 +520,7 @@ def test_a_plan_found_again_after_it_ran_ends_the_attempts(monkeypatch, tmp_path
     # (10.7 ms over calls of 3 and 7 ms: priced as it ran, the plan's prediction is 10.7 ms but for the last bit of
     # a float, so it is the plan coming back, not a difference of exactly 0, that ends the attempts)
     measured = _fake_plan_runs(monkeypatch, {shape: (10.7, [3.0, 7.0])})
-    plan, charged, attempts, _ = tune_search.search_checked(list(range(2)), {x: 3.0, y: 7.0}, {}, do_search, {},
+    plan, charged, attempts, *_ = tune_search.search_checked(list(range(2)), {x: 3.0, y: 7.0}, {}, do_search, {},
                                                             tmp_path, best_single_ms=9.0, attempts=5, progress=False)
     assert attempts == 2 and measured == [shape] and len(searched) == 2
     assert plan.predicted_ms == pytest.approx(10.7) and charged == pytest.approx({x: 3.21, y: 7.49})
@@ -535,12 +542,13 @@ def test_a_plan_is_judged_against_the_single_backends_timed_beside_it(monkeypatc
     shape = (((0,), "onnxruntime"), ((1,), "openvino"))
     measured = _fake_plan_runs(monkeypatch, {shape: (10.5, [4.0, 6.0])}, singles_ms=9.0)
     singles = {"onnxruntime": lambda: None, "openvino": lambda: None}  # timed as 9 ms each beside the plan
-    _, charged, attempts, _ = tune_search.search_checked(list(range(2)), {x: 4.0, y: 6.0}, {}, do_search, {},
-                                                         tmp_path, best_single_ms=30.0, progress=False,
-                                                         singles=singles)
+    _, charged, attempts, _, single_ms = tune_search.search_checked(list(range(2)), {x: 4.0, y: 6.0}, {}, do_search,
+                                                                    {}, tmp_path, best_single_ms=30.0,
+                                                                    progress=False, singles=singles)
     assert attempts == 2 and measured == [shape] and charged == pytest.approx({x: 4.2, y: 6.3})
+    assert single_ms == 9.0  # the plan's predicted gain is against the singles timed beside it
     # without the singles beside it, the stale 30 ms makes the same plan a win at once
-    _, _, attempts, _ = tune_search.search_checked(list(range(2)), {x: 4.0, y: 6.0}, {}, do_search, {}, tmp_path,
+    _, _, attempts, *_ = tune_search.search_checked(list(range(2)), {x: 4.0, y: 6.0}, {}, do_search, {}, tmp_path,
                                                    best_single_ms=30.0, progress=False)
     assert attempts == 1
 
@@ -576,7 +584,7 @@ def test_a_real_mixed_plan_is_priced_as_it_ran(monkeypatch, tmp_path):
                                                                   charged, lambda a, b, nbytes: 0.01))
 
     searched_for = do_search(costs).predicted_ms  # 2 ms and the transitions (0.01 ms a tensor crossing the cut)
-    plan, charged, _, _ = tune_search.search_checked(graph, costs, {}, do_search, random_inputs(graph, seed=0),
+    plan, charged, *_ = tune_search.search_checked(graph, costs, {}, do_search, random_inputs(graph, seed=0),
                                                      tmp_path, best_single_ms=1e9, progress=False)
     assert len(timed) == 1  # measured once: searched again, the same plan, not measured again
     assert plan.predicted_ms == pytest.approx(timed[0])
