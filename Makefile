@@ -14,12 +14,14 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 # lint-imports: the layer contracts in pyproject.toml ([tool.importlinter]); tests/test_layers.py adds the
-# cycle and private-name checks.
+# cycle and private-name checks. TEST_JOBS pytest-xdist workers (tests/conftest.py says why two are safe);
+# TEST_JOBS=0 runs the tests in this process.
+TEST_JOBS ?= 2
 test: $(STAMP)
-	$(BIN)/lint-imports && $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/lint-imports && $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(BIN)/lint-imports && $(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/lint-imports && $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadgroup -m "not slow" $(PYTEST_ARGS)
 
 # What collage is for, in a few minutes on 2 cores: Inception v1 (143 nodes) tuned twice.
 # 1. fp32 over ONNX Runtime and OpenVINO: on a CPU the two are close, and the plan is usually one of them.

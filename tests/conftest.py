@@ -2,6 +2,12 @@
 cost DB), so tests never read what an earlier run or the user left in ~/.cache/collage.
 
 Set COLLAGE_TEST_CACHE to reuse a cache between local runs (the zoo's bert-base takes a while to build).
+
+`make test` runs the tests on two pytest-xdist workers (``-n 2 --dist loadgroup``): most of the suite's time
+is tunes timing things for a fixed wall time, which two can do at once. Each worker is its own process with
+its own cache directory, so its measurement lock (``collage.cost_models.measurer.machine_lock``, a file in
+the cache) never makes one worker's tune wait for the other's; the tests of a module that share a
+module-scoped fixture (a tune, a Ray cluster) run on one worker, where the fixture is made once.
 """
 from __future__ import annotations
 
@@ -32,3 +38,13 @@ def postgres():
     server = PostgresServer()
     yield server
     server.stop()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that use a module-scoped fixture go to one xdist worker together (``--dist loadgroup``), so the
+    fixture (a tune of 35 s, a Ray cluster) is made once, not once per worker."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(d.scope == "module" for fixturedefs in defs for d in fixturedefs):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
