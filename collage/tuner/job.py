@@ -514,10 +514,12 @@ class TuneJob:
         calibrated = {b: c.to_dict() for b, c in self.charges.items()}
 
         searched: list[Plan] = []
+        states: dict[tuple, Any] = {}  # what each plan's search left for the report (precision rounds, notes)
 
         def do_search(charged: Mapping[Any, float]) -> Plan:
             plan = whole_if_one_backend(graph, prec.search(charged, self.transition), charged, prec)
             searched.append(fill_boundaries(graph, plan))
+            states[plan.parts()] = prec.search_state()
             return searched[-1]
 
         t0 = time.perf_counter()
@@ -526,6 +528,7 @@ class TuneJob:
             target=opts.target, progress=opts.progress, backend_options=self.backend_options,
             singles={name: (lambda c=c: c.run(self.feeds)) for name, c in base.singles.items()})
         self.searched_for = searched_for or plan
+        prec.restore_search(states[plan.parts()])  # the kept plan may be an earlier attempt's
         if single_ms is None:  # a plan priced from its parts: the single backends priced alike (level x cost)
             single_ms = min((ms for b in [*base.singles, *base.from_db]
                              if (ms := self.whole_prediction(measured, b)) is not None), default=None)

@@ -266,7 +266,9 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
     The plan returned is the best measured mixed plan (the caller's never-worse rule then decides against
     the single backends), priced as it ran in the attempt that measured it; ``searched_for`` is that plan
     as the search priced it in that attempt, and the returned plan's notes say both; ``single_ms`` is the best
-    single backend in that attempt's rounds (what the plan's predicted gain is against).
+    single backend in that attempt's rounds (what the plan's predicted gain is against). Where the plan kept is
+    an earlier attempt's, what the search left for the report (a budgeted search's rounds and notes) is the
+    last attempt's: the caller keeps each attempt's and puts the kept plan's back.
     """
     from collage.runtime.artifact import PartitionTimes
 
@@ -319,9 +321,6 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
             charges[b] = dataclasses.replace(was, cut_ms=max(0.0, was.cut_ms + excess))
     assert best is not None and plan is not None
     _, kept, kept_charged, shape = best
-    if kept is not plan:
-        # the same costs give the same plan: the search's state (precision rounds, notes) is its
-        do_search(kept_charged)
     run = seen[shape]
     if all(s in key for s in shape):
         kept_charged = {**kept_charged, **dict(zip((key[s] for s in shape), run.as_ran))}

@@ -483,9 +483,9 @@ def test_a_plan_measured_in_an_earlier_attempt_is_kept_priced_as_it_ran(monkeypa
     first = Plan([Partition((0,), "onnxruntime", 1.0), Partition((1,), "openvino", 1.0),
                   Partition((2,), "onnxruntime", 1.0)],
                  predicted_ms=3.5, notes=["transitions between backends: 0.500 ms of the predicted 3.500 ms"])
-    plans = iter([  # the last: the search run again with A's costs, for its state
+    plans = iter([  # three attempts, and no fourth search (a fourth call raises StopIteration)
         first, Plan([Partition((0,), "onnxruntime", 1.0), Partition((1, 2), "openvino", 2.0)], predicted_ms=3.0),
-        Plan([Partition((0, 1, 2), "openvino", 3.0)], predicted_ms=3.0), first])
+        Plan([Partition((0, 1, 2), "openvino", 3.0)], predicted_ms=3.0)])
     a = (((0,), "onnxruntime"), ((1,), "openvino"), ((2,), "onnxruntime"))
     b = (((0,), "onnxruntime"), ((1, 2), "openvino"))
     _fake_plan_runs(monkeypatch, {a: (6.5, [2.0, 1.0, 2.0]), b: (7.0, [1.0, 5.0])})
@@ -493,13 +493,59 @@ def test_a_plan_measured_in_an_earlier_attempt_is_kept_priced_as_it_ran(monkeypa
         list(range(3)), {x: 1.0, y: 1.0, z: 1.0, y2: 2.0}, {}, lambda charged: next(plans), {}, tmp_path,
         best_single_ms=9.0, progress=False)
     assert plan.parts() == a and attempts == 3 and searched_for is first
-    assert next(plans, None) is None  # the search ran again with A's costs, for its state
     # 6.5 ms end to end, 0.5 ms of it priced transitions: the 5 ms of calls scaled to 6 ms
     assert [p.cost_ms for p in plan.partitions] == pytest.approx([2.4, 1.2, 2.4])
     assert plan.predicted_ms == pytest.approx(6.5)
     assert [charged[c] for c in (x, y, z)] == pytest.approx([2.4, 1.2, 2.4])  # A's own, not B's 1.167 for x
     assert plan.notes[0] == "transitions between backends: 0.500 ms of the predicted 6.500 ms"
     assert plan.notes[-1].endswith("6.500 ms end to end; searched for 3.500 ms")
+
+
+def test_the_kept_plan_gets_back_what_its_own_search_left(monkeypatch, tmp_path):
+    """The tune keeps the first attempt's plan after a second attempt searched another: the precision report
+    (rounds, notes) is put back to what the first search left, not searched again (a budgeted search keeps
+    the errors it measured, so the same costs can give another plan the second time)."""
+    from collage.plan import Partition, Plan
+    from collage.tuner import search_step
+    from collage.tuner.job import Baselines, Measured, TuneJob
+
+    graph = zoo.load_graph("zoo:tiny-resnet")
+    n = len(graph)
+    a = Plan([Partition(tuple(range(3)), "onnxruntime", 1.0), Partition(tuple(range(3, n)), "openvino", 2.0)], 3.0)
+    b = Plan([Partition(tuple(range(4)), "onnxruntime", 1.0), Partition(tuple(range(4, n)), "openvino", 2.0)], 3.0)
+
+    class Prec:
+        low: frozenset = frozenset()
+
+        def __init__(self):
+            self.found, self.state = iter([a, b, a]), None
+
+        def search(self, charged, transition):
+            plan = next(self.found)
+            self.state = "rounds of A" if plan is a else "rounds of B"
+            return plan
+
+        def search_state(self):
+            return self.state
+
+        def restore_search(self, state):
+            self.state = state
+
+    def two_attempts(graph, costs, charges, do_search, *args, **kw):
+        first = do_search({})
+        do_search({})
+        return search_step.Checked(first, {}, 2, first, 1.0)
+
+    monkeypatch.setattr(search_step, "calibrate_partition_charges", lambda *a, **kw: {})
+    monkeypatch.setattr(search_step, "search_checked", two_attempts)
+    job = object.__new__(TuneJob)
+    job.graph, job.precision, job.names, job.feeds, job.work = graph, Prec(), BACKENDS, {}, tmp_path
+    job.options = type("O", (), {"target": "cpu", "progress": False})()
+    job.transition, job.backend_options, job.db = None, {}, None
+    plan, _, info = job.search(Measured({}, {}, 0), Baselines({}, {}, {}, 5.0))
+    assert plan.parts() == a.parts() and info["searched_plan"]["best_single_ms"] == 1.0
+    assert job.precision.state == "rounds of A"
+    assert next(job.precision.found) is a  # two searches, not a third for A's state
 
 
 def test_a_plan_found_again_after_it_ran_ends_the_attempts(monkeypatch, tmp_path):

@@ -186,6 +186,17 @@ class BudgetedSearch:
         fp32_plan.notes.extend(self.notes)
         return fp32_plan
 
+    def search_state(self) -> tuple[list[Round], bool, ErrorMeasure | None, list[str]]:
+        """What the last search left for the report (its rounds, whether it fell back to fp32, its plan's
+        end-to-end error, the notes): :meth:`restore_search` puts it back. The tune searches more than once and
+        may keep an earlier plan, and searching again with that plan's costs need not give it back (the
+        errors measured since stay cached and can admit more candidates)."""
+        return list(self.rounds), self.fallback, self.final_error, list(self.notes)
+
+    def restore_search(self, state: tuple[list[Round], bool, ErrorMeasure | None, list[str]]) -> None:
+        rounds, self.fallback, self.final_error, notes = state
+        self.rounds, self.notes = list(rounds), list(notes)
+
     def _accept(self, plan: Plan, err: ErrorMeasure, what: str) -> Plan:
         """``plan`` is the answer: its measured end-to-end error ``err`` is within budget; say so in its notes."""
         self.final_error = err

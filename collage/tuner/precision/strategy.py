@@ -5,6 +5,8 @@ The job holds one strategy for the whole run and calls it at the same points wha
 - ``prescreen(cands)``: the candidates worth timing, in measuring order (after enumeration);
 - ``low``: names of the lower-precision backends (no fp32 baselines, no "fastest whole model");
 - ``search(charged, transition)``: the plan for measured costs (after measurement, per search attempt);
+  ``search_state()`` / ``restore_search(state)``: what a search left for the report, taken after each
+  attempt and put back for the plan the job keeps;
 - ``whole_model_within_budget()`` / ``use_whole_model(name, note)``: lower-precision whole models allowed
   on their own, and the notes once one is chosen;
 - ``whole_model_alternatives(plan)``: compiled competitors for the verification round;
@@ -50,6 +52,12 @@ class Fp32Only:
         from collage.search.exact import search_exact as search  # module by module, the DP, or the ILP
 
         return search(self.graph, charged, transition)
+
+    def search_state(self) -> None:
+        return None
+
+    def restore_search(self, state: None) -> None:
+        pass
 
     def whole_model_within_budget(self) -> list[Candidate]:
         return []
