@@ -40,11 +40,17 @@ def postgres():
     server.stop()
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups off the marks
 def pytest_collection_modifyitems(config, items):
-    """Tests that use a module-scoped fixture go to one xdist worker together (``--dist loadgroup``), so the
-    fixture (a tune of 35 s, a Ray cluster) is made once, not once per worker."""
+    """On xdist workers: tests that use a module-scoped fixture go to one worker together (``--dist
+    loadgroup``), so the fixture (a tune of 35 s, a Ray cluster) is made once, not once per worker; and the slow
+    tier goes first (its tests run 1-3 min each: started last, one of them would run alone at the end while
+    the other worker idles; the short tests after them even out the finish)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         defs = info.name2fixturedefs.values() if info is not None else ()
         if any(d.scope == "module" for fixturedefs in defs for d in fixturedefs):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: otherwise in file order

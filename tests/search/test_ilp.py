@@ -194,7 +194,9 @@ def test_ilp_stops_at_its_time_limit_on_inception_v2():
     t0 = time.monotonic()
     plan = ilp_search(g, costs, transition, start=greedy, stats=stats, time_limit=5.0)
     took = time.monotonic() - t0
-    assert took < 5.0 + 10.0, (took, stats)  # the limit, and the solve winding down (7.8 s here; 25.7 s before)
+    # the limit, and the solve winding down: 7.8 s here alone, ~1.3x that beside another xdist worker's tests;
+    # 25.7 s alone before the fix
+    assert took < 5.0 + 15.0, (took, stats)
     assert not stats.optimal and any("not proven optimal" in n for n in plan.notes)
     assert_valid(g, plan)
     assert objective(g, plan, costs, transition) <= objective(g, greedy, costs, transition)
