@@ -3,9 +3,10 @@ cost DB), so tests never read what an earlier run or the user left in ~/.cache/c
 
 Set COLLAGE_TEST_CACHE to reuse a cache between local runs (the zoo's bert-base takes a while to build).
 
-`make test` runs the tests on two pytest-xdist workers (``-n 2 --dist loadgroup``): most of the suite's time
+`make test` runs the tests on two pytest-xdist workers (``-n 2 --dist loadgroup --no-loadscope-reorder``:
+work handed out in collection order, which the hook below sets): most of the suite's time
 is tunes timing things for a fixed wall time, which two can do at once. Each worker is its own process with
-its own cache directory, so its measurement lock (``collage.cost_models.measurer.machine_lock``, a file in
+its own cache directory (under COLLAGE_TEST_CACHE: a folder per worker), so its measurement lock (``collage.cost_models.measurer.machine_lock``, a file in
 the cache) never makes one worker's tune wait for the other's; the tests of a module that share a
 module-scoped fixture (a tune, a Ray cluster) run on one worker, where the fixture is made once.
 """
@@ -19,6 +20,8 @@ import tempfile
 import pytest
 
 _cache = os.environ.get("COLLAGE_TEST_CACHE")
+if _cache and os.environ.get("PYTEST_XDIST_WORKER"):
+    _cache = os.path.join(_cache, os.environ["PYTEST_XDIST_WORKER"])  # each worker its own (see below)
 if not _cache:
     _cache = tempfile.mkdtemp(prefix="collage-test-cache-")
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)  # the zoo's big models weigh ~1.8 GB

@@ -198,7 +198,9 @@ def plan_summary(plan: Plan, searched_for: Plan | None = None, best_single_ms: f
     partition's call in the plan, ``in_plan_ms``."""
     summary = {"partitions": [{"backend": p.backend, "nodes": list(p.nodes), "cost_ms": p.cost_ms}
                               for p in plan.partitions],
-               "predicted_ms": plan.predicted_ms, "best_single_ms": best_single_ms}
+               "predicted_ms": plan.predicted_ms}
+    if best_single_ms is not None:
+        summary["best_single_ms"] = best_single_ms
     if searched_for is not None and len(searched_for.partitions) == len(plan.partitions):
         for row, p in zip(summary["partitions"], searched_for.partitions):
             row["searched_cost_ms"] = p.cost_ms
@@ -529,7 +531,9 @@ class TuneJob:
             singles={name: (lambda c=c: c.run(self.feeds)) for name, c in base.singles.items()})
         self.searched_for = searched_for or plan
         prec.restore_search(states[plan.parts()])  # the kept plan may be an earlier attempt's
-        if single_ms is None:  # a plan priced from its parts: the single backends priced alike (level x cost)
+        if single_ms is None or single_ms == float("inf"):
+            # a plan priced from its parts (or no single backend timed beside it: none covers the model alone):
+            # the single backends priced alike, level x their worker cost
             single_ms = min((ms for b in [*base.singles, *base.from_db]
                              if (ms := self.whole_prediction(measured, b)) is not None), default=None)
         # what the cost DB's contents alone give: the first attempt, over the candidate costs with the stored
