@@ -3,12 +3,14 @@ cost DB), so tests never read what an earlier run or the user left in ~/.cache/c
 
 Set COLLAGE_TEST_CACHE to reuse a cache between local runs (the zoo's bert-base takes a while to build).
 
-`make test` runs the tests on two pytest-xdist workers (``-n 2 --dist loadgroup --no-loadscope-reorder``:
-work handed out in collection order, which the hook below sets): most of the suite's time
-is tunes timing things for a fixed wall time, which two can do at once. Each worker is its own process with
-its own cache directory (under COLLAGE_TEST_CACHE: a folder per worker), so its measurement lock (``collage.cost_models.measurer.machine_lock``, a file in
-the cache) never makes one worker's tune wait for the other's; the tests of a module that share a
-module-scoped fixture (a tune, a Ray cluster) run on one worker, where the fixture is made once.
+`make test` runs the tests on two pytest-xdist workers (``-n 2 --dist loadfile --no-loadscope-reorder``): most
+of the suite's time is tunes timing things for a fixed wall time, which two can do at once. Each worker is its
+own process with its own cache directory (under COLLAGE_TEST_CACHE: a folder per worker), so its measurement
+lock (``collage.cost_models.measurer.machine_lock``, a file in the cache) never makes one worker's tune wait
+for the other's. A test file is one unit of work (its module-scoped fixtures, a tune or a Ray cluster, are
+made once), handed out in collection order, which the hook below sets: files with slow tests first.
+(``--dist loadgroup`` would spread a file's tests over both workers, but its groups are lost with pytest 9.2:
+xdist 3.8 tags a grouped test by rewriting ``item._nodeid``, which pytest 9.2 no longer reads.)
 """
 from __future__ import annotations
 
@@ -43,17 +45,9 @@ def postgres():
     server.stop()
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups off the marks
 def pytest_collection_modifyitems(config, items):
-    """On xdist workers: tests that use a module-scoped fixture go to one worker together (``--dist
-    loadgroup``), so the fixture (a tune of 35 s, a Ray cluster) is made once, not once per worker; and the slow
-    tier goes first (its tests run 1-3 min each: started last, one of them would run alone at the end while
-    the other worker idles; the short tests after them even out the finish)."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        defs = info.name2fixturedefs.values() if info is not None else ()
-        if any(d.scope == "module" for fixturedefs in defs for d in fixturedefs):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: otherwise in file order
+    """On xdist workers the slow tier goes first, so the files holding it are handed out first (a 9-minute
+    file started last would run alone at the end while the other worker idles; the short files after them
+    even out the finish). pytest then regroups each module's tests around their fixtures as usual."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: otherwise in file order
