@@ -73,9 +73,10 @@ def searched_columns(searched: Mapping[str, Any] | None) -> dict[str, Any]:
     ``searched_plan``): its partitions and backends, what the search priced it at from its parts
     (``searched_for_ms``), its prediction (for a plan run in the search's attempts: as it ran there) and the
     verification's measurement of it; and its gain over the best single backend, predicted (against that
-    backend priced alike: timed in the same rounds as the plan's prediction) and measured (in the
-    verification's rounds). The gains are ratios of times taken side by side, so a machine whose level moves
-    between the search and the verification moves both terms of each."""
+    backend priced alike: for a mix the search's attempts ran, timed in the same rounds; else level x its
+    worker cost) and measured (in the verification's rounds). Each gain is a ratio of two figures taken the
+    same way at the same time, so a machine whose level moves between the search and the verification
+    moves both terms of each."""
     s = searched or {}
     parts = s.get("partitions") or []
 
@@ -123,8 +124,9 @@ def _write(rows: list[dict[str, Any]], out_dir: str | Path, target: str, command
         "`searched` is the plan the search chose (partitions: backends) before the never-worse rule, with what",
         "the search priced it at from its parts (`searched_for_ms`), its prediction (a mixed plan the search's",
         "attempts ran: as it ran there) and its measurement in the same interleaved rounds as the baselines;",
-        "`searched_predicted_speedup` is the best single backend priced alike (timed beside the plan when its",
-        "prediction was taken) over the prediction, `searched_measured_speedup` the same from the verification.",
+        "`searched_predicted_speedup` is the best single backend priced alike (timed beside the plan in the",
+        "search's attempts; for a plan they did not run, level x worker cost) over the prediction,",
+        "`searched_measured_speedup` the same from the verification.",
         "",
         "",
     ]
