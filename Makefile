@@ -17,11 +17,12 @@ venv: $(STAMP)
 # cycle and private-name checks. TEST_JOBS pytest-xdist workers (tests/conftest.py says why two are safe);
 # TEST_JOBS=0 runs the tests in this process.
 TEST_JOBS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
 test: $(STAMP)
-	$(BIN)/lint-imports && $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	$(BIN)/lint-imports && $(PYTEST) $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(BIN)/lint-imports && $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/lint-imports && $(PYTEST) -m "not slow" $(PYTEST_ARGS)
 
 # What collage is for, in a few minutes on 2 cores: Inception v1 (143 nodes) tuned twice.
 # 1. fp32 over ONNX Runtime and OpenVINO: on a CPU the two are close, and the plan is usually one of them.

@@ -23,7 +23,7 @@ import pytest
 
 _cache = os.environ.get("COLLAGE_TEST_CACHE")
 if _cache and os.environ.get("PYTEST_XDIST_WORKER"):
-    _cache = os.path.join(_cache, os.environ["PYTEST_XDIST_WORKER"])  # each worker its own (see below)
+    _cache = os.path.join(_cache, os.environ["PYTEST_XDIST_WORKER"])  # each worker its own (the module doc says why)
 if not _cache:
     _cache = tempfile.mkdtemp(prefix="collage-test-cache-")
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)  # the zoo's big models weigh ~1.8 GB

@@ -531,7 +531,7 @@ class TuneJob:
             singles={name: (lambda c=c: c.run(self.feeds)) for name, c in base.singles.items()})
         self.searched_for = searched_for or plan
         prec.restore_search(states[plan.parts()])  # the kept plan may be an earlier attempt's
-        if single_ms is None or single_ms == float("inf"):
+        if single_ms is None:
             # a plan priced from its parts (or no single backend timed beside it: none covers the model alone):
             # the single backends priced alike, level x their worker cost
             single_ms = min((ms for b in [*base.singles, *base.from_db]

@@ -23,6 +23,7 @@ progress lines go through ``collage.util.say``.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -234,7 +235,8 @@ class Checked(NamedTuple):
     found with (its own partitions as they ran), the attempts used, the plan as the search priced it before it
     ran (``searched_for``), and the best single backend timed in the same rounds as the plan (``single_ms``:
     the plan's prediction is a time of this machine at that moment, and this is the same moment's yardstick).
-    The last two are None where the plan was not measured (a plan of one partition)."""
+    The last two are None where the plan was not measured (a plan of one partition); ``single_ms`` also where
+    no single backend covers the model alone."""
 
     plan: Plan
     charged: dict[Any, float]
@@ -273,7 +275,7 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
     from collage.runtime.artifact import PartitionTimes
 
     key = {(tuple(c.nodes), c.backend): c for c in costs}
-    best: tuple[float, Plan, dict[Any, float], tuple] | None = None
+    best: tuple[Plan, dict[Any, float], tuple] | None = None  # the best measured plan, its costs, its shape
     charged: dict[Any, float] = {}
     plan = None
     seen: dict[tuple, _Run] = {}  # each measured plan, by its partitions
@@ -303,8 +305,8 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
             in_plan.update({key[s]: ms for s, ms in zip(shape, seen[shape].as_ran) if s in key})
         run = seen[shape]
         measured_ms = run.ms
-        if best is None or measured_ms < best[0] or shape == best[3]:
-            best = (measured_ms, plan, charged, shape)  # the same plan again: its in-plan prediction
+        if best is None or measured_ms < seen[best[2]].ms or shape == best[2]:
+            best = (plan, charged, shape)  # the same plan again: its in-plan prediction
         predicted = plan.predicted_ms or 0.0
         say(progress, "attempt %d: %d partitions, predicted %.3f ms, measured %.3f ms%s (best single %.3f ms%s)",
              attempt, k, predicted, measured_ms, " before" if again else "", run.single_ms,
@@ -320,14 +322,15 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
             was = charges.get(b, PartitionCharge())
             charges[b] = dataclasses.replace(was, cut_ms=max(0.0, was.cut_ms + excess))
     assert best is not None and plan is not None
-    _, kept, kept_charged, shape = best
+    kept, kept_charged, shape = best
     run = seen[shape]
     if all(s in key for s in shape):
         kept_charged = {**kept_charged, **dict(zip((key[s] for s in shape), run.as_ran))}
         kept = priced_as(kept, run.as_ran)
         kept.notes.append(f"the searched plan, priced as it ran: its partitions timed inside it in the search, "
                           f"{run.ms:.3f} ms end to end; searched for {run.searched_for.predicted_ms or 0.0:.3f} ms")
-    return Checked(kept, kept_charged, attempt, run.searched_for, run.single_ms)
+    single_ms = run.single_ms if math.isfinite(run.single_ms) else None  # inf: no single backend to time beside it
+    return Checked(kept, kept_charged, attempt, run.searched_for, single_ms)
 
 
 def transitions_ms(plan: Plan) -> float:

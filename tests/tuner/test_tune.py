@@ -548,15 +548,10 @@ def test_the_kept_plan_gets_back_what_its_own_search_left(monkeypatch, tmp_path)
 
     # a plan the attempts never ran (one partition): its gain is against the single backends priced alike,
     # each whole model's worker cost at its backend's level
+    from collage.cost_models.db import Cost
     from collage.tuner.search_step import PartitionCharge
 
     one = Plan([Partition(tuple(range(n)), "openvino", 4.4)], 4.4)
-
-    class Cost:
-        ok = True
-
-        def __init__(self, ms):
-            self.median_ms = ms
 
     def one_attempt(graph, costs, charges, do_search, *args, **kw):
         return search_step.Checked(do_search({}), {}, 1, None, None)
@@ -566,7 +561,8 @@ def test_the_kept_plan_gets_back_what_its_own_search_left(monkeypatch, tmp_path)
                         lambda *a, **kw: {"onnxruntime": PartitionCharge(level=1.5), "openvino": PartitionCharge(1.1)})
     job.precision = Prec()
     job.precision.found = iter([one])
-    whole = {(tuple(range(n)), "onnxruntime"): Cost(3.0), (tuple(range(n)), "openvino"): Cost(4.0)}
+    whole = {(tuple(range(n)), b): Cost("whole", b, "v", "cpu", "{}", "here", median_ms=ms)
+             for b, ms in (("onnxruntime", 3.0), ("openvino", 4.0))}
     _, _, info = job.search(Measured(whole, {}, 0), Baselines({"onnxruntime": None, "openvino": None}, {}, {}, 5.0))
     assert info["searched_plan"]["best_single_ms"] == pytest.approx(4.4)  # openvino's 4.0 x 1.1 (ORT: 3 x 1.5)
 
