@@ -228,6 +228,7 @@ class _Run:
     single_ms: float
     as_ran: list[float]
     searched_for: Plan
+    singles: dict[str, float]  # each single backend's whole model in the same rounds
 
 
 class Checked(NamedTuple):
@@ -264,9 +265,13 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
     each plan, as the verification times them: the plan runs after the other runtimes as it will there,
     and it is judged against the best of them in those rounds (the baselines' ``best_single_ms``, timed
     minutes before in three rounds, put OpenVINO's alexnet at 33.9 ms where the verification had 22.5).
+    Their whole models are then priced as they ran there too, so the next search weighs the mix against
+    them at the same moment's level: where no mix ran faster than them, the search goes to one backend and
+    that plan is returned (shufflenet's mix, 8.73 ms beside OpenVINO's 6.9, was otherwise kept, verified and
+    dropped by never-worse, counted as a mix the search chose).
 
-    The plan returned is the best measured mixed plan (the caller's never-worse rule then decides against
-    the single backends), priced as it ran in the attempt that measured it; ``searched_for`` is that plan
+    Otherwise the plan returned is the best measured mixed plan (the caller's never-worse rule then decides
+    against the single backends), priced as it ran in the attempt that measured it; ``searched_for`` is that plan
     as the search priced it in that attempt, and the returned plan's notes say both; ``single_ms`` is the best
     single backend in that attempt's rounds (what the plan's predicted gain is against). Where the plan kept is
     an earlier attempt's, what the search left for the report (a budgeted search's rounds and notes) is the
@@ -275,6 +280,7 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
     from collage.runtime.artifact import PartitionTimes
 
     key = {(tuple(c.nodes), c.backend): c for c in costs}
+    everything = tuple(range(len(graph)))
     best: tuple[Plan, dict[Any, float], tuple] | None = None  # the best measured plan, its costs, its shape
     charged: dict[Any, float] = {}
     plan = None
@@ -288,7 +294,12 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
         if k == 1:
             if best is None:
                 return Checked(plan, charged, attempt, None, None)
-            break  # charged into one backend: the best measured mix stands (never-worse judges it)
+            was = seen[best[2]]
+            if was.ms >= was.single_ms:
+                # no mix ran faster than the single backends timed beside it, and those priced as they ran
+                # there, the search goes to one backend: that is its choice, not a mix it measured losing
+                return Checked(plan, charged, attempt, None, was.single_ms if math.isfinite(was.single_ms) else None)
+            break  # charged into one backend though a mix won in its rounds: that mix stands (never-worse judges it)
         shape = plan.parts()
         again = shape in seen
         if not again:
@@ -301,8 +312,12 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
                                         rounds=VERIFY_ROUNDS, warmed=clock.clear)
             plan_ms = timed.pop("p")
             seen[shape] = _Run(plan_ms, min(timed.values(), default=best_single_ms),
-                               in_plan_costs(plan, clock.medians(), plan_ms), plan)
+                               in_plan_costs(plan, clock.medians(), plan_ms), plan,
+                               {name.removeprefix("single:"): ms for name, ms in timed.items()})
             in_plan.update({key[s]: ms for s, ms in zip(shape, seen[shape].as_ran) if s in key})
+            # the single backends' whole models too, as they ran beside it: the next search weighs the
+            # mix against them at the same moment's level
+            in_plan.update({key[w]: ms for b, ms in seen[shape].singles.items() if (w := (everything, b)) in key})
         run = seen[shape]
         measured_ms = run.ms
         if best is None or measured_ms < seen[best[2]].ms or shape == best[2]:
@@ -360,13 +375,15 @@ def priced_as(plan: Plan, part_costs: Sequence[float]) -> Plan:
 
 
 def whole_if_one_backend(graph: Graph, plan: Plan, costs: Mapping[Any, float], prec: Any = None) -> Plan:
-    """``plan`` as it is, unless all its partitions are one backend's: then that backend on the whole model.
+    """``plan`` as it is, unless all its partitions are one backend's: then one backend on the whole model.
 
     One runtime, one call instead of several: the search only cuts one backend's model where measurement
     noise made the pieces' costs sum below the whole model's (mobilenetv2 in bf16 came out as ``[0, 77)`` +
-    ``[77, 100)``). Needs the whole-model candidate measured (in ``costs``) and, for a lower-precision
-    backend, its own error within the accuracy budget (``prec.whole_model_within_budget``); the
-    precision notes then say so (``prec.use_whole_model``).
+    ``[77, 100)``). Needs that backend's whole-model candidate measured (in ``costs``) and, for a
+    lower-precision backend, its own error within the accuracy budget (``prec.whole_model_within_budget``);
+    the precision notes then say so (``prec.use_whole_model``). The whole model merged is the cheapest of that
+    backend's and the fp32 backends': the pieces summed below every whole model, the merged price need not
+    (squeezenet's OpenVINO pieces became OpenVINO's whole model at 6.269 ms where ONNX Runtime's was 5.50).
     """
     from collage.search.candidates import Candidate
 
@@ -378,14 +395,19 @@ def whole_if_one_backend(graph: Graph, plan: Plan, costs: Mapping[Any, float], p
     whole = Candidate(tuple(range(n)), name)
     if whole not in costs:
         return plan
-    low = prec is not None and name in prec.low
-    if low and whole not in prec.whole_model_within_budget():
+    low = prec.low if prec is not None else frozenset()
+    if name in low and whole not in prec.whole_model_within_budget():
         return plan
-    note = f"one backend in {len(plan.partitions)} partitions: {name} on the whole model instead (one call)"
-    merged = Plan.single(name, n, costs[whole])
+    everything = tuple(range(n))
+    wholes = [c for c in costs if c.nodes == everything and (c == whole or c.backend not in low)]
+    best = min(wholes, key=lambda c: (costs[c], c != whole))  # a tie: the plan's own backend
+    note = f"one backend in {len(plan.partitions)} partitions: {best.backend} on the whole model instead (one call)"
+    if best != whole:
+        note += f", priced {costs[best]:.3f} ms against {name}'s whole model at {costs[whole]:.3f} ms"
+    merged = Plan.single(best.backend, n, costs[best])
     merged.notes = [*plan.notes, note]
-    if low:
-        prec.use_whole_model(name, f"precision: {note}")
+    if best.backend in low:
+        prec.use_whole_model(best.backend, f"precision: {note}")
     return merged
 
 

@@ -272,20 +272,28 @@ def test_one_backend_in_pieces_becomes_its_whole_model():
     def plan(*backends: str) -> Plan:
         return Plan([Partition((0, 1), backends[0], 0.4), Partition((2, 3), backends[1], 0.4)], predicted_ms=0.8)
 
-    merged = whole_if_one_backend(graph, plan("onnxruntime", "onnxruntime"), costs)
+    over, within = _Prec([]), _Prec([whole["openvino-bf16"]])  # openvino-bf16's whole model over / within budget
+    merged = whole_if_one_backend(graph, plan("onnxruntime", "onnxruntime"), costs, over)
     assert [(p.backend, p.nodes) for p in merged.partitions] == [("onnxruntime", (0, 1, 2, 3))]
     assert merged.predicted_ms == 2.0 and "one backend in 2 partitions" in merged.notes[-1]
     mixed = plan("onnxruntime", "openvino-bf16")
-    assert whole_if_one_backend(graph, mixed, costs) is mixed  # two backends: as searched
+    assert whole_if_one_backend(graph, mixed, costs, over) is mixed  # two backends: as searched
     unmeasured = plan("openvino", "openvino")
-    assert whole_if_one_backend(graph, unmeasured, costs) is unmeasured  # no whole-model cost: as searched
+    assert whole_if_one_backend(graph, unmeasured, costs, over) is unmeasured  # no whole-model cost: as searched
     # lower precision: only where the whole model's own error is within the budget
-    over, within = _Prec([]), _Prec([whole["openvino-bf16"]])
     bf16 = plan("openvino-bf16", "openvino-bf16")
     assert whole_if_one_backend(graph, bf16, costs, over) is bf16 and not over.used
     merged = whole_if_one_backend(graph, bf16, costs, within)
     assert [(p.backend, p.nodes) for p in merged.partitions] == [("openvino-bf16", (0, 1, 2, 3))]
     assert within.used and within.used[0][0] == "openvino-bf16"
+    # another backend's whole model priced under the plan's own: that one (squeezenet's OpenVINO pieces
+    # became OpenVINO's whole model at 6.269 ms where ONNX Runtime's was 5.50)
+    costs[Candidate((0, 1, 2, 3), "openvino")] = 1.5
+    merged = whole_if_one_backend(graph, plan("onnxruntime", "onnxruntime"), costs, over)
+    assert [(p.backend, p.nodes) for p in merged.partitions] == [("openvino", (0, 1, 2, 3))]
+    assert merged.predicted_ms == 1.5 and "against onnxruntime's whole model at 2.000 ms" in merged.notes[-1]
+    # a lower-precision whole model is not taken for an fp32 plan's (its own error was not asked for)
+    assert whole_if_one_backend(graph, plan("openvino", "openvino"), costs, within).partitions[0].backend == "openvino"
 
 
 def test_partition_charges_level_every_partition_and_cut_all_but_the_first():
@@ -616,6 +624,38 @@ def test_a_plan_is_judged_against_the_single_backends_timed_beside_it(monkeypatc
     _, _, attempts, *_ = tune_search.search_checked(list(range(2)), {x: 4.0, y: 6.0}, {}, do_search, {}, tmp_path,
                                                    best_single_ms=30.0, progress=False)
     assert attempts == 1
+
+
+def test_a_mix_that_lost_to_the_singles_beside_it_leaves_the_search_on_one_backend(monkeypatch, tmp_path):
+    """The mix (predicted 9 ms from its parts) runs 10.5 ms, the single backends 9 ms beside it. Priced as they
+    ran there (the whole models were priced 11-12 ms at their worker costs), the singles win the next search,
+    and that one-backend plan is the search's choice: the losing mix is not kept as "searched" for the
+    verification to measure and never-worse to drop (shufflenet, 8.73 ms beside OpenVINO's 6.9)."""
+    from collage.tuner import search_step as tune_search
+    from collage.plan import Partition, Plan
+
+    x, y = _Cand("x", (0,), "onnxruntime"), _Cand("y", (1,), "openvino")
+    w_ort, w_ov = _Cand("w-ort", (0, 1), "onnxruntime"), _Cand("w-ov", (0, 1), "openvino")
+    searched: list[dict] = []
+
+    def do_search(charged):  # the cheaper of the mix and the two whole models
+        searched.append(dict(charged))
+        w = min((w_ov, w_ort), key=charged.__getitem__)
+        if charged[w] <= charged[x] + charged[y]:
+            return Plan([Partition((0, 1), w.backend, charged[w])], predicted_ms=charged[w])
+        return Plan([Partition((0,), "onnxruntime", charged[x]), Partition((1,), "openvino", charged[y])],
+                    predicted_ms=charged[x] + charged[y])
+
+    shape = (((0,), "onnxruntime"), ((1,), "openvino"))
+    measured = _fake_plan_runs(monkeypatch, {shape: (10.5, [4.0, 6.0])}, singles_ms=9.0)
+    singles = {"onnxruntime": lambda: None, "openvino": lambda: None}
+    plan, _, attempts, searched_for, single_ms = tune_search.search_checked(
+        list(range(2)), {x: 4.0, y: 5.0, w_ort: 12.0, w_ov: 11.0}, {}, do_search, {}, tmp_path,
+        best_single_ms=30.0, progress=False, singles=singles)
+    assert attempts == 2 and measured == [shape]
+    assert searched[1][w_ort] == searched[1][w_ov] == 9.0  # the whole models as they ran beside the mix
+    assert len(plan.partitions) == 1 and plan.predicted_ms == 9.0
+    assert searched_for is None and single_ms == 9.0
 
 
 def test_a_real_mixed_plan_is_priced_as_it_ran(monkeypatch, tmp_path):
