@@ -22,7 +22,8 @@ optional; the report shows what is there)::
                                   # searched_for_ms and each partition's searched_cost_ms are what the search
                                   # priced it at before it ran; measured_ms: its time in the verification;
                                   # best_single_ms: the best single backend priced alike (timed beside the
-                                  # plan in that attempt, or level x its worker cost), _measured_ms: in the
+                                  # plan in that attempt, or beside the closest mix where the search went to
+                                  # one backend after its mixes lost, or level x its worker cost), _measured_ms: in the
                                   # verification (the predicted and measured gains are the ratios);
                                   # several partitions: each also has in_plan_ms, its call in those runs;
                                   # the final plan differs where never worse, refinement or a whole-model

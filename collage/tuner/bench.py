@@ -73,8 +73,9 @@ def searched_columns(searched: Mapping[str, Any] | None) -> dict[str, Any]:
     ``searched_plan``): its partitions and backends, what the search priced it at from its parts
     (``searched_for_ms``), its prediction (for a plan run in the search's attempts: as it ran there) and the
     verification's measurement of it; and its gain over the best single backend, predicted (against that
-    backend priced alike: for a mix the search's attempts ran, timed in the same rounds; else level x its
-    worker cost) and measured (in the verification's rounds). Each gain is a ratio of two figures taken the
+    backend priced alike: for a mix the search's attempts ran, timed in the same rounds; for the one
+    backend the search went to after its mixes lost beside the single backends, the best of those; else
+    level x its worker cost) and measured (in the verification's rounds). Each gain is a ratio of two figures taken the
     same way at the same time, so a machine whose level moves between the search and the verification
     moves both terms of each."""
     s = searched or {}

@@ -230,14 +230,27 @@ class _Run:
     searched_for: Plan
     singles: dict[str, float]  # each single backend's whole model in the same rounds
 
+    @property
+    def won(self) -> bool:
+        """Faster than the best single backend in its rounds."""
+        return self.ms < self.single_ms
+
+    @property
+    def standing(self) -> float:
+        """Its time over the best single backend's in its rounds (the machine's level moves between attempts;
+        the ratio taken side by side does not move with it); its time where no single backend was timed."""
+        return self.ms / self.single_ms if math.isfinite(self.single_ms) and self.single_ms > 0 else self.ms
+
 
 class Checked(NamedTuple):
     """What ``search_checked`` found: the plan (priced as it ran where it was measured), the charged costs it was
     found with (its own partitions as they ran), the attempts used, the plan as the search priced it before it
     ran (``searched_for``), and the best single backend timed in the same rounds as the plan (``single_ms``:
     the plan's prediction is a time of this machine at that moment, and this is the same moment's yardstick).
-    The last two are None where the plan was not measured (a plan of one partition); ``single_ms`` also where
-    no single backend covers the model alone."""
+    The last two are None where the plan was not measured (a plan of one partition), except that where the
+    search went to one backend after its mixes lost to the single backends beside them, ``single_ms`` is the
+    best of those beside the closest mix; ``single_ms`` is None also where no single backend covers the model
+    alone."""
 
     plan: Plan
     charged: dict[Any, float]
@@ -266,12 +279,14 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
     and it is judged against the best of them in those rounds (the baselines' ``best_single_ms``, timed
     minutes before in three rounds, put OpenVINO's alexnet at 33.9 ms where the verification had 22.5).
     Their whole models are then priced as they ran there too, so the next search weighs the mix against
-    them at the same moment's level: where no mix ran faster than them, the search goes to one backend and
-    that plan is returned (shufflenet's mix, 8.73 ms beside OpenVINO's 6.9, was otherwise kept, verified and
-    dropped by never-worse, counted as a mix the search chose).
+    them at the same moment's level: where no mix ran faster than the singles beside it and the search then
+    goes to one backend, that plan is returned, with a note (shufflenet's mix, 8.73 ms beside OpenVINO's 6.9,
+    was otherwise kept, verified and dropped by never-worse, counted as a mix the search chose).
 
-    Otherwise the plan returned is the best measured mixed plan (the caller's never-worse rule then decides
-    against the single backends), priced as it ran in the attempt that measured it; ``searched_for`` is that plan
+    Otherwise the plan returned is the best measured mixed plan, by its time over the best single backend's
+    in its own rounds (the caller's never-worse rule then decides against the single backends; a mix that
+    lost is kept where the search, priced as it ran, comes back to it or the attempts run out), priced as it
+    ran in the attempt that measured it; ``searched_for`` is that plan
     as the search priced it in that attempt, and the returned plan's notes say both; ``single_ms`` is the best
     single backend in that attempt's rounds (what the plan's predicted gain is against). Where the plan kept is
     an earlier attempt's, what the search left for the report (a budgeted search's rounds and notes) is the
@@ -294,12 +309,15 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
         if k == 1:
             if best is None:
                 return Checked(plan, charged, attempt, None, None)
-            was = seen[best[2]]
-            if was.ms >= was.single_ms:
+            if not any(r.won for r in seen.values()):
                 # no mix ran faster than the single backends timed beside it, and those priced as they ran
                 # there, the search goes to one backend: that is its choice, not a mix it measured losing
-                return Checked(plan, charged, attempt, None, was.single_ms if math.isfinite(was.single_ms) else None)
-            break  # charged into one backend though a mix won in its rounds: that mix stands (never-worse judges it)
+                was = seen[best[2]]
+                plan.notes.append(f"no mix the search measured ran faster than the best single backend beside it "
+                                  f"(the closest, {len(best[2])} partitions: {was.ms:.3f} ms beside {was.single_ms:.3f} "
+                                  f"ms): the searched plan is one backend")
+                return Checked(plan, charged, attempt, None, was.single_ms)
+            break  # charged into one backend though a mix won in its rounds: the best mix stands (never-worse judges it)
         shape = plan.parts()
         again = shape in seen
         if not again:
@@ -320,7 +338,7 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
             in_plan.update({key[w]: ms for b, ms in seen[shape].singles.items() if (w := (everything, b)) in key})
         run = seen[shape]
         measured_ms = run.ms
-        if best is None or measured_ms < seen[best[2]].ms or shape == best[2]:
+        if best is None or run.standing < seen[best[2]].standing or shape == best[2]:
             best = (plan, charged, shape)  # the same plan again: its in-plan prediction
         predicted = plan.predicted_ms or 0.0
         say(progress, "attempt %d: %d partitions, predicted %.3f ms, measured %.3f ms%s (best single %.3f ms%s)",
@@ -381,9 +399,12 @@ def whole_if_one_backend(graph: Graph, plan: Plan, costs: Mapping[Any, float], p
     noise made the pieces' costs sum below the whole model's (mobilenetv2 in bf16 came out as ``[0, 77)`` +
     ``[77, 100)``). Needs that backend's whole-model candidate measured (in ``costs``) and, for a
     lower-precision backend, its own error within the accuracy budget (``prec.whole_model_within_budget``);
-    the precision notes then say so (``prec.use_whole_model``). The whole model merged is the cheapest of that
-    backend's and the fp32 backends': the pieces summed below every whole model, the merged price need not
-    (squeezenet's OpenVINO pieces became OpenVINO's whole model at 6.269 ms where ONNX Runtime's was 5.50).
+    the precision notes then say so (``prec.use_whole_model``). An fp32 plan merges into another fp32
+    backend's whole model where that is priced more than ``MISPREDICTED`` under its own: the pieces summed
+    below every whole model, the merged price need not (squeezenet's OpenVINO pieces became OpenVINO's whole
+    model at 6.269 ms where ONNX Runtime's was 5.50), but a difference inside the search's own band is noise
+    (convnext-t's OpenVINO pieces merged into ONNX Runtime's 77.068 ms against OpenVINO's 77.255, and
+    ONNX Runtime measured 16-28% slower). Lower-precision pieces merge into their own whole model only.
     """
     from collage.search.candidates import Candidate
 
@@ -399,8 +420,8 @@ def whole_if_one_backend(graph: Graph, plan: Plan, costs: Mapping[Any, float], p
     if name in low and whole not in prec.whole_model_within_budget():
         return plan
     everything = tuple(range(n))
-    wholes = [c for c in costs if c.nodes == everything and (c == whole or c.backend not in low)]
-    best = min(wholes, key=lambda c: (costs[c], c != whole))  # a tie: the plan's own backend
+    others = [] if name in low else [c for c in costs if c.nodes == everything and c.backend not in low]
+    best = min([whole, *others], key=lambda c: costs[c] * (1.0 if c == whole else MISPREDICTED))
     note = f"one backend in {len(plan.partitions)} partitions: {best.backend} on the whole model instead (one call)"
     if best != whole:
         note += f", priced {costs[best]:.3f} ms against {name}'s whole model at {costs[whole]:.3f} ms"
