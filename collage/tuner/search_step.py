@@ -314,10 +314,10 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
                 # there, the search goes to one backend: that is its choice, not a mix it measured losing
                 was = seen[best[2]]
                 plan.notes.append(f"no mix the search measured ran faster than the best single backend beside it "
-                                  f"(the closest, {len(best[2])} partitions: {was.ms:.3f} ms beside {was.single_ms:.3f} "
-                                  f"ms): the searched plan is one backend")
+                                  f"(the closest, {len(best[2])} partitions: {was.ms:.3f} ms beside "
+                                  f"{was.single_ms:.3f} ms): the searched plan is one backend")
                 return Checked(plan, charged, attempt, None, was.single_ms)
-            break  # charged into one backend though a mix won in its rounds: the best mix stands (never-worse judges it)
+            break  # one backend, though a mix won in its rounds: the best mix stands (never-worse judges it)
         shape = plan.parts()
         again = shape in seen
         if not again:

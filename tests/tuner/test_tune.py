@@ -668,7 +668,8 @@ def test_a_mix_that_lost_to_the_singles_beside_it_leaves_the_search_on_one_backe
     assert searched[1][w_ort] == searched[1][w_ov] == 9.0  # the whole models as they ran beside the mix
     assert len(plan.partitions) == 1 and plan.predicted_ms == 9.0
     assert searched_for is None and single_ms == 9.0
-    assert plan.notes[-1].startswith("no mix the search measured ran faster") and "10.500 ms beside 9.000" in plan.notes[-1]
+    assert plan.notes[-1].startswith("no mix the search measured ran faster")
+    assert "10.500 ms beside 9.000" in plan.notes[-1]
 
 
 def test_a_mix_that_won_in_its_rounds_is_kept_over_one_faster_in_ms_that_lost_in_its_own(monkeypatch, tmp_path):
