@@ -255,8 +255,6 @@ class TuneJob:
         self.transition_s = 0.0
         self.whole_s = 0.0
         self.charges: dict[str, Any] = {}  # backend -> search_step.PartitionCharge, set by the search step
-        self.searched_part_ms: list[float] | None = None  # set by the verification: the searched plan's partitions
-        self.searched_ms: float | None = None  # and the searched plan end to end
         self.searched_for: Plan | None = None  # set by the search: its plan as priced before it ran in its attempts
         self.graph = load_model_graph(model, options.shapes)
         self.backend_options = options.all_backend_options()
@@ -288,13 +286,7 @@ class TuneJob:
         self.precision.work = self.work
         base = self.baselines(supports, measured)
         plan, charged, search_info = self.search(measured, base)
-        verified = self.verify(plan, measured, base)
-        # in the verification, beside the baselines (the best of them: what the plan's measured gain is against)
-        search_info["searched_plan"].update(measured_ms=self.searched_ms,
-                                            best_single_measured_ms=min(verified.baselines.values(), default=None))
-        if self.searched_part_ms is not None:  # each partition's median call inside the plan's verification runs
-            for row, ms in zip(search_info["searched_plan"]["partitions"], self.searched_part_ms):
-                row["in_plan_ms"] = ms
+        verified = self.verify(plan, measured, base, search_info["searched_plan"])
         verified = self.refine(verified, charged, base)
         verified = self.never_worse(verified, measured)
         artifact = verified.artifact or self.load(self.export(verified.plan, self.work / "final"))
@@ -547,10 +539,12 @@ class TuneJob:
                                "searched_plan": plan_summary(plan, self.searched_for, single_ms),
                                "cost_db_plan": None if from_db is None else plan_summary(from_db)}
 
-    def verify(self, plan: Plan, measured: Measured, base: Baselines) -> Verified:
+    def verify(self, plan: Plan, measured: Measured, base: Baselines, searched: dict[str, Any]) -> Verified:
         """6. The stitched plan vs each single backend, interleaved, same run. A lower-precision backend on
         the whole model, within the accuracy budget on its own, runs too: a competitor for the plan (not an
-        fp32 baseline), so a faster within-budget bf16 plan is never lost."""
+        fp32 baseline), so a faster within-budget bf16 plan is never lost. ``searched`` (report.json's
+        ``searched_plan``, whichever plan the later steps keep) gets the plan's measurement, the best single
+        backend's beside it (what its measured gain is against) and each partition's call in those runs."""
         from collage.runtime.artifact import PartitionTimes
 
         artifact = self.load(self.export(plan, self.work / "plan"))
@@ -568,9 +562,11 @@ class TuneJob:
         plan_ms = timings[same] if same else timings.pop("plan")
         alt_ms = {name: timings.pop(f"whole:{name}") for name in alts}
         part_ms = clock.medians() if clock.runs and len(plan.partitions) > 1 else None
-        # for report.json, whichever plan the later steps keep
-        self.searched_part_ms, self.searched_ms = part_ms, plan_ms
-        verified = Verified(plan, plan_ms, artifact, timings, {**timings, **base.from_db}, part_ms)
+        baselines = {**timings, **base.from_db}
+        searched.update(measured_ms=plan_ms, best_single_measured_ms=min(baselines.values(), default=None))
+        for row, ms in zip(searched["partitions"], part_ms or []):
+            row["in_plan_ms"] = ms
+        verified = Verified(plan, plan_ms, artifact, timings, baselines, part_ms)
         if alt_ms and min(alt_ms.values()) < plan_ms:
             verified = self.take_whole_model_alternative(verified, alt_ms, measured)
         self.note_baselines(verified, base)

@@ -107,6 +107,7 @@ def test_retune_reuses_every_measurement(tmp_path, monkeypatch):
         assert {p["backend"] for p in parts} <= set(BACKENDS) and on_disk[key]["predicted_ms"] > 0
     parts = on_disk["searched_plan"]["partitions"]
     assert on_disk["searched_plan"]["measured_ms"] > 0  # end to end, in the verification
+    assert on_disk["searched_plan"]["best_single_measured_ms"] == min(on_disk["baselines"].values())
     if len(parts) > 1:  # timed inside the plan's verification runs
         assert all(p["in_plan_ms"] > 0 for p in parts), parts
     assert not list(scratch.glob("collage-tune-*"))  # the exported attempts do not pile up in /tmp
