@@ -312,11 +312,11 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
             if not any(r.won for r in seen.values()):
                 # no mix ran faster than the single backends timed beside it, and those priced as they ran
                 # there, the search goes to one backend: that is its choice, not a mix it measured losing
-                was = seen[best[2]]
+                closest = seen[best[2]]
                 plan.notes.append(f"no mix the search measured ran faster than the best single backend beside it "
-                                  f"(the closest, {len(best[2])} partitions: {was.ms:.3f} ms beside "
-                                  f"{was.single_ms:.3f} ms): the searched plan is one backend")
-                return Checked(plan, charged, attempt, None, was.single_ms)
+                                  f"(the closest, {len(best[2])} partitions: {closest.ms:.3f} ms beside "
+                                  f"{closest.single_ms:.3f} ms): the searched plan is one backend")
+                return Checked(plan, charged, attempt, None, closest.single_ms)
             break  # one backend, though a mix won in its rounds: the best mix stands (never-worse judges it)
         shape = plan.parts()
         again = shape in seen
@@ -419,8 +419,8 @@ def whole_if_one_backend(graph: Graph, plan: Plan, costs: Mapping[Any, float], p
     low = prec.low if prec is not None else frozenset()
     if name in low and whole not in prec.whole_model_within_budget():
         return plan
-    everything = tuple(range(n))
-    others = [] if name in low else [c for c in costs if c.nodes == everything and c.backend not in low]
+    others = [] if name in low else [c for c in costs
+                                     if c.nodes == whole.nodes and c.backend != name and c.backend not in low]
     best = min([whole, *others], key=lambda c: costs[c] * (1.0 if c == whole else MISPREDICTED))
     note = f"one backend in {len(plan.partitions)} partitions: {best.backend} on the whole model instead (one call)"
     if best != whole:
