@@ -9,7 +9,8 @@ Linux keeps written pages dirty for up to ``vm.dirty_expire_centisecs`` (3000 he
 flusher writes them out, so a measurement ~30 s after an export may share the two cores with that
 flush. Each phase writes as many bytes as the model's weights to a file beside the tune's work
 folders (the system temp directory), then times the model's whole model on ONNX Runtime and OpenVINO
-(collage's backends), call by call alternating, in ``--slice`` second slices for ``--seconds``: ``dirty``
+(collage's backends), in ``--slice`` second slices taken in turn for ``--seconds`` (the machine-level
+benchmark's trace): ``dirty``
 leaves the pages to the kernel, ``synced`` calls ``os.sync()`` after the write. The phases alternate,
 twice each; reported per phase are the slice medians before and after the flush time, and their ratio.
 """
@@ -27,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._common import header, md_table, report_name, write_report
+from benchmarks.machine_level import trace
 from collage import zoo
 from collage.backends import get_backend
 from collage.graph.inputs import random_inputs
@@ -36,25 +38,10 @@ def weights_bytes(model) -> int:
     return sum(np.prod(t.dims, dtype=np.int64) * 4 for t in model.graph.initializer)
 
 
-def trace(fns: dict[str, Callable[[], object]], seconds: float, slice_s: float) -> list[tuple[float, dict[str, float]]]:
-    """Each slice: (its start in s, each runner's median call in ms), the runners called in turn."""
-    t0 = time.perf_counter()
-    out = []
-    while (start := time.perf_counter() - t0) < seconds:
-        per: dict[str, list[float]] = {k: [] for k in fns}
-        while time.perf_counter() - t0 < start + slice_s:
-            for k, fn in fns.items():
-                a = time.perf_counter()
-                fn()
-                per[k].append((time.perf_counter() - a) * 1e3)
-        out.append((start, {k: statistics.median(v) for k, v in per.items()}))
-    return out
-
-
 def phase(fns: dict[str, Callable[[], object]], nbytes: int, synced: bool, seconds: float,
-          slice_s: float) -> tuple[float, list[tuple[float, dict[str, float]]]]:
+          slice_s: float) -> tuple[float, list[dict]]:
     """Write ``nbytes`` (no fsync) to a temp file, ``os.sync()`` it if ``synced``, then trace; the sync's
-    seconds and the trace."""
+    seconds and the trace (``benchmarks.machine_level.trace``: a slice per workload, in turn)."""
     data = np.random.default_rng(0).bytes(nbytes)
     with tempfile.TemporaryDirectory() as d:
         Path(d, "weights.bin").write_bytes(data)
@@ -98,12 +85,14 @@ def main(argv: list[str] | None = None) -> int:
             sync_s, trace_rows = phase(fns, nbytes, synced, args.seconds, args.slice)
             what = "synced" if synced else "dirty"
             for k in fns:
-                e = statistics.median(ms[k] for t, ms in trace_rows if early[0] <= t < early[1])
-                lt = statistics.median(ms[k] for t, ms in trace_rows if late[0] <= t < late[1])
-                worst = max(ms[k] for t, ms in trace_rows if late[0] <= t < late[1])
+                mine = [r for r in trace_rows if r["workload"] == k]
+                e = statistics.median(r["ms"] for r in mine if early[0] <= r["t"] < early[1])
+                in_late = [r["ms"] for r in mine if late[0] <= r["t"] < late[1]]
+                lt = statistics.median(in_late)
                 rows.append([rep + 1, what, k, f"{sync_s:.2f}" if synced else "-", f"{e:.3f}", f"{lt:.3f}",
-                             f"{lt / e:.3f}", f"{worst / e:.3f}"])
-            detail.append([rep + 1, what, *(" ".join(f"{ms[k]:.1f}" for _, ms in trace_rows) for k in fns)])
+                             f"{lt / e:.3f}", f"{max(in_late) / e:.3f}"])
+            detail.append([rep + 1, what, *(" ".join(f"{r['ms']:.1f}" for r in trace_rows if r["workload"] == k)
+                                            for k in fns)])
             print(rows[-2], rows[-1], flush=True)
     lines = header("Write-back of a freshly written artifact inside a later measurement", command.strip(),
                    f"{args.model}: {nbytes / 1e6:.0f} MB written per phase (its weights); "
@@ -112,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                    "(the flush falls there when the pages are left dirty).")
     lines += md_table(["pair", "phase", "backend", "os.sync() s", "early ms", "late ms", "late / early",
                        "worst late slice / early"], rows)
-    lines += ["Each slice's median, ms, in order (one per second):", ""]
+    lines += [f"Each slice's median, ms, in order (one slice of {args.slice:g} s per backend in turn):", ""]
     lines += md_table(["pair", "phase", *fns], detail)
     write_report(args.out or Path("results") / report_name("writeback", command), lines, echo=False)
     return 0
