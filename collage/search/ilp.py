@@ -56,6 +56,7 @@ unproven plan, the plan carries a note saying so (and the gap); ``IlpStats`` say
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -192,7 +193,8 @@ def ilp_search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transit
     """The cheapest executable exact cover of ``graph`` by the candidates in ``costs``, solved as a 0-1
     program (module docstring). ``start``: a known plan (e.g. the DP's greedy one) handed to HiGHS as
     its first incumbent. Raises CollageError when no candidate covers a node or no executable cover
-    exists; past ``time_limit`` seconds the best plan found is returned with a note (not proven optimal)."""
+    exists; past ``time_limit`` seconds the best plan found is returned with a note (not proven optimal):
+    ``start`` itself where HiGHS had none yet, else CollageError."""
     t0 = time.perf_counter()
     deadline = time.monotonic() + time_limit
     stats = stats if stats is not None else IlpStats()
@@ -299,7 +301,8 @@ def ilp_search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transit
               "%.2f s (+%.2f s to build)", graph.name, ncand, int(keep.sum()), n_trans, m.nrows, stats.cuts,
               stats.status, stats.solve_s, stats.build_s)
     if not stats.optimal:
-        plan.notes.append(f"exact ILP search stopped ({stats.status}, gap {stats.gap:.2%}): not proven optimal")
+        gap = f", gap {stats.gap:.2%}" if math.isfinite(stats.gap) else ""
+        plan.notes.append(f"exact ILP search stopped ({stats.status}{gap}): not proven optimal")
     return plan
 
 
@@ -460,7 +463,8 @@ def _price_columns(m: _Matrix, keep: np.ndarray, highspy: Any, threads: int, dea
 
 def _solve_mip(m: _Matrix, keep: np.ndarray, highspy: Any, abs_gap: float, threads: int, deadline: float,
                start: np.ndarray | None, stats: IlpStats) -> tuple[np.ndarray, float]:
-    """Solve the 0-1 program over the kept x; returns every x's value and the objective."""
+    """Solve the 0-1 program over the kept x; returns every x's value and the objective (NaN where the
+    deadline came before HiGHS had a plan and ``start`` is returned as it was)."""
     h, cols = m.highs(highspy, keep, True, deadline, abs_gap, threads)
     nk = int(keep.sum())
     if start is not None and start[~keep].sum() == 0:
@@ -480,7 +484,12 @@ def _solve_mip(m: _Matrix, keep: np.ndarray, highspy: Any, abs_gap: float, threa
         keep[:] = True  # infeasible over the priced columns only: try them all
         return _solve_mip(m, keep, highspy, abs_gap, threads, deadline, start, stats)
     if int(getattr(info, "primal_solution_status", 0)) != 2:  # 2: a feasible solution exists
-        raise CollageError(f"HiGHS found no plan in time ({stats.status})")
+        if start is None:
+            raise CollageError(f"HiGHS found no plan in time ({stats.status})")
+        # stopped before it took up the start plan (it completes the hand-over columns the start leaves
+        # out first: seconds on Inception-v2's 268,038 columns): the start plan is a valid answer
+        stats.status = f"{stats.status} before a plan of its own; the start plan kept"
+        return start.copy(), float("nan")
     x = np.zeros(m.ncand)
     x[np.flatnonzero(keep)] = np.asarray(h.getSolution().col_value)[:nk]
     return x, float(info.objective_function_value)

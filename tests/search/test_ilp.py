@@ -179,6 +179,22 @@ def test_ilp_equals_dp_on_zoo_models(name):
     assert len(ilp.partitions) == len(dp.partitions)
 
 
+def test_a_deadline_before_highs_has_a_plan_returns_the_start_plan():
+    """On a loaded machine Inception-v2's build and pricing took the whole 5 s limit and HiGHS was stopped
+    before it had taken up the DP's greedy plan: the search raised instead of answering with that plan."""
+    from benchmarks.search_time import transition, zoo_problem
+
+    g, costs = zoo_problem("tiny-resnet")
+    greedy = search(g, costs, transition, max_states=0)
+    stats = IlpStats()
+    plan = ilp_search(g, costs, transition, start=greedy, stats=stats, time_limit=1e-3)
+    assert [(p.nodes, p.backend) for p in plan.partitions] == [(p.nodes, p.backend) for p in greedy.partitions]
+    assert not stats.optimal and "start plan kept" in stats.status
+    assert any("not proven optimal" in n for n in plan.notes)
+    with pytest.raises(CollageError, match="no plan in time"):
+        ilp_search(g, costs, transition, time_limit=1e-3)
+
+
 @pytest.mark.slow
 def test_ilp_stops_at_its_time_limit_on_inception_v2():
     """Inception-v2 with three backends (268,038 candidates) needs ~60 s of HiGHS for a proof; with a 5 s
