@@ -87,12 +87,12 @@ def _call_paths(name: str, model: onnx.ModelProto, feeds: dict[str, np.ndarray])
     if name == "onnxruntime":
         import onnxruntime as ort
 
-        sess = backend._session(model.SerializeToString())
+        sess = backend.open_session(model.SerializeToString())
         values = {k: ort.OrtValue.ortvalue_from_numpy(v) for k, v in feeds.items()}
         paths["session.run(None, numpy feeds)"] = lambda: sess.run(None, feeds)
         paths["session.run_with_ort_values"] = lambda: sess.run_with_ort_values(["c"], values)
     elif name == "openvino":
-        cm = backend._compile(backend._read(model.SerializeToString()))
+        cm = backend.compile_model(backend.read_model(model.SerializeToString()))
         req = cm.create_infer_request()
         paths["compiled_model(feeds) (copies)"] = lambda: cm(feeds)
         paths["request.infer(feeds, share_inputs/outputs)"] = lambda: req.infer(feeds, share_inputs=True,

@@ -1,7 +1,7 @@
 """The module graph of collage/ and benchmarks/: no `_private` name imported across modules, no import cycle.
 
 Imports are read with ast (every level: module top, functions, TYPE_CHECKING blocks), so a cycle hidden in
-a function-level import counts too. The layer contracts themselves are import-linter's job (pyproject.toml,
+a function-level import or an annotation counts too. The layer contracts themselves are import-linter's job (pyproject.toml,
 run by `make test`); this test checks what import-linter does not: private names and cycles at any level.
 """
 from __future__ import annotations
@@ -35,25 +35,12 @@ def _absolute(module: str, path: Path, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def _type_checking_only(tree: ast.Module) -> set[int]:
-    """ids of the import nodes inside ``if TYPE_CHECKING:`` blocks (annotations only; never run)."""
-    out = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            out |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
-    return out
-
-
-def _imports(modules: dict[str, Path], *, type_checking: bool = True):
+def _imports(modules: dict[str, Path]):
     """(importer, imported module, imported name or None, line) for every import of a project module, at any
-    level (module top, functions, classes); those under ``if TYPE_CHECKING:`` unless ``type_checking`` is
-    False."""
+    level (module top, functions, classes, ``if TYPE_CHECKING:`` blocks)."""
     for module, path in modules.items():
         tree = ast.parse(path.read_text(), str(path))
-        skip = set() if type_checking else _type_checking_only(tree)
         for node in ast.walk(tree):
-            if id(node) in skip:
-                continue
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.name.split(".")[0] in PACKAGES:
@@ -82,7 +69,7 @@ def _import_graph() -> nx.DiGraph:
     modules = _modules()
     g = nx.DiGraph()
     g.add_nodes_from(modules)
-    for m, target, _name, _line in _imports(modules, type_checking=False):
+    for m, target, _name, _line in _imports(modules):
         # importing a.b.c runs a/__init__ and a/b/__init__ too, but a package __init__ that lazily
         # re-exports is not a cycle of ideas: count the module named, not its parents.
         while target not in modules and "." in target:
@@ -93,7 +80,9 @@ def _import_graph() -> nx.DiGraph:
 
 
 def test_no_import_cycle():
-    """No cycle in the graph of imports that run (any level; ``if TYPE_CHECKING:`` imports never run).
+    """No cycle in the graph of imports at any level, ``if TYPE_CHECKING:`` ones included: an annotation naming
+    the module that imports this one is a dependency of ideas too (the compiled partitions name what they need
+    of their backend as a Protocol beside them instead).
 
     A package ``__init__`` that lazily re-exports its own submodules (``collage.__getattr__`` -> tune) is an
     edge from the package into itself, not a dependency of the package's ideas on each other: those edges

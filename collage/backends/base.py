@@ -32,7 +32,7 @@ Support is decided once per backend: a backend implements one primitive,
 class caches its answers on disk under ``cache_dir()/support/<backend>-<version>.json`` keyed by
 ``graph.fingerprint([node_id])`` (so a second run asks nothing), answers ``supports``,
 ``supports_all`` (one cache write for a whole graph) and ``support_reason``, and turns a failed
-``compile`` into an ``UnsupportedError`` naming the node that cannot be taken (``_raise_compile_error``).
+``compile`` into an ``UnsupportedError`` naming the node that cannot be taken (``raise_compile_error``).
 
 Backends are stateless apart from caches and can be used from one thread at a time.
 """
@@ -204,7 +204,7 @@ class Backend(abc.ABC):
             Path(tmp).unlink(missing_ok=True)
         self._support_cache().update(merged)
 
-    def _raise_compile_error(self, model: onnx.ModelProto, error: BaseException, what: str = "compile") -> NoReturn:
+    def raise_compile_error(self, model: onnx.ModelProto, error: BaseException, what: str = "compile") -> NoReturn:
         """Raise UnsupportedError naming the first node this backend cannot take, else CompileError from ``error``."""
         from collage.backends.support import find_unsupported_node
 

@@ -280,7 +280,7 @@ class TensorRTBackend(Backend):
                 node = model.graph.node[node_idx]
                 raise UnsupportedError(f"tensorrt cannot take op {node.op_type} (node {node.name or node.output[0]!r} "
                                        f"of model {model.graph.name!r}): {error}")
-            self._raise_compile_error(model, RuntimeError(error), "parse")
+            self.raise_compile_error(model, RuntimeError(error), "parse")
         config = builder.create_builder_config()
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, self.workspace_mb << 20)
         if self.precision == "fp32":

@@ -85,7 +85,7 @@ def test_bad_feeds_name_the_input(backend):
 
 def test_compile_failure_that_is_not_an_unsupported_op_is_a_compile_error(backend, monkeypatch):
     monkeypatch.setattr(backend, "_check_supported", lambda model: None)  # every node alone is fine
-    attr = "_session" if backend.name == "onnxruntime" else "_compile"
+    attr = "open_session" if backend.name == "onnxruntime" else "compile_model"
 
     def boom(*a, **k):
         raise RuntimeError("runtime fell over")

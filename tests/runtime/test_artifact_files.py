@@ -48,14 +48,14 @@ def _record_sessions(monkeypatch) -> list[str]:
     from collage.backends.onnxruntime.backend import OnnxRuntimeBackend
 
     opened: list[str] = []
-    original = OnnxRuntimeBackend._session
+    original = OnnxRuntimeBackend.open_session
 
     def spy(self, data, *args, **kwargs):
         if isinstance(data, str):
             opened.append(os.path.realpath(data))
         return original(self, data, *args, **kwargs)
 
-    monkeypatch.setattr(OnnxRuntimeBackend, "_session", spy)
+    monkeypatch.setattr(OnnxRuntimeBackend, "open_session", spy)
     return opened
 
 

@@ -177,7 +177,7 @@ class OnnxRuntimeBackend(Backend):
             so.add_session_config_entry("session.intra_op.spin_duration_us", str(self.spin_us))
         return so
 
-    def _session(self, data: bytes | str, opt_level: str | None = None, quiet: bool = False) -> Any:
+    def open_session(self, data: bytes | str, opt_level: str | None = None, quiet: bool = False) -> Any:
         so = self.session_options(opt_level)
         if quiet:  # a refusal is an answer here, not an error worth printing
             so.log_severity_level = 4
@@ -187,22 +187,22 @@ class OnnxRuntimeBackend(Backend):
         found = known_wrong_node(model)
         if found is not None:
             return found[1]
-        return trial_refusal(lambda: self._session(model.SerializeToString(), opt_level="disable", quiet=True))
+        return trial_refusal(lambda: self.open_session(model.SerializeToString(), opt_level="disable", quiet=True))
 
     def compile(self, model: onnx.ModelProto) -> OrtCompiled:
         check_known_wrong(self.name, model)
-        optimized = self._routed_form(model)
+        optimized = self.routed_form(model)
         if optimized is not None:
             try:
-                return OrtCompiled(self, self._session(optimized, opt_level="disable"), model, optimized)
+                return OrtCompiled(self, self.open_session(optimized, opt_level="disable"), model, optimized)
             except Exception as e:  # noqa: BLE001 - an optimisation only: the plain session below decides
                 log.debug("onnxruntime: the residual-routed form does not load (%s); compiling the partition as it is", e)
         try:
-            session = self._session(model.SerializeToString())
+            session = self.open_session(model.SerializeToString())
         except CollageError:
             raise
         except Exception as e:  # noqa: BLE001 - classified below
-            self._raise_compile_error(model, e, "create a session for")
+            self.raise_compile_error(model, e, "create a session for")
         return OrtCompiled(self, session, model)
 
     def compile_linked(self, models: Sequence[onnx.ModelProto], plain: Collection[str] = ()) -> list[OrtCompiled]:
@@ -211,7 +211,7 @@ class OnnxRuntimeBackend(Backend):
 
         return compile_linked(self, models, plain)
 
-    def _optimized_graph(self, model: onnx.ModelProto) -> onnx.ModelProto:
+    def optimized_model(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """ORT's optimised graph of ``model`` at this backend's level (as ORT writes it, read back)."""
         import onnx
 
@@ -221,7 +221,7 @@ class OnnxRuntimeBackend(Backend):
             onnxruntime_module().InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
             return onnx.load(so.optimized_model_filepath)
 
-    def _routed_form(self, model: onnx.ModelProto) -> bytes | None:
+    def routed_form(self, model: onnx.ModelProto) -> bytes | None:
         """``compile``'s optimised form of ``model`` with its residual inputs routed (module doc); None where
         there is none to route, the routing is off, or it fails (then the plain session is used)."""
         names = residual_inputs(model) if self.residual_fusion and self.opt_level == "all" else []
@@ -236,7 +236,7 @@ class OnnxRuntimeBackend(Backend):
     def _optimize_routed(self, model: onnx.ModelProto, names: list[str]) -> bytes | None:
         """ORT's optimised model of ``model`` with ``names`` routed for the residual fusion (module doc);
         None when ORT did not keep the routing MaxPools apart (then the plain session is used)."""
-        optimized = self._optimized_graph(route_residual_inputs(model, names))
+        optimized = self.optimized_model(route_residual_inputs(model, names))
         dropped = drop_routes(optimized)
         if dropped != len(names):
             log.debug("onnxruntime: residual routing of %s not applied (%d of %d routes found)",
@@ -253,7 +253,7 @@ class OnnxRuntimeBackend(Backend):
         if saved and saved != self.version():
             log.warning("%s: saved by %s, loading with %s", path, saved, self.version())
         try:
-            session = self._session(str(path), opt_level="disable")
+            session = self.open_session(str(path), opt_level="disable")
         except Exception as e:  # noqa: BLE001
             raise ArtifactError(f"{path}: onnxruntime cannot load this partition: {e}") from e
         if entry.get("linked"):  # saved by compile_linked: some inputs/outputs are NCHWc-blocked

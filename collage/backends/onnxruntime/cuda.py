@@ -214,7 +214,7 @@ class OnnxRuntimeCudaBackend(OnnxRuntimeBackend):
                 opts.update({"has_user_compute_stream": "1", "user_compute_stream": str(stream)})
         return opts
 
-    def _session(self, data: bytes | str, opt_level: str | None = None, quiet: bool = False) -> Any:
+    def open_session(self, data: bytes | str, opt_level: str | None = None, quiet: bool = False) -> Any:
         so = self.session_options(opt_level)
         if quiet:
             so.log_severity_level = 4
@@ -227,11 +227,11 @@ class OnnxRuntimeCudaBackend(OnnxRuntimeBackend):
 
     def compile(self, model: onnx.ModelProto) -> OrtCudaCompiled:
         try:
-            session = self._session(model.SerializeToString())
+            session = self.open_session(model.SerializeToString())
         except CollageError:
             raise
         except Exception as e:  # noqa: BLE001 - classified by the base class
-            self._raise_compile_error(model, e, "create a CUDA session for")
+            self.raise_compile_error(model, e, "create a CUDA session for")
         return OrtCudaCompiled(self, session, model)
 
     def load(self, directory: Path, entry: Mapping[str, Any]) -> OrtCudaCompiled:
@@ -239,7 +239,7 @@ class OnnxRuntimeCudaBackend(OnnxRuntimeBackend):
         if not path.is_file():
             raise ArtifactError(f"{path}: onnxruntime-cuda partition file is missing")
         try:
-            session = self._session(str(path))
+            session = self.open_session(str(path))
         except Exception as e:  # noqa: BLE001
             raise ArtifactError(f"{path}: onnxruntime-cuda cannot load this partition: {e}") from e
         return OrtCudaCompiled(self, session, path)

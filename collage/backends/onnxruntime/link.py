@@ -27,7 +27,7 @@ is only ever passed from the producer to its readers.
 
 The rewritten graphs are already optimised; their sessions are created at level ``disable`` (level
 ``all`` would run the NCHWc transformer over the already-transformed graph), through
-``OnnxRuntimeBackend._session`` and ``OrtCompiled`` (shared thread pool, IO binding). ``save`` writes
+``OnnxRuntimeBackend.open_session`` and ``OrtCompiled`` (shared thread pool, IO binding). ``save`` writes
 the rewritten graph, so a loaded artifact hands over in the blocked layout too. Partitions with no
 linked tensor are compiled with ``backend.compile`` exactly as alone.
 """
@@ -38,20 +38,33 @@ import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from collage.backends.onnxruntime.known_wrong import check_known_wrong
-from collage.backends.onnxruntime.session import OrtCompiled
+from collage.backends.onnxruntime.session import OrtCompiled, SessionSettings
 from collage.errors import CollageError
 
 if TYPE_CHECKING:
     import onnx  # link time only (imported where used): loading a linked artifact never imports onnx
 
-    from collage.backends.onnxruntime.backend import OnnxRuntimeBackend
-
 log = logging.getLogger(__name__)
 
 NCHWC_DOMAIN = "com.microsoft.nchwc"
+
+
+class Linkable(SessionSettings, Protocol):
+    """What the linker asks of ``OnnxRuntimeBackend``: its level, its own compile, its optimised forms and
+    sessions built from an already-optimised model."""
+
+    opt_level: str
+
+    def compile(self, model: onnx.ModelProto) -> OrtCompiled: ...
+
+    def open_session(self, data: bytes | str, opt_level: str | None = None, quiet: bool = False) -> Any: ...
+
+    def routed_form(self, model: onnx.ModelProto) -> bytes | None: ...
+
+    def optimized_model(self, model: onnx.ModelProto) -> onnx.ModelProto: ...
 
 
 @dataclass
@@ -68,7 +81,7 @@ class LinkPlan:
 class LinkedOrtCompiled(OrtCompiled):
     """An ``OrtCompiled`` whose inputs/outputs in ``linked`` carry ORT's NCHWc-blocked layout (opaque)."""
 
-    def __init__(self, backend: OnnxRuntimeBackend, session: Any, model: onnx.ModelProto | Path,
+    def __init__(self, backend: SessionSettings, session: Any, model: onnx.ModelProto | Path,
                  optimized: bytes | None = None, linked: Sequence[str] = ()) -> None:
         super().__init__(backend, session, model, optimized)
         self.linked = list(linked)
@@ -98,12 +111,12 @@ def block_size() -> int:
     return int(shape[1])
 
 
-def optimized_graph(backend: OnnxRuntimeBackend, model: onnx.ModelProto) -> onnx.ModelProto:
+def optimized_graph(backend: Linkable, model: onnx.ModelProto) -> onnx.ModelProto:
     """ORT's level-``all`` optimised graph of ``model``, residual routing applied as ``compile`` does."""
     import onnx
 
-    routed = backend._routed_form(model)
-    return onnx.load_from_string(routed) if routed is not None else backend._optimized_graph(model)
+    routed = backend.routed_form(model)
+    return onnx.load_from_string(routed) if routed is not None else backend.optimized_model(model)
 
 
 def _channels_last(node: onnx.NodeProto) -> int:
@@ -213,7 +226,7 @@ def link(graphs: Sequence[onnx.ModelProto], plain: Collection[str] = ()) -> Link
     return result
 
 
-def compile_linked(backend: OnnxRuntimeBackend, models: Sequence[onnx.ModelProto],
+def compile_linked(backend: Linkable, models: Sequence[onnx.ModelProto],
                    plain: Collection[str] = ()) -> list[OrtCompiled]:
     """``Backend.compile_linked`` for ONNX Runtime CPU (module doc); unlinked partitions compile as alone."""
     for m in models:
@@ -241,7 +254,7 @@ def compile_linked(backend: OnnxRuntimeBackend, models: Sequence[onnx.ModelProto
             continue
         data = graphs[k].SerializeToString()
         try:
-            session = backend._session(data, opt_level="disable")
+            session = backend.open_session(data, opt_level="disable")
         except Exception as e:  # noqa: BLE001
             raise CollageError(f"onnxruntime: the linked form of partition {m.graph.name!r} (tensors {linked[k]} in "
                                f"NCHWc) does not load: {e}; compile it with compile() instead") from e

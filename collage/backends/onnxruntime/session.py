@@ -3,8 +3,9 @@
 
 Kept apart from :mod:`collage.backends.onnxruntime.backend` (the Backend: settings, support, compile with
 residual routing, load) so that the linker (:mod:`collage.backends.onnxruntime.link`), which builds
-``OrtCompiled`` objects, and the backend, which calls the linker, do not import each other. The shared
-pool and its side effect are described in the backend's module docstring.
+``OrtCompiled`` objects, and the backend, which calls the linker, do not import each other: what they ask of
+the backend is a Protocol (``SessionSettings`` here, ``link.Linkable``). The shared pool and its side
+effect are described in the backend's module docstring.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -25,9 +26,22 @@ from collage.util import physical_cores, sha256_bytes
 if TYPE_CHECKING:
     import onnx  # annotations only: sessions are built from files/bytes, loading never imports onnx
 
-    from collage.backends.onnxruntime.backend import OnnxRuntimeBackend
-
 log = logging.getLogger(__name__)
+
+
+class SessionSettings(Protocol):
+    """What a compiled partition asks of the backend that made it (``OnnxRuntimeBackend`` and its CUDA
+    subclass): its name, version and options for the artifact entry, its SessionOptions to save with."""
+
+    name: str
+
+    @property
+    def options(self) -> dict[str, Any]: ...
+
+    def version(self) -> str: ...
+
+    def session_options(self, opt_level: str | None = None) -> Any: ...
+
 
 _pool_lock = threading.Lock()
 _global_pool_threads: int | None = None  # set once per process
@@ -157,7 +171,7 @@ class OrtCompiled(Compiled):
 
     reuses_outputs = True
 
-    def __init__(self, backend: OnnxRuntimeBackend, session: Any, model: onnx.ModelProto | Path,
+    def __init__(self, backend: SessionSettings, session: Any, model: onnx.ModelProto | Path,
                  optimized: bytes | None = None) -> None:
         ort = onnxruntime_module()
         self.backend = backend.name

@@ -84,24 +84,24 @@ class OpenVINOBackend(Backend):
             "ENABLE_CPU_PINNING": "YES" if self.pinning else "NO",
         }
 
-    def _read(self, data: bytes) -> Any:
+    def read_model(self, data: bytes) -> Any:
         return core().read_model(data, b"")
 
-    def _compile(self, model: Any) -> Any:
+    def compile_model(self, model: Any) -> Any:
         return core().compile_model(model, "CPU", self.config())
 
     def _check_supported(self, model: onnx.ModelProto) -> str | None:
         found = inexact_node(model)
         if found is not None:
             return found[1]
-        return trial_refusal(lambda: self._compile(self._read(model.SerializeToString())))
+        return trial_refusal(lambda: self.compile_model(self.read_model(model.SerializeToString())))
 
     def compile(self, model: onnx.ModelProto) -> OVCompiled:
         check_exact(self.name, model)
         try:
-            compiled = self._compile(self._read(model.SerializeToString()))
+            compiled = self.compile_model(self.read_model(model.SerializeToString()))
         except Exception as e:  # noqa: BLE001 - classified below
-            self._raise_compile_error(model, e)
+            self.raise_compile_error(model, e)
         inits = {t.name for t in model.graph.initializer}
         return OVCompiled(self, compiled, model, [i.name for i in model.graph.input if i.name not in inits],
                           [o.name for o in model.graph.output])
@@ -127,7 +127,7 @@ class OpenVINOBackend(Backend):
         if saved and saved != self.version():
             log.warning("%s: saved by %s, loading with %s", xml, saved, self.version())
         try:
-            compiled = self._compile(core().read_model(str(xml)))
+            compiled = self.compile_model(core().read_model(str(xml)))
         except Exception as e:  # noqa: BLE001
             raise ArtifactError(f"{xml}: openvino cannot load this partition: {e}") from e
         return OVCompiled(self, compiled, xml, entry.get("inputs"), entry.get("outputs"))

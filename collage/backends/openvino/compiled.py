@@ -3,14 +3,14 @@ port helpers both the backend and the linker use (``collage.backends.openvino.li
 
 Kept apart from :mod:`collage.backends.openvino.backend` (the Backend: settings, support, compile, load) so
 that the linker, which builds ``OVCompiled`` objects, and the backend, which calls the linker, do not
-import each other.
+import each other: what they ask of the backend is a Protocol (``ModelReader`` here, ``link.Linkable``).
 """
 from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import onnx
@@ -21,8 +21,20 @@ from collage.backends.openvino.exact import check_int32_range
 from collage.errors import ArtifactError, BackendUnavailable, CollageError
 from collage.util import sha256_bytes
 
-if TYPE_CHECKING:
-    from collage.backends.openvino.backend import OpenVINOBackend
+
+class ModelReader(Protocol):
+    """What a compiled partition asks of the backend that made it (``OpenVINOBackend`` and its bf16/int8
+    forms): its name, version and options for the artifact entry, and its reader of an ONNX model."""
+
+    name: str
+
+    @property
+    def options(self) -> dict[str, Any]: ...
+
+    def version(self) -> str: ...
+
+    def read_model(self, data: bytes) -> Any: ...
+
 
 _core_lock = threading.Lock()
 _core: Any = None
@@ -60,7 +72,7 @@ class OVCompiled(Compiled):
 
     reuses_outputs = True
 
-    def __init__(self, backend: OpenVINOBackend, compiled: Any, source: onnx.ModelProto | Path,
+    def __init__(self, backend: ModelReader, compiled: Any, source: onnx.ModelProto | Path,
                  input_names: list[str] | None = None, output_names: list[str] | None = None) -> None:
         ov = openvino_module()
         self.backend = backend.name
@@ -130,7 +142,7 @@ class OVCompiled(Compiled):
         if isinstance(self._source, Path):
             return core().read_model(str(self._source)), f"openvino-{sha256_bytes(self._source.read_bytes())[:16]}"
         data = self._source.SerializeToString()
-        return self._backend._read(data), f"openvino-{sha256_bytes(data)[:16]}"
+        return self._backend.read_model(data), f"openvino-{sha256_bytes(data)[:16]}"
 
     def save(self, directory: Path) -> dict[str, Any]:
         """Write OpenVINO IR (.xml + .bin, fp32 weights kept as they are)."""

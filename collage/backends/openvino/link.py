@@ -38,16 +38,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, NoReturn, Protocol
 
 import onnx
 
-from collage.backends.openvino.compiled import OVCompiled, openvino_module, port_indices
+from collage.backends.base import Compiled
+from collage.backends.openvino.compiled import ModelReader, OVCompiled, openvino_module, port_indices
 from collage.backends.openvino.exact import check_exact
 from collage.util import sha256_bytes
-
-if TYPE_CHECKING:
-    from collage.backends.openvino.backend import OpenVINOBackend
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +55,19 @@ HANDOVER_TYPES = {"fp32": "f32", "bf16": "bf16"}
 
 #: Suffix of the friendly name of the 1x1 MaxPool copy inserted in front of a linked output.
 COPY_SUFFIX = "/collage_handover_copy"
+
+
+class Linkable(ModelReader, Protocol):
+    """What the linker asks of ``OpenVINOBackend``: its precision, its own compile, the plugin's compile of
+    a read model and its error for a compile that failed."""
+
+    precision: str
+
+    def compile(self, model: onnx.ModelProto) -> Compiled: ...
+
+    def compile_model(self, model: Any) -> Any: ...
+
+    def raise_compile_error(self, model: onnx.ModelProto, error: BaseException, what: str = "compile") -> NoReturn: ...
 
 
 def linked_names(models: Sequence[onnx.ModelProto], plain: Collection[str] = ()) -> set[str]:
@@ -95,7 +106,7 @@ class LinkedOVCompiled(OVCompiled):
 
     _source: onnx.ModelProto
 
-    def __init__(self, backend: OpenVINOBackend, compiled: Any, source: onnx.ModelProto, model: Any,
+    def __init__(self, backend: Linkable, compiled: Any, source: onnx.ModelProto, model: Any,
                  linked: dict[str, str], input_names: list[str], output_names: list[str]) -> None:
         super().__init__(backend, compiled, source, input_names, output_names)
         self._ov_model = model
@@ -112,7 +123,7 @@ class LinkedOVCompiled(OVCompiled):
         return entry
 
 
-def compile_linked(backend: OpenVINOBackend, models: Sequence[onnx.ModelProto],
+def compile_linked(backend: Linkable, models: Sequence[onnx.ModelProto],
                    plain: Collection[str] = ()) -> list[OVCompiled]:
     """``Backend.compile_linked`` for OpenVINO (see the module docstring)."""
     for m in models:  # element types the plugin computes inexactly are refused before anything compiles
@@ -145,7 +156,7 @@ class _Linker:
     """Chooses the linked tensors by compiling: each model is compiled plain and with its links, and the
     conversion nodes left in the runtime graphs (``conversion_count``) decide. Compiles are cached."""
 
-    def __init__(self, backend: OpenVINOBackend, models: Sequence[onnx.ModelProto], element: str) -> None:
+    def __init__(self, backend: Linkable, models: Sequence[onnx.ModelProto], element: str) -> None:
         self.backend, self.models, self.element = backend, models, element
         self._cache: dict[tuple[int, frozenset[str]], tuple[int, Any, Any]] = {}
 
@@ -158,14 +169,14 @@ class _Linker:
             ins, outs = _names(m)
             try:
                 model = _linked_model(self.backend, m, ins, outs, set(links), self.element, copy=False)
-                compiled = self.backend._compile(model)
+                compiled = self.backend.compile_model(model)
                 best = (conversion_count(compiled), model, compiled)
                 if any(n in links for n in outs) and _runtime_count(compiled, ("Transpose",)):
                     model = _linked_model(self.backend, m, ins, outs, set(links), self.element, copy=True)
-                    compiled = self.backend._compile(model)
+                    compiled = self.backend.compile_model(model)
                     best = min(best, (conversion_count(compiled), model, compiled), key=lambda x: x[0])
             except Exception as e:  # noqa: BLE001 - classified by the base class
-                self.backend._raise_compile_error(m, e, what="compile (linked)")
+                self.backend.raise_compile_error(m, e, what="compile (linked)")
             self._cache[key] = best
         return self._cache[key]
 
@@ -198,7 +209,7 @@ class _Linker:
             keep.discard(name)
 
 
-def _linked_model(backend: OpenVINOBackend, m: onnx.ModelProto, ins: list[str], outs: list[str],
+def _linked_model(backend: Linkable, m: onnx.ModelProto, ins: list[str], outs: list[str],
                   links: set[str], element: str, copy: bool) -> Any:
     """``m`` read by OpenVINO with its linked inputs/outputs declared NHWC ``element`` (``copy``: a 1x1
     MaxPool in front of each linked output)."""
@@ -206,7 +217,7 @@ def _linked_model(backend: OpenVINOBackend, m: onnx.ModelProto, ins: list[str], 
     from openvino import opset13 as ops
     from openvino.preprocess import PrePostProcessor
 
-    model = backend._read(m.SerializeToString())
+    model = backend.read_model(m.SerializeToString())
     if not links:
         return model
     out_ports = port_indices(model.outputs, outs, "output")

@@ -277,11 +277,11 @@ class TorchBackend(Backend):
         except CollageError:
             raise
         except Exception as e:  # noqa: BLE001 - classified by the base class
-            self._raise_compile_error(model, e, "build a torch program for")
+            self.raise_compile_error(model, e, "build a torch program for")
         try:
             self._trial(program)
         except Exception as e:  # noqa: BLE001
-            self._raise_compile_error(model, e, "run a trial of")
+            self.raise_compile_error(model, e, "run a trial of")
         return TorchCompiled(self, program, model)
 
     def load(self, directory: Path, entry: Mapping[str, Any]) -> TorchCompiled:

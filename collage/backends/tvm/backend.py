@@ -41,9 +41,9 @@ import onnx
 
 from collage.backends import handover
 from collage.backends.base import Backend, Compiled, one_line
+from collage.backends.tvm.options import BuildOptions
 from collage.backends.tvm.worker import (
     ABORT_ENV,
-    BuildOptions,
     Refused,
     WorkerCrashed,
     WorkerTimeout,
@@ -262,8 +262,8 @@ class TVMBackend(Backend):
                 executable, meta = tvm_worker.build(model, options)
             except Refused as e:
                 raise self._refused(model, e.op, e.node, e.message) from e
-            except Exception as e:  # noqa: BLE001 - explained by _raise_compile_error
-                self._raise_compile_error(model, e)
+            except Exception as e:  # noqa: BLE001 - explained by raise_compile_error
+                self.raise_compile_error(model, e)
             return TVMCompiled(executable, meta, None)
         scratch = Path(tempfile.mkdtemp(prefix="collage-tvm-"))
         lib = scratch / LIB_FILE
@@ -277,7 +277,7 @@ class TVMBackend(Backend):
             shutil.rmtree(scratch, ignore_errors=True)
             if status == "refused":
                 raise self._refused(model, *rest)
-            self._raise_compile_error(model, CompileError(f"{rest[0]}: {one_line(rest[1])}"))
+            self.raise_compile_error(model, CompileError(f"{rest[0]}: {one_line(rest[1])}"))
         compiled = _load(lib, rest[0])
         weakref.finalize(compiled, shutil.rmtree, scratch, True)
         return compiled

@@ -17,10 +17,8 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from collage.backends.tvm.worker import BuildOptions
+from collage.backends.tvm.options import BuildOptions
 
 log = logging.getLogger(__name__)
 

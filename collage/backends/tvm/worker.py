@@ -39,40 +39,18 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import onnx
 from onnx import helper
 
+from collage.backends.tvm.options import BuildOptions
+
 log = logging.getLogger(__name__)
 
 #: Test hook: a worker asked to check or build a model holding a node of this op type calls os.abort().
 ABORT_ENV = "COLLAGE_TVM_WORKER_ABORT_ON"
-
-
-@dataclass(frozen=True)
-class BuildOptions:
-    """Everything that decides what a build produces (sent to the worker with each request)."""
-
-    mcpu: str | None
-    num_cores: int
-    tuning: str = "none"               # "none" | "metaschedule"
-    trials: int = 64                   # MetaSchedule trials per TIR workload
-    tuning_db: str | None = None       # MetaSchedule JSON database directory
-    dlight: bool = False               # dlight CPU rules (GEMV, Reduction) on what is left unscheduled
-    runner_timeout_s: float = 120.0    # per MetaSchedule candidate measurement
-    seed: int | None = None
-    abort_on: str | None = None        # test hook, see ABORT_ENV
-
-    def target(self):
-        import tvm
-
-        spec: dict[str, Any] = {"kind": "llvm", "num-cores": int(self.num_cores)}
-        if self.mcpu:
-            spec["mcpu"] = self.mcpu
-        return tvm.target.Target(spec)
 
 
 class Refused(Exception):
