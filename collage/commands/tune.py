@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING, Any
 
 from collage.graph.ir import parse_shapes
 from collage.report.coverage import measured_line
 from collage.tuner.job import DEFAULT_BACKENDS, DEFAULT_TOLERANCE, tune
 from collage.util import duration_arg
+
+if TYPE_CHECKING:
+    from collage.search.candidates import Limits
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,6 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "or 'auto' ($RAY_ADDRESS); with --db postgresql://... shared by all (docs/CLUSTER.md)")
     p.add_argument("--refine-trials", type=int, default=0, help="measured Optuna trials around the DP plan")
     p.add_argument("--max-nodes", type=int, default=None, help="largest candidate subgraph, in nodes")
+    p.add_argument("--no-ranges", action="store_true",
+                   help="leave out the coarse range candidates (segments, prefixes and suffixes between the "
+                        "graph's narrow cuts, longer than --max-nodes): only subgraphs of up to --max-nodes "
+                        "nodes and each backend's whole model are measured")
     p.add_argument("--shape", action="append", default=[], help="fix a symbolic input: NAME=D1,D2,...")
     p.add_argument("--archive", action="store_true", help="also write OUTPUT.tar.gz")
     p.add_argument("--atol", type=float, default=DEFAULT_TOLERANCE["atol"],
@@ -51,13 +59,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="print the result as one JSON object on stdout (keys: README, collage.tuner.result)")
 
 
+def limits_from(args: argparse.Namespace) -> Limits | None:
+    """The candidate limits --max-nodes and --no-ranges ask for; None: the tuner's defaults."""
+    from collage.search.candidates import Limits
+
+    asked: dict[str, Any] = {}
+    if args.max_nodes:
+        asked["max_nodes"] = args.max_nodes
+    if args.no_ranges:
+        asked["ranges"] = False
+    return Limits(**asked) if asked else None
+
+
 def run(args: argparse.Namespace) -> int:
     from collage.backends import parse_backend_options
 
-    limits = None
-    if args.max_nodes:
-        from collage.search.candidates import Limits
-        limits = Limits(max_nodes=args.max_nodes)
+    limits = limits_from(args)
     res = tune(args.model, args.output, target=args.target,
                backends=[b.strip() for b in args.backends.split(",") if b.strip()],
                budget=args.budget, db=args.db, refine_trials=args.refine_trials,

@@ -34,6 +34,19 @@ def test_global_flags_before_or_after_the_subcommand(argv):
     assert args.verbose == 1 and args.quiet is True
 
 
+def test_tune_candidate_flags_reach_the_limits():
+    from collage.commands.tune import limits_from
+    from collage.search.candidates import Limits
+
+    def parse(*flags: str):
+        return limits_from(build_parser("tune").parse_args(["tune", "m.onnx", "-o", "out", *flags]))
+
+    assert parse() is None
+    assert parse("--max-nodes", "3") == Limits(max_nodes=3)
+    assert parse("--no-ranges") == Limits(ranges=False)
+    assert parse("--max-nodes", "1", "--no-ranges") == Limits(max_nodes=1, ranges=False)
+
+
 def test_global_flags_default_when_not_given():
     args = build_parser("report").parse_args(["report", "out"])
     assert args.verbose == 0 and args.quiet is False
