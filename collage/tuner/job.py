@@ -278,10 +278,8 @@ class TuneJob:
         supports = self.check_supports()
         cands, counts = self.candidates(supports)
         measured = self.measure(cands)
-        from collage.cost_models.transitions import transition_model
         from collage.graph.inputs import random_inputs
 
-        self.transition = transition_model(self.names, self.db, backend_options=self.backend_options)
         self.feeds = random_inputs(self.graph, seed=self.options.seed)
         self.precision.work = self.work
         base = self.baselines(supports, measured)
@@ -469,14 +467,17 @@ class TuneJob:
         n, low = len(self.graph), self.precision.low
         whole_ms = {b.name: ms for b in self.backends if (ms := measured.whole(n, b.name)) is not None}
         fastest = min((v for k, v in whole_ms.items() if k not in low), default=None)
-        # the switch between runtimes priced on this model's own pieces, per direction (fp32 backends near the fastest)
+        # the switch between runtimes priced on this model's own pieces, per direction (fp32 backends near the
+        # fastest); the other pairs by the small-piece fit, measured only for them (about 5 s a pair)
+        from collage.cost_models.transitions import model_transition_model, transition_model
+
         fp32_whole = {k: v for k, v in whole_ms.items() if k not in low and all(supports[k].values())}
         if len(fp32_whole) > 1:
-            from collage.cost_models.transitions import model_transition_model
-
             self.transition = model_transition_model(self.graph, self.names, self.db, whole_ms=fp32_whole,
                                                      slow_factor=SLOW_BASELINE_FACTOR,
                                                      backend_options=self.backend_options)
+        else:
+            self.transition = transition_model(self.names, self.db, backend_options=self.backend_options)
         singles, from_db = {}, {}
         for b in self.backends:
             if not all(supports[b.name].values()) or b.name in low:
