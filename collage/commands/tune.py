@@ -41,9 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--refine-trials", type=int, default=0, help="measured Optuna trials around the DP plan")
     p.add_argument("--max-nodes", type=int, default=None, help="largest candidate subgraph, in nodes")
     p.add_argument("--no-ranges", action="store_true",
-                   help="leave out the coarse range candidates (segments, prefixes and suffixes between the "
-                        "graph's narrow cuts, longer than --max-nodes): only subgraphs of up to --max-nodes "
-                        "nodes and each backend's whole model are measured")
+                   help="leave out the coarse range candidates (the segments, prefixes and suffixes between the "
+                        "graph's narrow cuts that --max-nodes and the one-heavy-op rule would not give): only the "
+                        "enumerated subgraphs, single nodes and each backend's whole model are measured")
     p.add_argument("--shape", action="append", default=[], help="fix a symbolic input: NAME=D1,D2,...")
     p.add_argument("--archive", action="store_true", help="also write OUTPUT.tar.gz")
     p.add_argument("--atol", type=float, default=DEFAULT_TOLERANCE["atol"],

@@ -117,6 +117,10 @@ def search_exact(graph: Graph, costs: Mapping[Candidate, Any], transition: Trans
         greedy.notes.append(f"search: the DP's frontier {why}; HiGHS did not answer within {held:g} s and was "
                             "stopped: the DP's greedy plan, not proven optimal")
         return greedy
+    if stats.ilp.kept == "start":  # HiGHS was stopped before it had a plan of its own
+        plan.notes.append(f"search: the DP's frontier {why}; HiGHS had no plan of its own within {ilp_time_limit:g} s: "
+                          "the DP's greedy plan, not proven optimal")
+        return plan
     how = "proven optimal" if stats.ilp.optimal else "best found, not proven optimal"
     plan.notes.append(f"search: the DP's frontier {why}; solved as an ILP with HiGHS in {stats.ilp_s:.1f} s ({how}"
                       + (f"; the DP's greedy plan was {greedy.predicted_ms or 0.0:.3f} ms)" if greedy is not None else ")"))

@@ -51,7 +51,9 @@ cheap (reduced-cost fixing: exact).
 
 ``ilp_search`` returns a :class:`~collage.plan.Plan` in the canonical executable order (the ready
 partition with the smallest first node first). If HiGHS stops at ``time_limit`` with a feasible but
-unproven plan, the plan carries a note saying so (and the gap); ``IlpStats`` says what happened.
+unproven plan, the plan carries a note saying so (and the gap); if it stops before it has a plan of its
+own, the incumbent it was handed is the answer (the start plan, or the plan of an earlier solve over
+fewer candidates), again with a note; ``IlpStats`` says what happened.
 """
 from __future__ import annotations
 
@@ -97,7 +99,10 @@ class IlpStats:
     mips: int = 0       # MIP solves
     lp_fractional: int = -1  # x strictly between 0 and 1 at the LP optimum
     lower: float = 0.0  # LP bound (objective units)
-    upper: float = 0.0
+    upper: float = 0.0  # the plan's objective; NaN where the answer is the incumbent HiGHS was handed
+    #: where the time limit came before HiGHS had a plan of its own: "start" (the start plan is the answer)
+    #: or "earlier" (an earlier solve's plan over the candidates priced then); "" otherwise
+    kept: str = ""
 
 
 def _highspy():
@@ -255,6 +260,11 @@ def ilp_search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transit
                 for p in parts]
         if all(k in where for k in keys):
             start_x[[where[k] for k in keys]] = 1.0
+        if not np.array_equal(np.bincount(inc_node, weights=start_x[inc_col], minlength=n), np.ones(n)):
+            log.debug("%s: the start plan is not an exact cover by the priced candidates; solving without it",
+                      graph.name)
+            start_x[:] = 0.0
+    original_start = start_x.copy()
     # column generation over the x: start from the single nodes (+ the start plan), add what prices out
     keep = np.zeros(ncand, bool)
     keep[sizes == 1] = True
@@ -275,12 +285,16 @@ def ilp_search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transit
         if lower is not None:  # columns whose reduced cost could still beat the plan found: add, solve again
             more = ~keep & (m.reduced <= (value - lower) + 1e-7 * max(1.0, abs(value)))
             if more.any() and stats.status == "Optimal":
+                if canonical_order(graph, [cols[k] for k in np.flatnonzero(x > 0.5)]) is not None:
+                    start_x = np.where(x > 0.5, 1.0, 0.0)  # the incumbent, should the next solve be cut short
                 keep |= more
                 stats.priced += int(more.sum())
                 continue
         parts = [cols[k] for k in np.flatnonzero(x > 0.5)]
         order_k = canonical_order(graph, parts)
         if order_k is not None:
+            if math.isnan(value):
+                stats.kept = "start" if np.array_equal(x, original_start) else "earlier"
             break
         if full_order:  # cannot happen with the ordering rows; a guard against tolerances
             raise CollageError(f"{graph.name}: the ILP's plan has no executable order ({stats.status})")
@@ -483,12 +497,15 @@ def _solve_mip(m: _Matrix, keep: np.ndarray, highspy: Any, abs_gap: float, threa
                                "add single-node candidates")
         keep[:] = True  # infeasible over the priced columns only: try them all
         return _solve_mip(m, keep, highspy, abs_gap, threads, deadline, start, stats)
+    stopped = model_status in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kInterrupt)
+    if stopped and time.monotonic() >= deadline:
+        stats.status = "Time limit reached"  # our callbacks interrupt it at the deadline (see _stop_at)
     if int(getattr(info, "primal_solution_status", 0)) != 2:  # 2: a feasible solution exists
-        if start is None:
-            raise CollageError(f"HiGHS found no plan in time ({stats.status})")
-        # stopped before it took up the start plan (it completes the hand-over columns the start leaves
-        # out first: seconds on Inception-v2's 268,038 columns): the start plan is a valid answer
-        stats.status = f"{stats.status} before a plan of its own; the start plan kept"
+        if start is None or not stopped:
+            raise CollageError(f"HiGHS found no plan{' in time' if stopped else ''} ({stats.status})")
+        # stopped before it took up the incumbent (it first completes the hand-over columns the incumbent
+        # leaves out: seconds on Inception-v2's 268,038 columns): the incumbent is a valid answer
+        stats.status = f"{stats.status} before HiGHS had a plan of its own; its incumbent kept"
         return start.copy(), float("nan")
     x = np.zeros(m.ncand)
     x[np.flatnonzero(keep)] = np.asarray(h.getSolution().col_value)[:nk]

@@ -189,10 +189,51 @@ def test_a_deadline_before_highs_has_a_plan_returns_the_start_plan():
     stats = IlpStats()
     plan = ilp_search(g, costs, transition, start=greedy, stats=stats, time_limit=1e-3)
     assert [(p.nodes, p.backend) for p in plan.partitions] == [(p.nodes, p.backend) for p in greedy.partitions]
-    assert not stats.optimal and "start plan kept" in stats.status
+    assert not stats.optimal and stats.kept == "start" and stats.status.startswith("Time limit reached")
     assert any("not proven optimal" in n for n in plan.notes)
     with pytest.raises(CollageError, match="no plan in time"):
         ilp_search(g, costs, transition, time_limit=1e-3)
+    # through search_exact (the DP's frontier valve, then the ILP in a child): the note says what the plan is
+    fg, fcosts, ftr, _ = fallback_case()
+    exact_stats = ExactStats()
+    exact_plan = search_exact(fg, fcosts, ftr, stats=exact_stats, max_states=1, ilp_time_limit=1e-3)
+    assert exact_stats.method == "ilp" and exact_stats.ilp.kept == "start"
+    assert any("HiGHS had no plan of its own" in n and "greedy plan" in n for n in exact_plan.notes), exact_plan.notes
+    # a start that is no exact cover (a node left out) is never the answer: the search runs without it
+    partial = [((i,), "onnxruntime") for i in range(1, len(g))]  # node 0 left out
+    with pytest.raises(CollageError, match="no plan in time"):
+        ilp_search(g, costs, transition, start=partial, time_limit=1e-3)
+    stats = IlpStats()
+    assert_valid(g, ilp_search(g, costs, transition, start=partial, stats=stats))
+    assert stats.optimal and stats.kept == ""
+
+
+def test_a_solve_cut_short_after_pricing_keeps_the_earlier_solves_plan(monkeypatch):
+    """With column generation, the first MIP's plan is the incumbent of the next: a deadline that stops the
+    next solve before HiGHS has a plan of its own returns that plan, not the (worse) start plan."""
+    import math
+
+    from benchmarks.search_time import transition, zoo_problem
+    from collage.search import ilp
+
+    g, costs = zoo_problem("tiny-bert")
+    greedy = search(g, costs, transition, max_states=0)
+    monkeypatch.setattr(ilp, "DIRECT_MAX", 0)  # price columns even on a small problem
+    real, calls = ilp._solve_mip, []
+
+    def cut_short(m, keep, highspy, abs_gap, threads, deadline, start, stats):
+        calls.append(start)
+        if len(calls) == 1:
+            return real(m, keep, highspy, abs_gap, threads, deadline, start, stats)
+        stats.status, stats.optimal = "Time limit reached before HiGHS had a plan of its own; its incumbent kept", False
+        return start.copy(), math.nan  # what _solve_mip answers when the deadline comes first
+
+    monkeypatch.setattr(ilp, "_solve_mip", cut_short)
+    stats = IlpStats()
+    plan = ilp_search(g, costs, transition, start=greedy, stats=stats)
+    assert len(calls) == 2 and stats.priced > 0 and stats.kept == "earlier"
+    assert_valid(g, plan)
+    assert objective(g, plan, costs, transition) < objective(g, greedy, costs, transition)
 
 
 @pytest.mark.slow

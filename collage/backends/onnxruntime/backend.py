@@ -58,7 +58,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from collage.backends.base import Backend, trial_refusal
+from collage.backends.base import Backend, Compiled, trial_refusal
 from collage.backends.onnxruntime.known_wrong import check_known_wrong, known_wrong_node
 from collage.backends.onnxruntime.route import (
     drop_routes,
@@ -205,7 +205,7 @@ class OnnxRuntimeBackend(Backend):
             self.raise_compile_error(model, e, "create a session for")
         return OrtCompiled(self, session, model)
 
-    def compile_linked(self, models: Sequence[onnx.ModelProto], plain: Collection[str] = ()) -> list[OrtCompiled]:
+    def compile_linked(self, models: Sequence[onnx.ModelProto], plain: Collection[str] = ()) -> list[Compiled]:
         """Partitions run in order; linked tensors are handed over in NCHWc (``collage.backends.onnxruntime.link``)."""
         from collage.backends.onnxruntime.link import compile_linked
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from collage.backends.base import Compiled
 from collage.backends.onnxruntime.known_wrong import check_known_wrong
 from collage.backends.onnxruntime.session import OrtCompiled, SessionSettings
 from collage.errors import CollageError
@@ -58,7 +59,7 @@ class Linkable(SessionSettings, Protocol):
 
     opt_level: str
 
-    def compile(self, model: onnx.ModelProto) -> OrtCompiled: ...
+    def compile(self, model: onnx.ModelProto) -> Compiled: ...
 
     def open_session(self, data: bytes | str, opt_level: str | None = None, quiet: bool = False) -> Any: ...
 
@@ -227,7 +228,7 @@ def link(graphs: Sequence[onnx.ModelProto], plain: Collection[str] = ()) -> Link
 
 
 def compile_linked(backend: Linkable, models: Sequence[onnx.ModelProto],
-                   plain: Collection[str] = ()) -> list[OrtCompiled]:
+                   plain: Collection[str] = ()) -> list[Compiled]:
     """``Backend.compile_linked`` for ONNX Runtime CPU (module doc); unlinked partitions compile as alone."""
     for m in models:
         check_known_wrong(backend.name, m)
