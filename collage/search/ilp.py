@@ -199,7 +199,8 @@ def ilp_search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transit
     program (module docstring). ``start``: a known plan (e.g. the DP's greedy one) handed to HiGHS as
     its first incumbent. Raises CollageError when no candidate covers a node or no executable cover
     exists; past ``time_limit`` seconds the best plan found is returned with a note (not proven optimal):
-    ``start`` itself where HiGHS had none yet, else CollageError."""
+    the incumbent (``start``, or an earlier solve's plan) where HiGHS had none of its own yet; without
+    one, CollageError."""
     t0 = time.perf_counter()
     deadline = time.monotonic() + time_limit
     stats = stats if stats is not None else IlpStats()

@@ -42,7 +42,6 @@ from typing import Any, NoReturn, Protocol
 
 import onnx
 
-from collage.backends.base import Compiled
 from collage.backends.openvino.compiled import ModelReader, OVCompiled, openvino_module, port_indices
 from collage.backends.openvino.exact import check_exact
 from collage.util import sha256_bytes
@@ -63,7 +62,7 @@ class Linkable(ModelReader, Protocol):
 
     precision: str
 
-    def compile(self, model: onnx.ModelProto) -> Compiled: ...
+    def compile(self, model: onnx.ModelProto) -> OVCompiled: ...
 
     def compile_model(self, model: Any) -> Any: ...
 
@@ -106,7 +105,7 @@ class LinkedOVCompiled(OVCompiled):
 
     _source: onnx.ModelProto
 
-    def __init__(self, backend: Linkable, compiled: Any, source: onnx.ModelProto, model: Any,
+    def __init__(self, backend: ModelReader, compiled: Any, source: onnx.ModelProto, model: Any,
                  linked: dict[str, str], input_names: list[str], output_names: list[str]) -> None:
         super().__init__(backend, compiled, source, input_names, output_names)
         self._ov_model = model
