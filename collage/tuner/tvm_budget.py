@@ -281,7 +281,7 @@ def tune_within_budget(graph: Graph, tvm: Backend, ranked: Sequence[Ranked], bud
     seconds_path = _seconds_file(tvm)
     recorded = _read_seconds(seconds_path)
     t0 = time.monotonic()
-    charged = 0.0
+    charged = reused_s = 0.0
     for r in ranked:
         key = f"{graph.fingerprint(r.cand.nodes)}-{run.trials_per_workload}"
         entry = {"nodes": [graph.node_label(i) for i in r.cand.nodes], "node_ids": list(r.cand.nodes),
@@ -290,12 +290,15 @@ def tune_within_budget(graph: Graph, tvm: Backend, ranked: Sequence[Ranked], bud
         if already_costed(r.cand):
             charge = recorded.get(key, 0.0)
             charged += charge
+            reused_s += charge
             entry.update(status="reused", new_trials=0, workloads_tuned=0, tuning_s=0.0, charged_s=charge)
             run.entries.append(entry)
             run.selected.append(r.cand)
             continue
         if charged >= budget_s:
-            run.stopped = run.stopped or f"budget spent ({charged:.0f} s) at candidate {len(run.entries) + 1} of {len(ranked)}"
+            earlier = f", {reused_s:.0f} s of it by earlier tunes whose tuning this one reuses" if reused_s else ""
+            run.stopped = run.stopped or (f"budget spent ({charged:.0f} s{earlier}) at candidate {len(run.entries) + 1} "
+                                          f"of {len(ranked)}")
             continue  # only candidates tuned by earlier tunes from here on
         start = time.monotonic()
         try:

@@ -125,6 +125,8 @@ def test_tvm_budget_tune_then_second_tune_tunes_nothing(tmp_path, monkeypatch):
         assert manifest["backends"]["tvm"]["options"]["tuning"] == "metaschedule"
     second = run("b")["tvm_tuning"]
     assert second["new_trials"] == 0 and second["new_workloads_tuned"] == 0, second
+    if "budget spent" in second["stopped"]:  # all of it by the first tune's tuning, which the second reuses
+        assert "by earlier tunes" in second["stopped"], second["stopped"]
     assert json.loads(tuned_file.read_text()) == recorded
     tried = {tuple(e["node_ids"]) for e in first["candidates"] if e["status"] != "failed"}
     reused = {tuple(e["node_ids"]) for e in second["candidates"] if e["status"] == "reused"}
