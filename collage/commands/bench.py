@@ -5,6 +5,7 @@ import argparse
 import shlex
 import sys
 
+from collage.commands.tune import add_candidate_arguments, limits_from
 from collage.tuner.bench import bench
 from collage.util import duration_arg
 
@@ -18,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="cpu", choices=["cpu", "cuda"], help="device the plans run on")
     p.add_argument("--db", default=None, help="cost database: a path, sqlite:///PATH or postgresql://USER@HOST:PORT/DB (default ~/.cache/collage/costs.sqlite)")
     p.add_argument("--budget", default=None, type=duration_arg, help="measuring budget per model, e.g. 5m")
-    p.add_argument("--max-nodes", type=int, default=None, help="largest candidate subgraph, in nodes")
+    add_candidate_arguments(p)
     p.add_argument("--cluster", default=None, metavar="ray://HOST:PORT",
                    help="measure the candidates on a Ray cluster's measurement nodes: ray://HOST:PORT, HOST:PORT, "
                         "or 'auto' ($RAY_ADDRESS); with --db postgresql://... shared by all (docs/CLUSTER.md)")
@@ -31,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
     rows = bench([m.strip() for m in args.models.split(",") if m.strip()],
                  backends=[b.strip() for b in args.backends.split(",") if b.strip()], target=args.target,
-                 db=args.db, budget_s=args.budget, max_nodes=args.max_nodes, out_dir=args.out,
+                 db=args.db, budget_s=args.budget, limits=limits_from(args), out_dir=args.out,
                  artifacts_dir=args.artifacts, cluster=args.cluster,
                  backend_options=parse_backend_options(args.backend_option), progress=not args.quiet, command="collage bench " + " ".join(shlex.quote(a) for a in sys.argv[2:]))
     failed = [r for r in rows if "error" in r]

@@ -39,11 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measure the candidates on a Ray cluster's measurement nodes: ray://HOST:PORT, HOST:PORT, "
                         "or 'auto' ($RAY_ADDRESS); with --db postgresql://... shared by all (docs/CLUSTER.md)")
     p.add_argument("--refine-trials", type=int, default=0, help="measured Optuna trials around the DP plan")
-    p.add_argument("--max-nodes", type=int, default=None, help="largest candidate subgraph, in nodes")
-    p.add_argument("--no-ranges", action="store_true",
-                   help="leave out the coarse range candidates (the segments, prefixes and suffixes between the "
-                        "graph's narrow cuts that --max-nodes and the one-heavy-op rule would not give): only the "
-                        "enumerated subgraphs, single nodes and each backend's whole model are measured")
+    add_candidate_arguments(p)
     p.add_argument("--shape", action="append", default=[], help="fix a symbolic input: NAME=D1,D2,...")
     p.add_argument("--archive", action="store_true", help="also write OUTPUT.tar.gz")
     p.add_argument("--atol", type=float, default=DEFAULT_TOLERANCE["atol"],
@@ -57,6 +53,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="inputs the accuracy budget is judged on (default: seeded random inputs, with a warning)")
     p.add_argument("--json", action="store_true",
                    help="print the result as one JSON object on stdout (keys: README, collage.tuner.result)")
+
+
+def add_candidate_arguments(p: argparse.ArgumentParser) -> None:
+    """--max-nodes and --no-ranges (``collage tune`` and ``collage bench``); :func:`limits_from` reads them."""
+    p.add_argument("--max-nodes", type=int, default=None, help="largest candidate subgraph, in nodes")
+    p.add_argument("--no-ranges", action="store_true",
+                   help="leave out the coarse range candidates (the segments, prefixes and suffixes between the "
+                        "graph's narrow cuts that --max-nodes and the one-heavy-op rule would not give): only the "
+                        "enumerated subgraphs, single nodes and each backend's whole model are measured")
 
 
 def limits_from(args: argparse.Namespace) -> Limits | None:

@@ -14,21 +14,20 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collage.search.candidates import Limits
 
 log = logging.getLogger(__name__)
 
 
 def bench(models: Sequence[str], *, backends: Sequence[str], target: str = "cpu", db: Any = None,
-          budget_s: float | None = None, max_nodes: int | None = None, out_dir: str | Path = "results",
+          budget_s: float | None = None, limits: Limits | None = None, out_dir: str | Path = "results",
           artifacts_dir: str | Path | None = None, command: str = "", cluster: Any = None,
           progress: bool = True, backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
     from collage.tuner.job import tune
 
-    limits = None
-    if max_nodes:
-        from collage.search.candidates import Limits
-        limits = Limits(max_nodes=max_nodes)
     art_root = Path(artifacts_dir) if artifacts_dir else Path(tempfile.mkdtemp(prefix="collage-bench-"))
     rows: list[dict[str, Any]] = []
     for spec in models:

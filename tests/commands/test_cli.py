@@ -38,10 +38,12 @@ def test_tune_candidate_flags_reach_the_limits():
     from collage.commands.tune import limits_from
     from collage.search.candidates import Limits
 
-    def parse(*flags: str):
-        return limits_from(build_parser("tune").parse_args(["tune", "m.onnx", "-o", "out", *flags]))
+    def parse(*flags: str, command: str = "tune"):
+        first = ["tune", "m.onnx", "-o", "out"] if command == "tune" else ["bench", "--models", "zoo:a"]
+        return limits_from(build_parser(command).parse_args([*first, *flags]))
 
-    assert parse() is None
+    assert parse() is None and parse(command="bench") is None
+    assert parse("--max-nodes", "2", "--no-ranges", command="bench") == Limits(max_nodes=2, ranges=False)
     assert parse("--max-nodes", "3") == Limits(max_nodes=3)
     assert parse("--no-ranges") == Limits(ranges=False)
     assert parse("--max-nodes", "1", "--no-ranges") == Limits(max_nodes=1, ranges=False)

@@ -224,7 +224,7 @@ def test_cli_tune_and_report(tmp_path):
 def test_bench_writes_ratios(tmp_path):
     from collage.tuner.bench import bench
 
-    rows = bench(["zoo:tiny-resnet"], backends=BACKENDS, db=str(tmp_path / "c.sqlite"), max_nodes=1,
+    rows = bench(["zoo:tiny-resnet"], backends=BACKENDS, db=str(tmp_path / "c.sqlite"), limits=Limits(max_nodes=1),
                  out_dir=tmp_path / "results", backend_options={"openvino": {"threads": 1}})
     assert rows[0]["model"] == "tiny-resnet" and "error" not in rows[0]
     ov_rows = [c for c in SQLiteCostDB(tmp_path / "c.sqlite").all() if c.backend == "openvino"]
