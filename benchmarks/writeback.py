@@ -32,10 +32,7 @@ from benchmarks.machine_level import trace
 from collage import zoo
 from collage.backends import get_backend
 from collage.graph.inputs import random_inputs
-
-
-def weights_bytes(model) -> int:
-    return sum(np.prod(t.dims, dtype=np.int64) * 4 for t in model.graph.initializer)
+from collage.graph.stats import inspect_graph
 
 
 def phase(fns: dict[str, Callable[[], object]], nbytes: int, synced: bool, seconds: float,
@@ -75,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     for fn in fns.values():  # warm
         for _ in range(3):
             fn()
-    nbytes = int(weights_bytes(graph.model))
+    nbytes = inspect_graph(graph).param_bytes
     early, late = (3.0, expire_s - 5.0), (expire_s - 2.0, args.seconds)
     if args.seconds < expire_s + 5.0:  # too short to reach the flush (a smoke run): the two halves
         early, late = (0.0, args.seconds / 2), (args.seconds / 2, args.seconds)
