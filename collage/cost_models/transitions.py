@@ -307,8 +307,9 @@ def model_settings(pair: str, graph_fingerprint: str) -> str:
 
 
 def contiguous_pieces(graph: Any, n: int = MODEL_PIECES) -> list[tuple[int, ...]]:
-    """``n`` contiguous ranges of node ids (convex: ids are topological) of about equal size."""
-    n = max(2, min(n, len(graph)))
+    """``n`` contiguous ranges of node ids (convex: ids are topological) of about equal size; never an empty
+    one (fewer ranges where the graph has fewer than ``n`` nodes)."""
+    n = min(max(2, n), len(graph))
     cuts = [round(k * len(graph) / n) for k in range(n + 1)]
     return [tuple(range(cuts[k], cuts[k + 1])) for k in range(n)]
 
@@ -441,6 +442,8 @@ def model_transition_model(graph: Any, backends: Sequence[str], db: None | str |
         best = min(whole_ms[b] for b in fast) if fast else None
         fast = [b for b in fast if best is not None and whole_ms[b] <= slow_factor * best]
     cut = contiguous_pieces(graph, pieces)
+    if len(cut) < 2:
+        fast = []  # a one-node model has no switch inside it to price
     for a, b in itertools.combinations(sorted(fast), 2):
         try:
             fit = measure_model_transitions(graph, a, b, db, pieces=cut, backend_options=backend_options, cap_s=cap_s)

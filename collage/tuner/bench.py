@@ -7,6 +7,7 @@ with ratios (best single backend ms / plan ms: above 1 means the plan is faster)
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import logging
 import math
@@ -27,18 +28,74 @@ def bench(models: Sequence[str], *, backends: Sequence[str], target: str = "cpu"
           artifacts_dir: str | Path | None = None, command: str = "", cluster: Any = None,
           progress: bool = True, backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
     from collage.tuner.job import tune
+    from collage.tuner.options import TuneOptions
 
-    art_root = Path(artifacts_dir) if artifacts_dir else Path(tempfile.mkdtemp(prefix="collage-bench-"))
-    rows: list[dict[str, Any]] = []
+    # what can be refused is refused before the first tune: the models, the backends and the options
+    names = model_names(models)
+    TuneOptions.build(target=target, backends=backends, budget_s=budget_s, backend_options=backend_options)
+    stem = results_stem(out_dir, target)
+    if progress:
+        print(f"collage bench: {len(names)} model(s); results to {stem}.md and .csv", file=sys.stderr, flush=True)
+    with contextlib.ExitStack() as stack:
+        if artifacts_dir:
+            art_root = Path(artifacts_dir)
+        else:  # nobody asked for the artifacts: gone with the bench
+            art_root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="collage-bench-",
+                                                                            ignore_cleanup_errors=True)))
+        return _tune_each(names, art_root, stem, tune, target=target, backends=backends, db=db,
+                          budget_s=budget_s, limits=limits, cluster=cluster, progress=progress,
+                          backend_options=backend_options, command=command)
+
+
+def model_names(models: Sequence[str]) -> dict[str, str]:
+    """Each model spec under the name its row and artifact folder take (``zoo:NAME``: NAME; a path: the file's
+    stem, numbered where two share one); ModelError naming a spec that is no zoo model or no file."""
+    from collage.errors import ModelError
+    from collage.zoo import names as zoo_names
+
+    if not models:
+        raise ModelError("bench: no model named (--models zoo:NAME,path/to/model.onnx,...)")
+    out: dict[str, str] = {}
     for spec in models:
-        name = spec.split(":", 1)[-1]
+        if spec.startswith("zoo:"):
+            if spec[4:] not in zoo_names():
+                raise ModelError(f"bench: no zoo model named {spec[4:]!r}; the zoo has: {', '.join(zoo_names())}")
+            name = spec[4:]
+        else:
+            if not Path(spec).is_file():
+                raise ModelError(f"bench: {spec}: no such model file")
+            name = Path(spec).stem
+        base, k = name, 2
+        while name in out.values():
+            name, k = f"{base}-{k}", k + 1
+        out[spec] = name
+    return out
+
+
+def results_stem(out_dir: str | Path, target: str) -> Path:
+    """results/<date>-<target>, or <date>-<target>-2, -3, ...: a name whose .md and .csv do not exist yet
+    (an earlier run's results are never overwritten)."""
+    out = Path(out_dir)
+    base = out / f"{_dt.date.today().isoformat()}-{target}"
+    stem, k = base, 2
+    while stem.with_suffix(".md").exists() or stem.with_suffix(".csv").exists():
+        stem, k = base.with_name(f"{base.name}-{k}"), k + 1
+    return stem
+
+
+def _tune_each(names: Mapping[str, str], art_root: Path, stem: Path, tune: Any, *, target: str,
+               backends: Sequence[str], db: Any, budget_s: float | None, limits: Limits | None, cluster: Any,
+               progress: bool, backend_options: Mapping[str, Mapping[str, Any]] | None,
+               command: str) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for spec, name in names.items():
         try:
             res = tune(spec, art_root / name, target=target, backends=backends, db=db, budget_s=budget_s,
                        limits=limits, cluster=cluster, progress=progress, backend_options=backend_options)
         except Exception as e:  # a model that fails is a row, not the end of the benchmark
             log.error("%s: %s", spec, e)
             rows.append({"model": name, "error": f"{type(e).__name__}: {e}"})
-            _write(rows, out_dir, target, command)
+            _write(rows, stem, target, command)
             continue
         best, best_ms = res.best_single if res.baselines else ("", math.nan)
         row: dict[str, Any] = {
@@ -61,7 +118,7 @@ def bench(models: Sequence[str], *, backends: Sequence[str], target: str = "cpu"
             "notes": " / ".join(res.plan.notes),
         })
         rows.append(row)
-        _write(rows, out_dir, target, command)
+        _write(rows, stem, target, command)
         print(f"{name}: plan {row['plan_ms']} ms, best single {best} {best_ms:.3f} ms "
               f"({row['speedup_vs_best']}x)", file=sys.stderr, flush=True)
     return rows
@@ -100,16 +157,14 @@ def searched_columns(searched: Mapping[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def _write(rows: list[dict[str, Any]], out_dir: str | Path, target: str, command: str) -> Path:
-    """(Re)write results/<date>-<target>.md and .csv with the rows so far."""
+def _write(rows: list[dict[str, Any]], stem: Path, target: str, command: str) -> Path:
+    """(Re)write ``stem``.md and .csv (this run's: :func:`results_stem`) with the rows so far."""
     import pandas as pd
 
     from collage.version import __version__
     from collage.util import machine_id, markdown_table
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"{_dt.date.today().isoformat()}-{target}"
+    stem.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(stem.with_suffix(".csv"), index=False)
     header = [
         f"# collage bench: tuned plan vs every single backend ({target})",

@@ -240,6 +240,42 @@ def test_bench_writes_ratios(tmp_path):
     assert next((tmp_path / "results").glob("*-cpu.csv")).exists()
 
 
+def test_one_node_model_tunes(tmp_path):
+    """A model of one node, which both backends run: no switch inside it to price (the model-scale switch
+    measurement once cut it into an empty piece and a whole one: IndexError in its error message)."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "one",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    res = tune(model, tmp_path / "art", backends=BACKENDS, db=str(tmp_path / "c.sqlite"), progress=False)
+    assert [len(p.nodes) for p in res.plan.partitions] == [1] and set(res.baselines) == set(BACKENDS)
+
+
+def test_bench_checks_every_model_first_and_overwrites_no_results(tmp_path):
+    from collage.errors import ModelError
+    from collage.tuner.bench import bench, model_names, results_stem
+
+    path = tmp_path / "a" / "m.onnx"
+    path.parent.mkdir()
+    path.write_bytes(b"")
+    other = tmp_path / "b" / "m.onnx"
+    other.parent.mkdir()
+    other.write_bytes(b"")
+    # a path's rows and artifact folders are named by the file's stem (an absolute path once named the model file)
+    assert model_names(["zoo:tiny-resnet", str(path), str(other)]) == {"zoo:tiny-resnet": "tiny-resnet",
+                                                                         str(path): "m", str(other): "m-2"}
+    res = tmp_path / "results"
+    first = results_stem(res, "cpu")
+    res.mkdir()
+    first.with_suffix(".md").write_text("an earlier run")
+    assert results_stem(res, "cpu") == first.with_name(first.name + "-2")
+    with pytest.raises(ModelError, match="'nope'"):  # before the first model's tune
+        bench(["zoo:tiny-resnet", "zoo:nope"], backends=BACKENDS, db=str(tmp_path / "c.sqlite"), out_dir=res)
+    assert first.with_suffix(".md").read_text() == "an earlier run" and sorted(p.name for p in res.iterdir()) == \
+        [first.with_suffix(".md").name]
+    assert not (tmp_path / "c.sqlite").exists()
+
+
 def test_stale_cost_db_is_called_out():
     from collage.tuner.verify import stale_costs
 
