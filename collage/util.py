@@ -31,7 +31,28 @@ def parse_duration(text: str | float) -> float:
     unknown = [u for _, u in parts if u not in _DURATION_UNITS]
     if unknown:
         raise ValueError(f"bad duration {text!r}: unknown unit {unknown[0]!r} (use s, m or h)")
+    scales = [_DURATION_UNITS[u] for _, u in parts]
+    if len(parts) > 1 and (not all(u for _, u in parts) or scales != sorted(set(scales), reverse=True)):
+        # "1.5.5" (1.5 + .5), "1m1m", "30s1m", "1h30": each unit at most once, hours before minutes before seconds
+        raise ValueError(f"bad duration {text!r}: use forms like 90, 90s, 10m, 1h30m or 1.5h")
     return sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+
+
+def count_arg(minimum: int):
+    """An argparse ``type=``: a whole number >= ``minimum``; anything else a usage error naming the text."""
+    import argparse
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be {minimum} or more")
+        return value
+
+    parse.__name__ = f"whole number >= {minimum}"  # argparse names the type in some messages
+    return parse
 
 
 def duration_arg(text: str) -> float:

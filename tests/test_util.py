@@ -17,6 +17,7 @@ def test_parse_duration_reads(text, seconds):
 
 
 @pytest.mark.parametrize("text", ["", "  ", "-5", "-1m", "nan", "inf", "10x", "1h-3m", "abc", "m", ".", "1..5s",
+                                  "1.5.5", "1.5.5m", "1m1m", "30s1m", "1h30", "1m30s5",
                                   float("nan"), math.inf, -1])
 def test_parse_duration_refuses_naming_the_text(text):
     with pytest.raises(ValueError, match="bad duration") as e:
@@ -35,6 +36,26 @@ def test_budget_flags_use_it(capsys):
         with pytest.raises(SystemExit):
             p.parse_args([*base, "--budget=-3m"])
         assert "bad duration '-3m'" in capsys.readouterr().err
+
+
+def test_count_flags_refuse_what_they_would_ignore(capsys):
+    """--max-nodes 0 once meant the default silently, --seed -1 ended in numpy's traceback, --repeat -2 was
+    ignored: each is a usage error naming the text."""
+    from collage.commands import measure, run, tune
+
+    for module, base, flag, bad in ((tune, ["m.onnx", "-o", "out"], "--max-nodes", "0"),
+                                    (tune, ["m.onnx", "-o", "out"], "--refine-trials", "-1"),
+                                    (measure, ["m.onnx"], "--max-nodes", "-3"),
+                                    (run, ["art"], "--seed", "-1"), (run, ["art"], "--repeat", "-2"),
+                                    (run, ["art"], "--repeat", "two")):
+        p = argparse.ArgumentParser()
+        module.add_arguments(p)
+        with pytest.raises(SystemExit):
+            p.parse_args([*base, f"{flag}={bad}"])
+        assert repr(bad) in capsys.readouterr().err
+    p = argparse.ArgumentParser()
+    tune.add_arguments(p)
+    assert p.parse_args(["m.onnx", "-o", "out", "--max-nodes", "1"]).max_nodes == 1
 
 
 def test_say_logs_and_prints(capsys, caplog):

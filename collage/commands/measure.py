@@ -16,7 +16,7 @@ import argparse
 import logging
 
 from collage.errors import CollageError
-from collage.util import duration_arg
+from collage.util import count_arg, duration_arg
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fix a symbolic input shape (repeatable)")
     parser.add_argument("--what", choices=("candidates", "nodes"), default="candidates",
                         help="candidates (what the tuner enumerates) or nodes (each node + the whole model)")
-    parser.add_argument("--max-nodes", type=int, default=None, help="largest candidate, in nodes (--what candidates)")
+    parser.add_argument("--max-nodes", type=count_arg(1), default=None, help="largest candidate, in nodes (--what candidates)")
     parser.add_argument("--cap", default="2s", type=duration_arg, help="timing cap per candidate (default 2s)")
     parser.add_argument("--timeout", default="120s", type=duration_arg, help="kill a compile+measure that takes longer (default 120s)")
     parser.add_argument("--retry-failed", action="store_true", help="measure again keys stored as failed")

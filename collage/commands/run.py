@@ -20,6 +20,7 @@ import numpy as np
 
 from collage.errors import CollageError
 from collage.runtime.artifact import Artifact, load
+from collage.util import count_arg
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("artifact", help="artifact directory or .tar.gz written by `collage tune`")
@@ -27,9 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="an input as a .npy file (NAME= may be left out for a single-input model); "
                              "a .npz file gives several inputs by name")
     parser.add_argument("--random", action="store_true", help="run on seeded random inputs instead")
-    parser.add_argument("--seed", type=int, default=0, help="seed for --random")
+    parser.add_argument("--seed", type=count_arg(0), default=0, help="seed for --random")
     parser.add_argument("--output", "-o", metavar="DIR", help="write each output to DIR/<name>.npy")
-    parser.add_argument("--repeat", type=int, default=0, metavar="N",
+    parser.add_argument("--repeat", type=count_arg(0), default=0, metavar="N",
                         help="time N runs (after 3 warm-up runs) and print p50/p90/p99, mean, min, max and throughput")
     parser.add_argument("--partitions", action="store_true",
                         help="time each partition inside the stitched runs and alone on its captured inputs "

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from collage.graph.ir import parse_shapes
 from collage.report.coverage import measured_line
 from collage.tuner.job import DEFAULT_BACKENDS, DEFAULT_TOLERANCE, tune
-from collage.util import duration_arg
+from collage.util import count_arg, duration_arg
 
 if TYPE_CHECKING:
     from collage.search.candidates import Limits
@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", default=None, metavar="ray://HOST:PORT",
                    help="measure the candidates on a Ray cluster's measurement nodes: ray://HOST:PORT, HOST:PORT, "
                         "or 'auto' ($RAY_ADDRESS); with --db postgresql://... shared by all (docs/CLUSTER.md)")
-    p.add_argument("--refine-trials", type=int, default=0, help="measured Optuna trials around the DP plan")
+    p.add_argument("--refine-trials", type=count_arg(0), default=0, help="measured Optuna trials around the DP plan")
     add_candidate_arguments(p)
     p.add_argument("--shape", action="append", default=[], help="fix a symbolic input: NAME=D1,D2,...")
     p.add_argument("--archive", action="store_true", help="also write OUTPUT.tar.gz")
@@ -57,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_candidate_arguments(p: argparse.ArgumentParser) -> None:
     """--max-nodes and --no-ranges (``collage tune`` and ``collage bench``); :func:`limits_from` reads them."""
-    p.add_argument("--max-nodes", type=int, default=None, help="largest candidate subgraph, in nodes")
+    p.add_argument("--max-nodes", type=count_arg(1), default=None, help="largest candidate subgraph, in nodes")
     p.add_argument("--no-ranges", action="store_true",
                    help="leave out the coarse range candidates (the segments, prefixes and suffixes between the "
                         "graph's narrow cuts that --max-nodes and the one-heavy-op rule would not give): only the "
@@ -69,7 +69,7 @@ def limits_from(args: argparse.Namespace) -> Limits | None:
     from collage.search.candidates import Limits
 
     asked: dict[str, Any] = {}
-    if args.max_nodes:
+    if args.max_nodes is not None:
         asked["max_nodes"] = args.max_nodes
     if args.no_ranges:
         asked["ranges"] = False
