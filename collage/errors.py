@@ -11,6 +11,10 @@ class CollageError(Exception):
     """Base of every error collage raises on purpose."""
 
 
+class OptionError(CollageError, ValueError):
+    """An option or argument out of its range (a ValueError too, for Python callers)."""
+
+
 class ModelError(CollageError):
     """The input model cannot be read, checked or given static shapes."""
 

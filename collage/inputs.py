@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from collage.errors import ModelError
+
 #: exclusive upper bound for integer inputs with no known index range
 DEFAULT_INT_HIGH = 4
 
@@ -54,7 +56,7 @@ def draw(rng: np.random.Generator, spec: InputSpec, int_high: int = DEFAULT_INT_
     if dtype.kind == "b":
         return rng.random(shape) < 0.5
     if dtype.kind not in "iu":
-        raise ValueError(f"input {spec.name!r} has dtype {dtype}, for which collage draws no random values: "
+        raise ModelError(f"input {spec.name!r} has dtype {dtype}, for which collage draws no random values: "
                          "pass real inputs")
     if "mask" in spec.name.lower():
         return _mask(rng, shape, dtype)

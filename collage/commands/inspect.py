@@ -26,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from collage import zoo
 
     graph = zoo.load_graph(args.model, shapes=parse_shapes(args.shape))
+    graph.validate()  # a malformed model is named here, as `tune` names it, not met as a KeyError further on
     if args.json:
         data = inspect_graph(graph).to_dict()
         if args.support:

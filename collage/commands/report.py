@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from collage.report.render import partition_table, render_html, render_markdown, report_json
-from collage.runtime.artifact import artifact_dir, is_archive
-from collage.runtime.manifest import MANIFEST, read_manifest
+from collage.runtime.artifact import artifact_dir, is_archive, verify_files
+from collage.runtime.manifest import read_manifest
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,8 +35,7 @@ def html_dest(artifact: Path) -> Path:
 def run(args: argparse.Namespace) -> int:
     src = Path(args.artifact)
     with artifact_dir(src) as root:
-        if not (root / MANIFEST).is_file():
-            read_manifest(root)  # raises the precise error
+        verify_files(root, read_manifest(root))  # a missing, damaged or changed file is named, as `run` names it
         page = render_html(root, html_dest(src))
         if args.format == "md":
             print(render_markdown(root))

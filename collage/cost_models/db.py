@@ -309,13 +309,15 @@ class SQLiteCostDB(CostDB):
         """Before the first write: refuse a file that is not a collage DB, a damaged one (``PRAGMA quick_check``:
         writing to a damaged file can lose what it still holds) and a read-only one, naming the file."""
         path = self.path
-        if not path.exists() or (path.is_file() and path.stat().st_size == 0):
-            if path.exists() and not os.access(path, os.W_OK):
-                raise CollageError(f"cost database {path}: the file is read-only; make it writable (chmod u+w) or "
-                                   "pass --db with a writable path")
-            return
-        if not path.is_file():
+        if path.exists() and not path.is_file():
             raise CollageError(f"cost database {path}: not a file; pass --db with a file path")
+        # first, before SQLite fails to open it for the same reason (read-only files or folders, mounts too)
+        for where in (path.parent, path):
+            if where.exists() and not os.access(where, os.W_OK):
+                raise CollageError(f"cost database {path}: {where} is read-only (SQLite needs to write the file and "
+                                   "its -wal/-shm files beside it); make it writable or pass --db with a writable path")
+        if not path.exists() or path.stat().st_size == 0:
+            return
         # Read through SQLite only, never with open(): closing any other descriptor of the file drops every POSIX
         # lock this process holds on it, including those of an SQLiteCostDB already open on the same path (collage
         # bench opens one per model). Another process closing its connection then finds no other user, checkpoints
@@ -343,10 +345,6 @@ class SQLiteCostDB(CostDB):
             raise CollageError(f"cost database {path}: an SQLite database of something else (tables "
                                f"{sorted(tables)[:5]}), not a collage cost DB; collage adds nothing to it: pass --db "
                                "with another path")
-        if not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK):
-            where = path if not os.access(path, os.W_OK) else path.parent
-            raise CollageError(f"cost database {path}: {where} is read-only (SQLite needs to write the file and its "
-                               "-wal/-shm files beside it); make it writable or pass --db with a writable path")
 
     # connection per thread (and per process: a forked child opens its own)
     def _conn(self) -> sqlite3.Connection:

@@ -75,11 +75,17 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
     dimensions, constants folded, dead nodes dropped, nodes in topological order, shapes inferred."""
     model = copy_model(model)
     g = model.graph
+    newest = onnx.defs.onnx_opset_version()
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx") and o.version > newest:
+            raise ModelError(f"{source}: the model imports opset {o.version} of ai.onnx; the newest one the onnx "
+                             f"package here knows is {newest} (convert the model: onnx.version_converter)")
     for node in g.node:
         if node.domain not in KNOWN_DOMAINS:
+            which = repr(node.name) if node.name else f"(unnamed, writing {node.output[0]!r})"
             raise ModelError(
-                f"{source}: node {node.name or node.output[0]!r} uses op {node.op_type!r} from unknown "
-                f"domain {node.domain!r}; collage handles the domains {sorted(d or 'ai.onnx' for d in KNOWN_DOMAINS)}")
+                f"{source}: node {which} uses op {node.op_type!r} from unknown domain {node.domain!r}; collage "
+                f"handles the domains {sorted({d or 'ai.onnx' for d in KNOWN_DOMAINS})}")
     init_names = {t.name for t in g.initializer}
     real_inputs = [i for i in g.input if i.name not in init_names]
     unknown = set(shapes) - {i.name for i in real_inputs}

@@ -22,9 +22,9 @@ from typing import Any
 
 import onnx
 
-from collage.errors import ArtifactError, ModelError
-from collage.runtime.artifact import artifact_dir
-from collage.runtime.manifest import REPORT_FILE, read_manifest
+from collage.errors import ArtifactError, CollageError, ModelError
+from collage.runtime.artifact import artifact_dir, verify_files
+from collage.runtime.manifest import read_manifest, read_report
 from collage.util import sha256_file
 
 log = logging.getLogger(__name__)
@@ -69,10 +69,18 @@ def annotate(artifact: str | os.PathLike, out: str | os.PathLike, model: str | o
     """Write the annotated model (module docstring) to ``out``; return the summary written into it."""
     from collage.graph.ir import Graph
 
+    out = Path(out)
+    if out.suffix != ".onnx" or out.is_dir():  # onnx.save picks its format from the suffix (.json: text)
+        raise CollageError(f"{out}: the annotated model is written as an ONNX file: name one ending in .onnx "
+                           "that is not a directory")
+    src = Path(artifact).resolve()
+    if not src.is_file() and out.resolve().is_relative_to(src):
+        raise CollageError(f"{out}: inside the artifact {artifact}, whose files are checksummed; write the "
+                           "annotated model elsewhere")
     with artifact_dir(artifact) as root:
         manifest = read_manifest(root)
-        rpath = root / manifest.get("report", REPORT_FILE)
-        report = json.loads(rpath.read_text()) if rpath.is_file() else {}
+        verify_files(root, manifest)  # a damaged artifact is named, as `collage run` names it
+        report = read_report(root, manifest)
         path = source_model(root, manifest, report, model)
     try:
         original = onnx.load(str(path))
@@ -118,7 +126,6 @@ def annotate(artifact: str | os.PathLike, out: str | os.PathLike, model: str | o
     _set(original.metadata_props, "collage.plan", line)
     _set(original.metadata_props, "collage.summary", json.dumps(summary))
     _set(original.metadata_props, "collage.version", str(manifest.get("collage_version", "")))
-    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     large = original.ByteSize() > 1_800_000_000
     onnx.save(original, str(out), save_as_external_data=large)

@@ -74,7 +74,7 @@ from typing import Any
 import pandas as pd
 
 from collage.runtime.artifact import artifact_dir, is_archive
-from collage.runtime.manifest import REPORT_FILE, read_manifest
+from collage.runtime.manifest import read_manifest, read_report
 from collage.errors import ArtifactError
 from collage.report.coverage import estimates_line, measured_line, refinement_line
 from collage.report.svg import num as _num, op_summary as _op_summary, render_bars, render_svg
@@ -90,13 +90,7 @@ def _sources(source: Any, report: dict | None = None) -> tuple[dict, dict]:
         path = Path(source)
         manifest = read_manifest(path)
         root = path if path.is_dir() else path.parent
-        rpath = root / manifest.get("report", REPORT_FILE)
-        if report is None:
-            try:
-                report = json.loads(rpath.read_text()) if rpath.is_file() else {}
-            except (OSError, json.JSONDecodeError) as e:
-                raise ArtifactError(f"{rpath}: unreadable report ({e}); re-run `collage tune`") from None
-        report = dict(report or {})
+        report = dict(read_report(root, manifest) if report is None else report)
         ppath = root / manifest.get("plan", "plan.json")
         if report.get("predicted_ms") is None and ppath.is_file():  # the search's objective, from plan.json
             try:

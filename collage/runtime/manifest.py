@@ -73,3 +73,16 @@ def read_manifest(path: str | os.PathLike) -> dict:
             if not f.get("name") or fp.is_absolute() or ".." in fp.parts or "sha256" not in f:
                 raise ArtifactError(f"{mpath}: partition {k} lists a bad file entry {f!r}; refused")
     return manifest
+
+
+def read_report(root: Path, manifest: dict) -> dict:
+    """The artifact's report.json ({} where it has none); ArtifactError naming it where it cannot be read."""
+    rpath = root / manifest.get("report", REPORT_FILE)
+    try:
+        report = json.loads(rpath.read_text()) if rpath.is_file() else {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ArtifactError(f"{rpath}: unreadable report ({e}); re-run `collage tune`") from None
+    if not isinstance(report, dict):
+        raise ArtifactError(f"{rpath}: not a report (a JSON {type(report).__name__}, not an object); "
+                            "re-run `collage tune`")
+    return report

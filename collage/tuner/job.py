@@ -264,6 +264,9 @@ class TuneJob:
         from collage.tuner.precision.strategy import precision_strategy
 
         self.db = get_db(options.db)  # a bad model, backend or cost DB is refused before any progress line
+        from collage.graph.inputs import random_inputs
+
+        self.feeds = random_inputs(self.graph, seed=options.seed)  # so is an input no random values are drawn for
         self.say("%s: %d nodes", self.graph.name, len(self.graph))
         self.precision = precision_strategy(self.graph, self.backends, options, self.db)
         for name, opts in self.precision.backend_options.items():  # e.g. the int8 variants' calibrated ranges
@@ -278,9 +281,6 @@ class TuneJob:
         supports = self.check_supports()
         cands, counts = self.candidates(supports)
         measured = self.measure(cands)
-        from collage.graph.inputs import random_inputs
-
-        self.feeds = random_inputs(self.graph, seed=self.options.seed)
         self.precision.work = self.work
         base = self.baselines(supports, measured)
         plan, charged, search_info = self.search(measured, base)

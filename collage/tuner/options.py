@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from collage.errors import CollageError
+from collage.errors import CollageError, OptionError
 from collage.util import parse_duration
 
 if TYPE_CHECKING:
@@ -70,13 +70,13 @@ class TuneOptions:
 
     def __post_init__(self) -> None:
         if not self.backends:
-            raise ValueError("tune: no backend named (backends=...)")
+            raise OptionError("tune: no backend named (backends=...)")
         if self.budget_s is not None and not (math.isfinite(self.budget_s) and self.budget_s >= 0):
-            raise ValueError(f"tune: budget must be a finite number of seconds >= 0, not {self.budget_s!r}")
+            raise OptionError(f"tune: budget must be a finite number of seconds >= 0, not {self.budget_s!r}")
         if self.refine_trials < 0:
-            raise ValueError(f"tune: refine_trials must be >= 0, not {self.refine_trials}")
+            raise OptionError(f"tune: refine_trials must be >= 0, not {self.refine_trials}")
         if self.tvm_budget_s is not None and not (math.isfinite(self.tvm_budget_s) and self.tvm_budget_s >= 0):
-            raise ValueError(f"tune: tvm_budget must be a finite number of seconds >= 0, not {self.tvm_budget_s!r}")
+            raise OptionError(f"tune: tvm_budget must be a finite number of seconds >= 0, not {self.tvm_budget_s!r}")
         if self.tvm_budget_s is not None and "tvm" not in self.backends:
             raise CollageError("tune: a TVM tuning budget (--tvm-budget) needs tvm among the backends")
         stray = sorted(set(self.backend_options) - set(self.backends))
@@ -91,7 +91,10 @@ class TuneOptions:
                                "without one every candidate is measured")
         unknown = set(self.tolerance) - {"atol", "rtol"}
         if unknown:
-            raise ValueError(f"tune: tolerance takes atol and rtol, not {sorted(unknown)}")
+            raise OptionError(f"tune: tolerance takes atol and rtol, not {sorted(unknown)}")
+        for name, value in self.tolerance.items():  # nan passes no comparison; inf, any error
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise OptionError(f"tune: tolerance {name} must be a finite number >= 0, not {value!r}")
 
     @classmethod
     def build(cls, *, budget: str | float | None = None, budget_s: float | None = None,
@@ -106,7 +109,7 @@ class TuneOptions:
         names = (backends,) if isinstance(backends, str) else tuple(backends)
         tvm_s = parse_duration(tvm_budget) if tvm_budget is not None else None
         return cls(budget_s=None if seconds is None else float(seconds), backends=names,
-                   tolerance=dict(tolerance or DEFAULT_TOLERANCE),
+                   tolerance={**DEFAULT_TOLERANCE, **(tolerance or {})},
                    backend_options={k: dict(v) for k, v in (backend_options or {}).items()},
                    tvm_budget_s=None if tvm_s is None else float(tvm_s), **options)  # type: ignore[arg-type]
 

@@ -73,6 +73,22 @@ def scene(tmp_path_factory) -> Path:
         opset_imports=[helper.make_opsetid("", 17)])
     bad_attr.ir_version = 8
     onnx.save(bad_attr, str(d / "badattr.onnx"))
+    relu = [helper.make_tensor_value_info("x", T.FLOAT, [1, 4])], [helper.make_tensor_value_info("y", T.FLOAT, [1, 4])]
+    ghost = helper.make_model(helper.make_graph(
+        [helper.make_node("Add", ["x", "ghost"], ["y"], name="add_ghost")], "ghost", *relu),
+        opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(ghost, str(d / "ghost.onnx"))
+    noout = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["a"], name="r")], "noout", *relu),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(noout, str(d / "noout.onnx"))
+    newer = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "newer", *relu),
+                              opset_imports=[helper.make_opsetid("", 99)])
+    onnx.save(newer, str(d / "opset99.onnx"))
+    strings = helper.make_model(helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"], name="same")], "strings",
+        [helper.make_tensor_value_info("x", T.STRING, [2])], [helper.make_tensor_value_info("y", T.STRING, [2])]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(strings, str(d / "strings.onnx"))
 
     graph = Graph.load(d / "static.onnx")
     export(graph, Plan([Partition(tuple(range(len(graph))), "onnxruntime")]), d / "art")
@@ -200,8 +216,45 @@ CASES = [
     ("tamper-entry-outside", ["run", "@outside_fifo", "--random"], ["outside.onnx", "refused"]),
     ("tamper-dotdot", ["run", "@dotdot", "--random"], ["bad file entry", "refused"]),
     ("tamper-symlink-out", ["run", "@symlink_out", "--random"], ["leads outside the artifact"]),
+    # report and annotate check an artifact's files as run does; annotate writes no file into one, nor a non-ONNX
+    ("report-missing-file", ["report", "@delete_part"], ["missing", "incomplete"]),
+    ("report-checksum", ["report", "@checksum"], ["checksum mismatch"]),
+    ("annotate-checksum", ["annotate", "@checksum", "-o", "ann.onnx"], ["checksum mismatch"]),
+    ("annotate-bad-report", ["annotate", "@bad_report", "-o", "ann.onnx"], ["report.json", "unreadable report"]),
+    ("annotate-o-not-onnx", ["annotate", "art", "-o", "ann.json"], ["ann.json", "ending in .onnx"]),
+    ("annotate-o-directory", ["annotate", "art", "-o", "."], ["ending in .onnx", "not a directory"]),
+    ("annotate-o-inside-artifact", ["annotate", "art", "-o", "art/ann.onnx"], ["art/ann.onnx", "inside the artifact"]),
+    # option values (checked before any measuring)
+    ("tune-no-backend", ["tune", "static.onnx", "-o", "o1", "--backends", ","], ["no backend named"]),
+    ("tune-atol-nan", ["tune", "static.onnx", "-o", "o1", "--backends", "onnxruntime", "--atol", "nan"],
+     ["atol", "nan"]),
+    ("tune-rtol-inf", ["tune", "static.onnx", "-o", "o1", "--backends", "onnxruntime", "--rtol", "inf"],
+     ["rtol", "inf"]),
+    ("tune-atol-negative", ["tune", "static.onnx", "-o", "o1", "--backends", "onnxruntime", "--atol=-1"],
+     ["atol", "-1"]),
+    # models refused before anything is measured
+    ("tune-string-input", ["tune", "strings.onnx", "-o", "o1", "--backends", "onnxruntime"],
+     ["'x'", "no random values"]),
+    ("tune-opset-too-new", ["tune", "opset99.onnx", "-o", "o1", "--backends", "onnxruntime"],
+     ["opset99.onnx", "opset 99"]),
+    ("inspect-reads-undefined", ["inspect", "ghost.onnx", "--support"], ["'add_ghost'", "'ghost'"]),
+    ("inspect-output-unproduced", ["inspect", "noout.onnx"], ["noout.onnx", "'y'"]),
+    # bench: every model checked before the first tune; no results file written
+    ("bench-unknown-model", ["bench", "--models", "zoo:tiny-resnet,zoo:nope", "--out", "res"], ["'nope'"]),
+    ("bench-missing-file", ["bench", "--models", "nothere.onnx", "--out", "res"], ["nothere.onnx", "no such"]),
+    ("bench-no-model", ["bench", "--models", ",", "--out", "res"], ["no model named"]),
 ]
-EDITS = {"checksum": _checksum, "outside_fifo": _outside_fifo, "dotdot": _dotdot, "symlink_out": _symlink_out}
+def _delete_part(d: Path, m: dict) -> None:
+    part = m["partitions"][0]
+    (d / part["dir"] / part["files"][0]["name"]).unlink()
+
+
+def _bad_report(d: Path, m: dict) -> None:
+    (d / m.get("report", "report.json")).write_text("{not json")
+
+
+EDITS = {"checksum": _checksum, "outside_fifo": _outside_fifo, "dotdot": _dotdot, "symlink_out": _symlink_out,
+         "delete_part": _delete_part, "bad_report": _bad_report}
 
 
 #: the collage under test (a worktree's, not whatever is installed) for the subprocesses too
@@ -241,7 +294,7 @@ def test_bad_input_one_line_exit_2(scene, case):
     _assert_one_line(proc, argv[0], needles)
     for p, data in before.items():  # a DB collage refuses is left exactly as it was
         assert p.read_bytes() == data, f"{p.name} was written to"
-    assert not (scene / "o1").exists()
+    assert not (scene / "o1").exists() and not (scene / "res").exists()
 
 
 def test_tamper_unlisted_tvm_library_runs_no_code(scene, tmp_path):
@@ -293,3 +346,23 @@ def test_read_only_db_is_named_clearly(scene, tmp_path, monkeypatch):
                         else real_access(p, mode, **k))
     with pytest.raises(CollageError, match=r"ro\.sqlite.*read-only.*writable"):
         dbmod.SQLiteCostDB(path)
+
+
+@pytest.mark.parametrize("exists", [True, False])
+def test_db_in_read_only_folder_is_named_clearly(tmp_path, monkeypatch, exists):
+    """A healthy DB (or a new one) in a read-only folder: SQLite cannot open it there, and the message once called
+    the file damaged ("move it away, its measurements are lost") or said to move a file that did not exist."""
+    from collage.cost_models import db as dbmod
+    from collage.errors import CollageError
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    path = folder / "costs.sqlite"
+    if exists:
+        dbmod.SQLiteCostDB(path).close()
+    real_access = os.access
+    monkeypatch.setattr(dbmod.os, "access", lambda p, mode, **k: False if Path(p) == folder and mode & os.W_OK
+                        else real_access(p, mode, **k))
+    with pytest.raises(CollageError, match=r"costs\.sqlite: .*/ro is read-only") as e:
+        dbmod.SQLiteCostDB(path)
+    assert "damaged" not in str(e.value) and "Move it away" not in str(e.value)

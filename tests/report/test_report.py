@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from collage.report.render import baselines_table, partition_table, render_html, render_markdown, summary
 from collage.report.svg import colour_pair, render_svg
+from collage.util import sha256_file
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -42,8 +43,14 @@ REPORT = {"model": "synthetic", "target": "cpu", "baselines": {"onnxruntime": 7.
 
 
 def _write(tmp_path: Path, manifest: dict, report: dict) -> Path:
+    """The artifact folder: the manifest, the report and each partition's file ("f", its checksum listed:
+    ``collage report`` checks an artifact's files as ``collage run`` does)."""
     d = tmp_path / "art"
     d.mkdir()
+    for part in manifest["partitions"]:
+        (d / part["dir"]).mkdir(parents=True)
+        (d / part["dir"] / "f").write_bytes(b"a partition")
+        part["files"] = [{"name": "f", "sha256": sha256_file(d / part["dir"] / "f"), "bytes": 11}]
     (d / "manifest.json").write_text(json.dumps(manifest))
     (d / "report.json").write_text(json.dumps(report))
     return d
