@@ -124,9 +124,14 @@ class Graph:
         for node in g.node:
             for out in node.output:
                 if out and out in read and out not in self._tensors:
+                    static = all(i in self._tensors for i in self.inputs)
                     raise ModelError(
                         f"{self.source}: tensor {out!r} (output of node {node.name or node.op_type!r}) has no static "
-                        f"shape after inference; fix symbolic input dims with --shape NAME=D1,D2,...")
+                        "shape after inference; " + (
+                            "the graph's inputs all have one, so it depends on input values (a size, count or "
+                            f"index read from a tensor, as {node.op_type}'s may): collage needs static shapes, make "
+                            "those inputs constants (initializers)" if static else
+                            "fix symbolic input dims with --shape NAME=D1,D2,..."))
 
     def _build_dag(self) -> None:
         g = self.model.graph

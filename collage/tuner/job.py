@@ -484,6 +484,11 @@ class TuneJob:
                 continue
             if b.name == "tvm" and self.options.tvm_budget_s is not None and b.name not in whole_ms:
                 continue  # the whole model on TVM would tune every workload: no baseline within the TVM budget
+            if b.name not in whole_ms:  # it takes every node, yet failed on the whole model (a dynamic output shape)
+                failed = measured.raw.get((tuple(range(n)), b.name))
+                self.say("%s: no baseline: the whole model failed on it when measured (%s); its pieces stay "
+                         "candidates", b.name, failed.error if failed is not None else "not measured")
+                continue
             if fastest is not None and whole_ms.get(b.name, 0.0) > SLOW_BASELINE_FACTOR * fastest:
                 from_db[b.name] = whole_ms[b.name]
                 continue

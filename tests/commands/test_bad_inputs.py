@@ -89,6 +89,12 @@ def scene(tmp_path_factory) -> Path:
         [helper.make_tensor_value_info("x", T.STRING, [2])], [helper.make_tensor_value_info("y", T.STRING, [2])]),
         opset_imports=[helper.make_opsetid("", 17)])
     onnx.save(strings, str(d / "strings.onnx"))
+    topk = helper.make_model(helper.make_graph(  # k a graph input: TopK's output size depends on its value
+        [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, name="topk"),
+         helper.make_node("Relu", ["v"], ["y"], name="relu")], "topk",
+        [relu[0][0], helper.make_tensor_value_info("k", T.INT64, [1])], [helper.make_tensor_value_info("y", T.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(topk, str(d / "topk.onnx"))
 
     graph = Graph.load(d / "static.onnx")
     export(graph, Plan([Partition(tuple(range(len(graph))), "onnxruntime")]), d / "art")
@@ -237,6 +243,7 @@ CASES = [
      ["'x'", "no random values"]),
     ("tune-opset-too-new", ["tune", "opset99.onnx", "-o", "o1", "--backends", "onnxruntime"],
      ["opset99.onnx", "opset 99"]),
+    ("data-dependent-shape", ["tune", "topk.onnx", "-o", "o1"], ["'v'", "'topk'", "depends on input values"]),
     ("inspect-reads-undefined", ["inspect", "ghost.onnx", "--support"], ["'add_ghost'", "'ghost'"]),
     ("inspect-output-unproduced", ["inspect", "noout.onnx"], ["noout.onnx", "'y'"]),
     # bench: every model checked before the first tune; no results file written
