@@ -30,6 +30,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+#: the commands that measure into the cost database (what an interrupt leaves there is said)
+MEASURING = ("tune", "measure", "bench")
+
 DESCRIPTION = ("Measure which backend (ONNX Runtime, OpenVINO, TVM, ...) runs each part of an ONNX model "
                "fastest, search the cheapest assignment, and ship it as an artifact with a report.")
 EPILOG = ("typical use: collage tune model.onnx -o out/ --budget 10m; collage report out/; "
@@ -134,12 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     except CollageError as e:
         print(f"collage {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except Terminated:
-        print(f"collage {args.command}: terminated (SIGTERM); finished measurements are kept in the cost "
-              "database, temporary files removed", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print(f"collage {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated)
+        kept = ("; finished measurements are kept in the cost database (the same command goes on from them), "
+                "temporary files removed") if args.command in MEASURING else ""
+        if isinstance(e, Terminated):
+            print(f"collage {args.command}: terminated (SIGTERM){kept}", file=sys.stderr)
+            return 143
+        print(f"collage {args.command}: interrupted{kept}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `collage report OUT | head`
         sys.stderr.close()

@@ -93,6 +93,16 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def thread_count(threads: int | None) -> int:
+    """A backend's ``threads`` option: a whole number >= 1, or None/0 for :func:`physical_cores`; ValueError naming
+    anything else (-4 once reached OpenVINO, which then refused every node as if the ops were at fault)."""
+    if threads is None or (isinstance(threads, int) and not isinstance(threads, bool) and threads == 0):
+        return physical_cores()
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
+        raise ValueError(f"threads must be a whole number >= 1 (0 or none: every core), not {threads!r}")
+    return threads
+
+
 def physical_cores() -> int:
     """Cores to run on: the CPUs this process may use (affinity), at least 1."""
     try:

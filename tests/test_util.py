@@ -58,6 +58,15 @@ def test_count_flags_refuse_what_they_would_ignore(capsys):
     assert p.parse_args(["m.onnx", "-o", "out", "--max-nodes", "1"]).max_nodes == 1
 
 
+def test_thread_count():
+    from collage.util import physical_cores, thread_count
+
+    assert thread_count(None) == thread_count(0) == physical_cores() and thread_count(3) == 3
+    for bad in (-4, 2.5, "2", True):
+        with pytest.raises(ValueError, match="threads must be a whole number"):
+            thread_count(bad)
+
+
 def test_say_logs_and_prints(capsys, caplog):
     caplog.set_level("INFO")
     say(True, "%d nodes", 3)

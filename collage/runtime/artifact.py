@@ -281,7 +281,8 @@ def _safe_extract(archive: Path, dest: Path) -> None:
     try:
         tar = tarfile.open(archive, "r:*")
     except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
-        raise ArtifactError(f"{archive}: not a readable .tar.gz artifact ({e})") from None
+        why = "; ".join(line.strip("- ") for line in str(e).splitlines() if line.strip())  # tarfile lists each method
+        raise ArtifactError(f"{archive}: not a readable .tar.gz artifact ({why})") from None
     with tar:
         try:
             members = tar.getmembers()

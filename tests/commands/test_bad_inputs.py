@@ -101,6 +101,7 @@ def scene(tmp_path_factory) -> Path:
     write_archive(d / "art")
     archive = (d / "art.tar.gz").read_bytes()
     (d / "trunc.tar.gz").write_bytes(archive[: len(archive) // 2])
+    (d / "fake.tar.gz").write_bytes(b"neither gzip nor tar")
     with tarfile.open(d / "evil.tar.gz", "w:gz") as tar:
         info = tarfile.TarInfo("../evil.txt")
         info.size = 4
@@ -217,6 +218,9 @@ CASES = [
     # artifacts
     ("artifact-missing", ["run", "nothere", "--random"], ["nothere", "no such artifact"]),
     ("archive-truncated", ["run", "trunc.tar.gz", "--random"], ["trunc.tar.gz", "truncated"]),
+    ("archive-not-an-archive", ["run", "fake.tar.gz", "--random"], ["fake.tar.gz", "not a readable .tar.gz"]),
+    ("backend-option-out-of-range", ["tune", "static.onnx", "-o", "o1", "--backend-option", "openvino.threads=-4"],
+     ["'openvino'", "threads", "-4"]),
     ("archive-unsafe", ["run", "evil.tar.gz", "--random"], ["evil.tar.gz", "unsafe archive"]),
     ("tamper-checksum", ["run", "@checksum", "--random"], ["checksum mismatch"]),
     ("tamper-entry-outside", ["run", "@outside_fifo", "--random"], ["outside.onnx", "refused"]),

@@ -72,7 +72,7 @@ from collage.backends.onnxruntime.session import (
     onnxruntime_module,
 )
 from collage.errors import ArtifactError, BackendUnavailable, CollageError
-from collage.util import physical_cores
+from collage.util import thread_count
 
 if TYPE_CHECKING:
     import onnx  # compile time only (imported where used): ``load`` builds sessions from files, never imports onnx
@@ -102,7 +102,7 @@ class OnnxRuntimeBackend(Backend):
             raise CollageError(f"onnxruntime (CPU) runs fp32 only, not {precision!r}")
         if opt_level not in _OPT_LEVELS:
             raise CollageError(f"onnxruntime: opt_level must be one of {_OPT_LEVELS}, not {opt_level!r}")
-        self.threads = int(threads or physical_cores())
+        self.threads = thread_count(threads)
         self.spin = bool(spin)
         self.shared_pool = bool(shared_pool)
         self.opt_level = opt_level

@@ -34,7 +34,7 @@ from collage.backends.base import Backend, Compiled, trial_refusal
 from collage.backends.openvino.compiled import OVCompiled, core, openvino_module
 from collage.backends.openvino.exact import check_exact, inexact_node
 from collage.errors import ArtifactError, BackendUnavailable, CollageError
-from collage.util import physical_cores
+from collage.util import thread_count
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class OpenVINOBackend(Backend):
                  hint: str = "LATENCY") -> None:
         if precision not in _PRECISIONS:
             raise CollageError(f"openvino: precision must be one of {sorted(_PRECISIONS)}, not {precision!r}")
-        self.threads = int(threads or physical_cores())
+        self.threads = thread_count(threads)
         self.precision = precision
         self.pinning = bool(pinning)
         self.hint = hint

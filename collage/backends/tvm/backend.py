@@ -56,7 +56,7 @@ from collage.errors import (
     ModelError,
     UnsupportedError,
 )
-from collage.util import cache_dir, machine_id, physical_cores
+from collage.util import cache_dir, machine_id, thread_count
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,7 @@ class TVMBackend(Backend):
         self.isolate = isolate
         self.dlight = dlight
         self._mcpu = mcpu
-        self.threads = int(threads or physical_cores())
+        self.threads = thread_count(threads)
         self.check_timeout_s = check_timeout_s
         self.compile_timeout_s = compile_timeout_s
         self.seed = seed
