@@ -361,6 +361,11 @@ class Graph:
             if t not in self._tensors:
                 raise ModelError(f"{self.source}: graph input/output {t!r} has no type or shape; "
                                  f"pass --shape {t}=D1,D2,...")
+        for t in self.outputs:
+            if t in self.initializers and self._producer.get(t) is None and t not in self.inputs:
+                raise ModelError(f"{self.source}: graph output {t!r} is a constant (an initializer, or a Constant "
+                                 "node folded into one), which no node computes: collage's artifacts compute their "
+                                 "outputs; drop it from the outputs or feed it through an Identity node")
         defined = set(self.inputs) | set(self.initializers)
         for i in range(len(self)):
             for t in self._reads[i]:

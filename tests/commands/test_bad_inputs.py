@@ -95,6 +95,11 @@ def scene(tmp_path_factory) -> Path:
         [relu[0][0], helper.make_tensor_value_info("k", T.INT64, [1])], [helper.make_tensor_value_info("y", T.FLOAT, None)]),
         opset_imports=[helper.make_opsetid("", 17)])
     onnx.save(topk, str(d / "topk.onnx"))
+    const_out = helper.make_model(helper.make_graph(  # once refused only at export, after every measurement
+        [helper.make_node("Relu", ["x"], ["y"], name="r")], "constout", [relu[0][0]],
+        [relu[1][0], helper.make_tensor_value_info("k", T.FLOAT, [2])],
+        [numpy_helper.from_array(np.ones(2, np.float32), "k")]), opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(const_out, str(d / "constout.onnx"))
 
     graph = Graph.load(d / "static.onnx")
     export(graph, Plan([Partition(tuple(range(len(graph))), "onnxruntime")]), d / "art")
@@ -248,6 +253,7 @@ CASES = [
     ("tune-opset-too-new", ["tune", "opset99.onnx", "-o", "o1", "--backends", "onnxruntime"],
      ["opset99.onnx", "opset 99"]),
     ("data-dependent-shape", ["tune", "topk.onnx", "-o", "o1"], ["'v'", "'topk'", "depends on input values"]),
+    ("constant-output", ["tune", "constout.onnx", "-o", "o1", "--backends", "onnxruntime"], ["'k'", "a constant"]),
     ("inspect-reads-undefined", ["inspect", "ghost.onnx", "--support"], ["'add_ghost'", "'ghost'"]),
     ("inspect-output-unproduced", ["inspect", "noout.onnx"], ["noout.onnx", "'y'"]),
     # bench: every model checked before the first tune; no results file written
