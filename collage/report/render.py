@@ -54,8 +54,10 @@ optional; the report shows what is there)::
         "fallback_fp32": false, "notes": ["..."]}
     }
 
-A partition's "ms" is its measured cost as the search used it (``cost_ms`` in the manifest: the
-median of a full call on its backend, timed alone); "share" is its part of the sum of those costs.
+A partition's "ms" is its cost as the search charged it (``cost_ms`` in the manifest: the median of a full
+call on its backend timed alone in a measurement worker, times that backend's level in a stitched plan, plus
+its cut charge after the first partition; or, for a plan the search's attempts ran, the call as it ran
+there); "share" is its part of the sum of those costs.
 
 CLI: ``collage report OUT [--format md|html|csv|json]`` prints Markdown (or CSV, JSON) and writes
 ``OUT/report.html``.
@@ -335,8 +337,9 @@ def document(source: Any, report: dict | None = None) -> tuple[str, list[Section
     if cov:
         sections.append(cov)
     sections.append(Section("Partitions", table=display(parts),
-                            text=["ms: the partition's measured cost on its backend (timed alone); runner-up: the "
-                                  "next best backend for the same nodes"]))
+                            text=["ms: the partition's cost as the search charged it (timed alone in a worker, at its "
+                                  "backend's level in a stitched plan and with its cut charge; or as it ran in the "
+                                  "search's attempt); runner-up: the next best backend for the same nodes"]))
     sections.append(Section("Graph, coloured by backend", pictures=[render_svg(manifest)]))
     if parts["runner_up_ms"].notna().any() or len(parts) > 1:
         sections.append(Section("Time per partition against the runner-up",
@@ -348,7 +351,7 @@ def document(source: Any, report: dict | None = None) -> tuple[str, list[Section
     sections.append(Section("Whole model on one backend", table=display(base) if len(base) else None,
                             text=[] if len(base) else ["(no baselines recorded)"]))
     pvm = [f"predicted by the search (parts + transitions): {_fmt(s['predicted_ms'])} ms",
-           f"sum of partition costs (each timed alone): {_fmt(s['sum_parts_ms'])} ms",
+           f"sum of partition costs (as charged): {_fmt(s['sum_parts_ms'])} ms",
            f"measured end to end (stitched artifact): {_fmt(s['plan_ms'])} ms"]
     if s["overhead_per_boundary_ms"] is not None and not s["boundaries"]:
         pvm.append("stitching overhead: none (a single partition)")
