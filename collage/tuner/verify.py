@@ -90,7 +90,9 @@ def check_numerics(graph: Graph, plan: Plan, artifact, feeds: Mapping[str, np.nd
         culprit = _diverging_partition(graph, plan, feeds, tolerance, backend_options or {})
         raise CollageError(
             f"plan output(s) {bad} differ from the ONNX Runtime reference (max abs err {worst:.3g}, "
-            f"tolerance atol={tolerance['atol']} rtol={tolerance['rtol']}); {culprit}")
+            f"tolerance atol={tolerance['atol']} rtol={tolerance['rtol']}); {culprit}; nothing is written, the "
+            "measurements are kept: tune again with a looser --atol/--rtol where that error is acceptable for this "
+            "model, or with --backends leaving that backend out")
     return result
 
 
