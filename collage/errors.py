@@ -15,6 +15,10 @@ class OptionError(CollageError, ValueError):
     """An option or argument out of its range (a ValueError too, for Python callers)."""
 
 
+class InputError(CollageError, ValueError):
+    """An input tensor collage cannot take or draw values for (a ValueError too, for Python callers)."""
+
+
 class ModelError(CollageError):
     """The input model cannot be read, checked or given static shapes."""
 

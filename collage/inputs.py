@@ -1,4 +1,4 @@
-"""THE rule for seeded random inputs, on plain specs (a leaf: numpy only).
+"""THE rule for seeded random inputs, on plain specs (a leaf: numpy and collage.errors only).
 
 Every place that needs inputs it was not given (the zoo, the tuner's feeds and calibration samples, the cost
 worker, ``Artifact.random_inputs``, the tests) draws them with :func:`seeded_inputs`, from one
@@ -10,7 +10,7 @@ worker, ``Artifact.random_inputs``, the tests) draws them with :func:`seeded_inp
   prefix of at least half the row, 0 after;
 - other integers: uniform in ``[0, high)``, where ``high`` is the spec's index range (the length of the table a
   Gather-like node indexes with it) or, when it has none, ``int_high`` (default 4);
-- anything else (strings, complex): ValueError naming the input.
+- anything else (strings, complex): InputError (a CollageError and a ValueError) naming the input.
 
 The specs come from a Graph or an ONNX model (:func:`collage.graph.inputs.input_specs`, which also finds the
 index ranges) or from an artifact's manifest (:mod:`collage.runtime.artifact`); this module imports neither
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collage.errors import ModelError
+from collage.errors import InputError
 
 #: exclusive upper bound for integer inputs with no known index range
 DEFAULT_INT_HIGH = 4
@@ -56,7 +56,7 @@ def draw(rng: np.random.Generator, spec: InputSpec, int_high: int = DEFAULT_INT_
     if dtype.kind == "b":
         return rng.random(shape) < 0.5
     if dtype.kind not in "iu":
-        raise ModelError(f"input {spec.name!r} has dtype {dtype}, for which collage draws no random values: "
+        raise InputError(f"input {spec.name!r} has dtype {dtype}, for which collage draws no random values: "
                          "pass real inputs")
     if "mask" in spec.name.lower():
         return _mask(rng, shape, dtype)

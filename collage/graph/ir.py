@@ -128,9 +128,10 @@ class Graph:
                     raise ModelError(
                         f"{self.source}: tensor {out!r} (output of node {node.name or node.op_type!r}) has no static "
                         "shape after inference; " + (
-                            "the graph's inputs all have one, so it depends on input values (a size, count or "
-                            f"index read from a tensor, as {node.op_type}'s may): collage needs static shapes, make "
-                            "those inputs constants (initializers)" if static else
+                            f"every graph input has one, so ONNX's shape inference could not follow {node.op_type}: "
+                            "its output size depends on values it reads (as TopK's k, NonZero or Range do), or ONNX "
+                            "does not know the op; collage needs a static shape for every tensor (a size read from "
+                            "an input can be made a constant)" if static else
                             "fix symbolic input dims with --shape NAME=D1,D2,..."))
 
     def _build_dag(self) -> None:

@@ -79,7 +79,7 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
     for o in model.opset_import:
         if o.domain in ("", "ai.onnx") and o.version > newest:
             raise ModelError(f"{source}: the model imports opset {o.version} of ai.onnx; the newest one the onnx "
-                             f"package here knows is {newest} (convert the model: onnx.version_converter)")
+                             f"package here knows is {newest} (install a newer onnx, or export the model at opset <= {newest})")
     for node in g.node:
         if node.domain not in KNOWN_DOMAINS:
             which = repr(node.name) if node.name else f"(unnamed, writing {node.output[0]!r})"

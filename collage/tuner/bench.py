@@ -27,12 +27,13 @@ def bench(models: Sequence[str], *, backends: Sequence[str], target: str = "cpu"
           budget_s: float | None = None, limits: Limits | None = None, out_dir: str | Path = "results",
           artifacts_dir: str | Path | None = None, command: str = "", cluster: Any = None,
           progress: bool = True, backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
-    from collage.tuner.job import tune
+    from collage.tuner.job import resolve_backends, tune
     from collage.tuner.options import TuneOptions
 
-    # what can be refused is refused before the first tune: the models, the backends and the options
+    # what can be refused is refused before the first tune: the models, the backends and their options
     names = model_names(models)
-    TuneOptions.build(target=target, backends=backends, budget_s=budget_s, backend_options=backend_options)
+    options = TuneOptions.build(target=target, backends=backends, budget_s=budget_s, backend_options=backend_options)
+    resolve_backends(options.backends, target, options.all_backend_options())
     stem = results_stem(out_dir, target)
     if progress:
         print(f"collage bench: {len(names)} model(s); results to {stem}.md and .csv", file=sys.stderr, flush=True)
@@ -49,21 +50,23 @@ def bench(models: Sequence[str], *, backends: Sequence[str], target: str = "cpu"
 
 def model_names(models: Sequence[str]) -> dict[str, str]:
     """Each model spec under the name its row and artifact folder take (``zoo:NAME``: NAME; a path: the file's
-    stem, numbered where two share one); ModelError naming a spec that is no zoo model or no file."""
+    stem, numbered where two share one); ModelError naming a spec that is no zoo model, no readable and valid
+    model file, or given twice."""
     from collage.errors import ModelError
-    from collage.zoo import names as zoo_names
+    from collage.tuner.job import load_model_graph
+    from collage.zoo import cached_path
 
     if not models:
         raise ModelError("bench: no model named (--models zoo:NAME,path/to/model.onnx,...)")
     out: dict[str, str] = {}
     for spec in models:
+        if spec in out:
+            raise ModelError(f"bench: {spec} is named twice in --models")
         if spec.startswith("zoo:"):
-            if spec[4:] not in zoo_names():
-                raise ModelError(f"bench: no zoo model named {spec[4:]!r}; the zoo has: {', '.join(zoo_names())}")
+            cached_path(spec[4:])  # a name the zoo does not have is refused (nothing is built here)
             name = spec[4:]
         else:
-            if not Path(spec).is_file():
-                raise ModelError(f"bench: {spec}: no such model file")
+            load_model_graph(spec)  # read and checked as its tune will
             name = Path(spec).stem
         base, k = name, 2
         while name in out.values():

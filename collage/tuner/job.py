@@ -263,10 +263,10 @@ class TuneJob:
         from collage.cost_models.connect import get_db
         from collage.tuner.precision.strategy import precision_strategy
 
-        self.db = get_db(options.db)  # a bad model, backend or cost DB is refused before any progress line
         from collage.graph.inputs import random_inputs
 
-        self.feeds = random_inputs(self.graph, seed=options.seed)  # so is an input no random values are drawn for
+        self.feeds = random_inputs(self.graph, seed=options.seed)  # an input none are drawn for: before the DB is made
+        self.db = get_db(options.db)  # a bad model, backend or cost DB is refused before any progress line
         self.say("%s: %d nodes", self.graph.name, len(self.graph))
         self.precision = precision_strategy(self.graph, self.backends, options, self.db)
         for name, opts in self.precision.backend_options.items():  # e.g. the int8 variants' calibrated ranges
@@ -484,10 +484,10 @@ class TuneJob:
                 continue
             if b.name == "tvm" and self.options.tvm_budget_s is not None and b.name not in whole_ms:
                 continue  # the whole model on TVM would tune every workload: no baseline within the TVM budget
-            if b.name not in whole_ms:  # it takes every node, yet failed on the whole model (a dynamic output shape)
-                failed = measured.raw.get((tuple(range(n)), b.name))
+            failed = measured.raw.get((tuple(range(n)), b.name))
+            if failed is not None and not failed.ok:  # it takes every node, yet failed on the whole model
                 self.say("%s: no baseline: the whole model failed on it when measured (%s); its pieces stay "
-                         "candidates", b.name, failed.error if failed is not None else "not measured")
+                         "candidates", b.name, failed.error)
                 continue
             if fastest is not None and whole_ms.get(b.name, 0.0) > SLOW_BASELINE_FACTOR * fastest:
                 from_db[b.name] = whole_ms[b.name]

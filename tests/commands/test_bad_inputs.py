@@ -251,8 +251,8 @@ CASES = [
     ("tune-string-input", ["tune", "strings.onnx", "-o", "o1", "--backends", "onnxruntime"],
      ["'x'", "no random values"]),
     ("tune-opset-too-new", ["tune", "opset99.onnx", "-o", "o1", "--backends", "onnxruntime"],
-     ["opset99.onnx", "opset 99"]),
-    ("data-dependent-shape", ["tune", "topk.onnx", "-o", "o1"], ["'v'", "'topk'", "depends on input values"]),
+     ["opset99.onnx", "opset 99", "opset <= "]),
+    ("data-dependent-shape", ["tune", "topk.onnx", "-o", "o1"], ["'v'", "'topk'", "could not follow TopK"]),
     ("constant-output", ["tune", "constout.onnx", "-o", "o1", "--backends", "onnxruntime"], ["'k'", "a constant"]),
     ("inspect-reads-undefined", ["inspect", "ghost.onnx", "--support"], ["'add_ghost'", "'ghost'"]),
     ("inspect-output-unproduced", ["inspect", "noout.onnx"], ["noout.onnx", "'y'"]),
@@ -260,6 +260,13 @@ CASES = [
     ("bench-unknown-model", ["bench", "--models", "zoo:tiny-resnet,zoo:nope", "--out", "res"], ["'nope'"]),
     ("bench-missing-file", ["bench", "--models", "nothere.onnx", "--out", "res"], ["nothere.onnx", "no such"]),
     ("bench-no-model", ["bench", "--models", ",", "--out", "res"], ["no model named"]),
+    ("bench-model-twice", ["bench", "--models", "zoo:tiny-resnet,zoo:tiny-resnet", "--out", "res"], ["named twice"]),
+    ("bench-not-onnx", ["bench", "--models", "zoo:tiny-resnet,notes.onnx", "--out", "res"],
+     ["notes.onnx", "not a readable ONNX model"]),
+    ("bench-backend-option", ["bench", "--models", "zoo:tiny-resnet", "--out", "res", "--backend-option",
+                              "openvino.threads=-4"], ["'openvino'", "threads"]),
+    ("bench-unknown-backend", ["bench", "--models", "zoo:tiny-resnet", "--out", "res", "--backends", "nope"],
+     ["nope"]),
 ]
 def _delete_part(d: Path, m: dict) -> None:
     part = m["partitions"][0]
@@ -365,18 +372,16 @@ def test_read_only_db_is_named_clearly(scene, tmp_path, monkeypatch):
         dbmod.SQLiteCostDB(path)
 
 
-@pytest.mark.parametrize("exists", [True, False])
-def test_db_in_read_only_folder_is_named_clearly(tmp_path, monkeypatch, exists):
-    """A healthy DB (or a new one) in a read-only folder: SQLite cannot open it there, and the message once called
-    the file damaged ("move it away, its measurements are lost") or said to move a file that did not exist."""
+def test_new_db_in_read_only_folder_is_named_clearly(tmp_path, monkeypatch):
+    """A new DB in a read-only folder: the message once said to move away a file that did not exist. (A healthy
+    DB there was called damaged, "its measurements are lost": SQLite's own open fails first on a read-only mount,
+    which a test run as root cannot make; the writability check now comes before that open.)"""
     from collage.cost_models import db as dbmod
     from collage.errors import CollageError
 
     folder = tmp_path / "ro"
     folder.mkdir()
     path = folder / "costs.sqlite"
-    if exists:
-        dbmod.SQLiteCostDB(path).close()
     real_access = os.access
     monkeypatch.setattr(dbmod.os, "access", lambda p, mode, **k: False if Path(p) == folder and mode & os.W_OK
                         else real_access(p, mode, **k))

@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from collage import zoo
-from collage.errors import ModelError
+from collage.errors import InputError
 from collage.graph.inputs import index_bounds, input_specs, random_inputs
 from collage.inputs import InputSpec, seeded_inputs
 
@@ -52,7 +52,7 @@ def test_ints_without_a_range_use_int_high_and_strings_are_refused():
     spec = InputSpec("k", (1000,), np.dtype(np.int32))
     assert seeded_inputs([spec])["k"].max() == 3
     assert seeded_inputs([spec], int_high=9)["k"].max() == 8
-    with pytest.raises(ModelError, match="'s'"):
+    with pytest.raises(InputError, match="'s'"):
         seeded_inputs([InputSpec("s", (2,), np.dtype(object))])
 
 

@@ -255,12 +255,13 @@ def test_bench_checks_every_model_first_and_overwrites_no_results(tmp_path):
     from collage.errors import ModelError
     from collage.tuner.bench import bench, model_names, results_stem
 
-    path = tmp_path / "a" / "m.onnx"
-    path.parent.mkdir()
-    path.write_bytes(b"")
-    other = tmp_path / "b" / "m.onnx"
-    other.parent.mkdir()
-    other.write_bytes(b"")
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "m",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    path, other = tmp_path / "a" / "m.onnx", tmp_path / "b" / "m.onnx"
+    for p in (path, other):
+        p.parent.mkdir()
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(p))
     # a path's rows and artifact folders are named by the file's stem (an absolute path once named the model file)
     assert model_names(["zoo:tiny-resnet", str(path), str(other)]) == {"zoo:tiny-resnet": "tiny-resnet",
                                                                          str(path): "m", str(other): "m-2"}
