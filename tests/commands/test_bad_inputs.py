@@ -47,6 +47,15 @@ def _conv_model(batch: int | str = "n") -> onnx.ModelProto:
     return m
 
 
+def _save(path: Path, nodes, inputs, outputs, *, opsets: dict | None = None, inits=(), ir_version: int | None = None):
+    """A one-graph model of ``nodes`` saved at ``path`` (opset 17 of the default domain unless ``opsets``)."""
+    model = helper.make_model(helper.make_graph(nodes, path.stem, inputs, outputs, list(inits)),
+                              opset_imports=[helper.make_opsetid(k, v) for k, v in (opsets or {"": 17}).items()])
+    if ir_version is not None:
+        model.ir_version = ir_version
+    onnx.save(model, str(path))
+
+
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory) -> Path:
     """Files the cases point at: models, an artifact and its archive, cost DBs, inputs."""
@@ -57,49 +66,22 @@ def scene(tmp_path_factory) -> Path:
     (d / "notes.onnx").write_text("this is a text file, not a model\n")
     data = (d / "static.onnx").read_bytes()
     (d / "cut.onnx").write_bytes(data[: len(data) // 2])
-    custom = helper.make_model(helper.make_graph(
-        [helper.make_node("FancyOp", ["x"], ["y"], domain="com.example", name="fancy")], "g",
-        [helper.make_tensor_value_info("x", T.FLOAT, [2])], [helper.make_tensor_value_info("y", T.FLOAT, [2])]),
-        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
-    onnx.save(custom, str(d / "custom.onnx"))
-    unknown = helper.make_model(helper.make_graph(
-        [helper.make_node("NoSuchOp", ["x"], ["y"], name="nosuch")], "g",
-        [helper.make_tensor_value_info("x", T.FLOAT, [2])], [helper.make_tensor_value_info("y", T.FLOAT, [2])]),
-        opset_imports=[helper.make_opsetid("", 17)])
-    onnx.save(unknown, str(d / "unknown.onnx"))
-    bad_attr = helper.make_model(helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"], name="r", foo=1)], "bad",
-        [helper.make_tensor_value_info("x", T.FLOAT, [1, 4])], [helper.make_tensor_value_info("y", T.FLOAT, [1, 4])]),
-        opset_imports=[helper.make_opsetid("", 17)])
-    bad_attr.ir_version = 8
-    onnx.save(bad_attr, str(d / "badattr.onnx"))
-    relu = [helper.make_tensor_value_info("x", T.FLOAT, [1, 4])], [helper.make_tensor_value_info("y", T.FLOAT, [1, 4])]
-    ghost = helper.make_model(helper.make_graph(
-        [helper.make_node("Add", ["x", "ghost"], ["y"], name="add_ghost")], "ghost", *relu),
-        opset_imports=[helper.make_opsetid("", 17)])
-    onnx.save(ghost, str(d / "ghost.onnx"))
-    noout = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["a"], name="r")], "noout", *relu),
-                              opset_imports=[helper.make_opsetid("", 17)])
-    onnx.save(noout, str(d / "noout.onnx"))
-    newer = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "newer", *relu),
-                              opset_imports=[helper.make_opsetid("", 99)])
-    onnx.save(newer, str(d / "opset99.onnx"))
-    strings = helper.make_model(helper.make_graph(
-        [helper.make_node("Identity", ["x"], ["y"], name="same")], "strings",
-        [helper.make_tensor_value_info("x", T.STRING, [2])], [helper.make_tensor_value_info("y", T.STRING, [2])]),
-        opset_imports=[helper.make_opsetid("", 17)])
-    onnx.save(strings, str(d / "strings.onnx"))
-    topk = helper.make_model(helper.make_graph(  # k a graph input: TopK's output size depends on its value
-        [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, name="topk"),
-         helper.make_node("Relu", ["v"], ["y"], name="relu")], "topk",
-        [relu[0][0], helper.make_tensor_value_info("k", T.INT64, [1])], [helper.make_tensor_value_info("y", T.FLOAT, None)]),
-        opset_imports=[helper.make_opsetid("", 17)])
-    onnx.save(topk, str(d / "topk.onnx"))
-    const_out = helper.make_model(helper.make_graph(  # once refused only at export, after every measurement
-        [helper.make_node("Relu", ["x"], ["y"], name="r")], "constout", [relu[0][0]],
-        [relu[1][0], helper.make_tensor_value_info("k", T.FLOAT, [2])],
-        [numpy_helper.from_array(np.ones(2, np.float32), "k")]), opset_imports=[helper.make_opsetid("", 17)])
-    onnx.save(const_out, str(d / "constout.onnx"))
+    x2, y2 = helper.make_tensor_value_info("x", T.FLOAT, [2]), helper.make_tensor_value_info("y", T.FLOAT, [2])
+    x14, y14 = helper.make_tensor_value_info("x", T.FLOAT, [1, 4]), helper.make_tensor_value_info("y", T.FLOAT, [1, 4])
+    _save(d / "custom.onnx", [helper.make_node("FancyOp", ["x"], ["y"], domain="com.example", name="fancy")], [x2],
+          [y2], opsets={"": 17, "com.example": 1})
+    _save(d / "unknown.onnx", [helper.make_node("NoSuchOp", ["x"], ["y"], name="nosuch")], [x2], [y2])
+    _save(d / "badattr.onnx", [helper.make_node("Relu", ["x"], ["y"], name="r", foo=1)], [x14], [y14], ir_version=8)
+    _save(d / "ghost.onnx", [helper.make_node("Add", ["x", "ghost"], ["y"], name="add_ghost")], [x14], [y14])
+    _save(d / "noout.onnx", [helper.make_node("Relu", ["x"], ["a"], name="r")], [x14], [y14])
+    _save(d / "opset99.onnx", [helper.make_node("Relu", ["x"], ["y"], name="r")], [x14], [y14], opsets={"": 99})
+    _save(d / "strings.onnx", [helper.make_node("Identity", ["x"], ["y"], name="same")],
+          [helper.make_tensor_value_info("x", T.STRING, [2])], [helper.make_tensor_value_info("y", T.STRING, [2])])
+    _save(d / "topk.onnx", [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, name="topk"),  # k an input:
+                            helper.make_node("Relu", ["v"], ["y"], name="relu")],  # the size depends on its value
+          [x14, helper.make_tensor_value_info("k", T.INT64, [1])], [helper.make_tensor_value_info("y", T.FLOAT, None)])
+    _save(d / "constout.onnx", [helper.make_node("Relu", ["x"], ["y"], name="r")], [x14],  # once refused at export
+          [y14, helper.make_tensor_value_info("k", T.FLOAT, [2])], inits=[numpy_helper.from_array(np.ones(2, np.float32), "k")])
 
     graph = Graph.load(d / "static.onnx")
     export(graph, Plan([Partition(tuple(range(len(graph))), "onnxruntime")]), d / "art")
