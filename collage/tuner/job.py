@@ -261,9 +261,8 @@ class TuneJob:
         self.backends = resolve_backends(list(options.backends), options.target, self.backend_options)
         self.names = [b.name for b in self.backends]
         from collage.cost_models.connect import get_db
-        from collage.tuner.precision.strategy import precision_strategy
-
         from collage.graph.inputs import random_inputs
+        from collage.tuner.precision.strategy import precision_strategy
 
         self.feeds = random_inputs(self.graph, seed=options.seed)  # an input none are drawn for: before the DB is made
         self.db = get_db(options.db)  # a bad model, backend or cost DB is refused before any progress line
