@@ -394,21 +394,16 @@ def test_openvino_refuses_the_forms_it_computes_wrongly_with_constant_parameters
 
     from collage.backends.openvino import exact
     from collage.errors import UnsupportedError
+    from collage.graph.ir import Graph
 
     ov = get_backend("openvino")
     if ov.available():
         pytest.skip(f"openvino: {ov.available()}")
     model, x, expected = _with_constant_parameters(name)
-    assert not all(ov.supports_all(_graph(model)).values())
+    assert not all(ov.supports_all(Graph.load(model)).values())
     with pytest.raises(UnsupportedError, match="run this node on another backend"):
         ov.compile(model)
     with mock.patch.object(exact, "_inexact_reason", lambda *a: None):
         got = np.asarray(next(iter(ov.compile(model).run({model.graph.input[0].name: x}).values())))
     assert got.shape != expected.shape or not (np.array_equal(got, expected) if expected.dtype.kind in "iub" else
                                                np.allclose(got, expected, rtol=1e-3, atol=1e-4))
-
-
-def _graph(model: onnx.ModelProto):
-    from collage.graph.ir import Graph
-
-    return Graph.load(model)
