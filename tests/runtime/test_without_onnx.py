@@ -109,3 +109,22 @@ def test_an_openvino_artifact_loads_and_runs_without_onnx(tmp_path):
     assert {e["backend"] for e in entries["mixed"]} == {"onnxruntime", "openvino"}
     assert len(entries["linked"]) > 2 and sum(bool(e.get("linked")) for e in entries["linked"]) >= 2
     _run_without_onnx(tmp_path, graph, {"mixed": str(mixed), "linked": str(linked)})
+
+
+def test_an_artifact_names_the_extra_it_needs(tmp_path):
+    """manifest.json lists the extras beyond `pip install collage`; where one is missing, `collage run` says in one
+    line which `pip install` brings it (exit 2), and `collage report` says what to install."""
+    mixed = export_mixed_plan(tmp_path / "mixed", parts=3)
+    ort_only = export_mixed_plan(tmp_path / "ort", backends=("onnxruntime",), parts=2)
+    assert json.loads((mixed / "manifest.json").read_text())["extras"] == ["openvino"]
+    assert json.loads((ort_only / "manifest.json").read_text())["extras"] == []
+    child = _NO_ONNX + "from collage.cli import main\nsys.exit(main(['run', sys.argv[1], '--random']))\n"
+    proc = subprocess.run([sys.executable, "-c", child, str(mixed), "", "", "openvino"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'collage[openvino]'" in lines[0] and "Traceback" not in proc.stderr, lines
+    report = subprocess.run([sys.executable, "-m", "collage.cli", "report", str(mixed)], capture_output=True,
+                            text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert "To run it elsewhere: pip install 'collage[openvino]'" in report.stdout
