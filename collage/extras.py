@@ -16,6 +16,37 @@ EXTRA_OF = {"onnx": "tune", "networkx": "tune", "pandas": "tune", "optuna": "tun
             "cloudpickle": "tvm"}
 
 
+#: what installs a backend's runtime, by the backend's name before any precision suffix (``openvino-bf16`` ->
+#: ``openvino``): an extra of collage, or (GPU runtimes pip must not choose) a sentence. ONNX Runtime is the core.
+BACKEND_EXTRA = {"openvino": "openvino", "tvm": "tvm", "tensorrt": "gpu"}
+_BACKEND_INSTALL = {
+    "onnxruntime-cuda": "pip uninstall -y onnxruntime && pip install onnxruntime-gpu (docs/GPU.md: the two replace "
+                        "each other)",
+    "torch": "install a CUDA build of PyTorch that matches this machine's driver (docs/GPU.md)",
+}
+
+
+def _family(backend: str) -> str:
+    if backend in _BACKEND_INSTALL or backend in BACKEND_EXTRA:
+        return backend
+    return backend.split("-")[0]
+
+
+def backend_extras(backends) -> list[str]:
+    """The extras of collage an artifact whose partitions run on ``backends`` needs beside the core install
+    (sorted; ONNX Runtime's partitions need none)."""
+    return sorted({BACKEND_EXTRA[f] for f in map(_family, backends) if f in BACKEND_EXTRA})
+
+
+def install_hint(backend: str) -> str:
+    """What to run so that ``backend`` can be imported here: ``pip install 'collage[EXTRA]'`` or the GPU note."""
+    family = _family(backend)
+    if family in _BACKEND_INSTALL:
+        return _BACKEND_INSTALL[family]
+    extra = BACKEND_EXTRA.get(family)
+    return f"pip install 'collage[{extra}]'" if extra else "pip install --force-reinstall collage (its core is broken)"
+
+
 class MissingExtra(CollageError, ImportError):
     """A part of collage was used whose optional dependencies are not installed (names the extra)."""
 

@@ -71,9 +71,11 @@ def backend_class(name: str) -> type[Backend]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
+        from collage.extras import install_hint
+
         missing = getattr(e, "name", None)
-        what = f"module {missing} is missing" if missing else str(e)
-        raise BackendUnavailable(f"backend {name!r} cannot be imported ({module_name}): {what}") from e
+        what = f"module {missing} is not installed" if missing else str(e)
+        raise BackendUnavailable(f"backend {name!r} cannot be imported here ({what}): {install_hint(name)}") from e
     try:
         return getattr(module, cls_name)
     except AttributeError:

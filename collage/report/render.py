@@ -78,6 +78,7 @@ import pandas as pd
 from collage.runtime.artifact import artifact_dir, is_archive
 from collage.runtime.manifest import read_manifest, read_report
 from collage.errors import ArtifactError
+from collage.extras import backend_extras
 from collage.report.coverage import estimates_line, measured_line, refinement_line
 from collage.report.svg import num as _num, op_summary as _op_summary, render_bars, render_svg
 
@@ -203,6 +204,7 @@ def summary(source: Any, report: dict | None = None) -> dict[str, Any]:
         "max_abs_err": _num(num.get("max_abs_err")), "tolerance": _tolerance(num.get("tolerance")),
         "numerics_ok": _numerics_ok(num),
         "per_output": num.get("per_output") or {}, "notes": list(report.get("notes") or []),
+        "extras": list(manifest["extras"] if "extras" in manifest else backend_extras(manifest.get("backends") or {})),
     }
 
 
@@ -332,7 +334,9 @@ def document(source: Any, report: dict | None = None) -> tuple[str, list[Section
         head += f"; measured end to end **{s['plan_ms']:.3f} ms**"
     if s["best_baseline"]:
         head += f"; best single backend {s['best_baseline']} {s['best_baseline_ms']:.3f} ms" + _speed_words(s)
-    sections = [Section("", text=[head + "."])]
+    need = ("To run it elsewhere: pip install " + " ".join(f"'collage[{e}]'" for e in s["extras"]) if s["extras"]
+            else "To run it elsewhere: pip install collage (its partitions need ONNX Runtime only)")
+    sections = [Section("", text=[head + ".", need + "."])]
     cov = _coverage_section(report)
     if cov:
         sections.append(cov)

@@ -402,6 +402,8 @@ def _make_backend(name: str, info: Mapping[str, Any], root: Path, overrides: Map
         settings = {k: v for k, v in (info.get("settings") or {}).items() if k in params and k not in options}
         if settings or overrides:
             b = get_backend(name, **{**settings, **options, **dict(overrides or {})})
+    except BackendUnavailable as e:  # its runtime is not installed: the message says what to pip install
+        raise BackendUnavailable(f"{root}: needs backend {name!r}: {e}") from e
     except CollageError:
         raise
     except Exception as e:

@@ -16,6 +16,7 @@ manifest.json (``FORMAT_VERSION`` 1)::
      "target": "cpu", "machine": "x86_64|<cpu model>|2c",
      "model": {"name": ..., "source": "resnet50.onnx", "nodes": 122,
                "sha256": ..., "sha256_of": "source file" | "serialized model"},
+     "extras": ["openvino"],   # pip extras beyond the core install its backends need (collage.extras)
      "backends": {"openvino": {"version": ..., "device": "cpu", "options": {<kwargs of get_backend>},
                                "settings": {<Backend.options>}}},
      "inputs":  [{"name": "x", "shape": [1, 3, 224, 224], "dtype": "float32"}],
@@ -52,6 +53,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collage.errors import ArtifactError, BackendUnavailable
+from collage.extras import backend_extras
 from collage.graph.inputs import input_specs
 from collage.runtime.manifest import FORMAT_VERSION, MANIFEST, PLAN_FILE, REPORT_FILE, collage_version
 from collage.util import machine_id, sha256_bytes, sha256_file
@@ -197,6 +199,8 @@ def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike, *,
             "machine": machine_id(),
             "model": {"name": graph.name, "source": Path(graph.source).name, "nodes": len(graph),
                       "sha256": sha, "sha256_of": sha_of},
+            # what `pip install` a machine that runs this artifact needs beyond `pip install collage`
+            "extras": backend_extras(backends),
             "backends": {name: {"version": b.version(), "device": b.device,
                                 "options": backend_options.get(name, {}), "settings": b.options}
                          for name, b in backends.items()},

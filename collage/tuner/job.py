@@ -60,8 +60,47 @@ class TuneResult:
 
     @property
     def best_single(self) -> tuple[str, float]:
+        """(backend, ms) of the fastest single backend on the whole model (``to_dict()`` has it as a dict)."""
         name = min(self.baselines, key=self.baselines.__getitem__)
         return name, self.baselines[name]
+
+    # the other keys of ``to_dict()`` (collage.tuner.result), as attributes
+    @property
+    def artifact(self) -> str:
+        return str(self.out_dir)
+
+    @property
+    def model(self) -> str | None:
+        return self.to_dict()["model"]
+
+    @property
+    def target(self) -> str | None:
+        return self.to_dict()["target"]
+
+    @property
+    def backends(self) -> list[str]:
+        return self.to_dict()["backends"]
+
+    @property
+    def predicted_ms(self) -> float | None:
+        return self.to_dict()["predicted_ms"]
+
+    @property
+    def speedup(self) -> float | None:
+        """Best single backend ms / plan ms (None when no baseline ran)."""
+        return self.to_dict()["speedup"]
+
+    @property
+    def coverage(self) -> dict[str, Any] | None:
+        return self.to_dict()["coverage"]
+
+    @property
+    def numerics(self) -> dict[str, Any] | None:
+        return self.to_dict()["numerics"]
+
+    @property
+    def notes(self) -> list[str]:
+        return self.to_dict()["notes"]
 
     @property
     def partitions(self) -> Any:

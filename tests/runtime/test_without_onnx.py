@@ -26,7 +26,7 @@ _NO_ONNX = textwrap.dedent("""
             return None
 
     sys.meta_path.insert(0, _NoOnnx())
-    for m in ("networkx", "pandas", "optuna", "tqdm", "openvino", "tvm"):
+    for m in ("networkx", "pandas", "optuna", "tqdm", "tvm", *sys.argv[4:]):
         sys.modules[m] = None
 """)
 
@@ -71,8 +71,17 @@ def test_an_ort_only_artifact_loads_and_runs_without_onnx(tmp_path):
     rng = np.random.default_rng(0)
     feeds = {t: rng.standard_normal(graph.tensor(t).shape).astype(np.float32) for t in graph.inputs}
     np.savez(tmp_path / "feeds.npz", **feeds)
+    _run_without_onnx(tmp_path, graph, arts, "openvino")
+
+
+def _run_without_onnx(tmp_path, graph, arts: dict[str, str], *blocked: str) -> None:
+    """Run ``arts`` (name -> artifact path) with `collage run` and collage.load() in a child where onnx and
+    ``blocked`` cannot be imported; their outputs must be the whole model's, and no onnx module imported."""
+    rng = np.random.default_rng(0)
+    feeds = {t: rng.standard_normal(graph.tensor(t).shape).astype(np.float32) for t in graph.inputs}
+    np.savez(tmp_path / "feeds.npz", **feeds)
     proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(arts), str(tmp_path / "feeds.npz"),
-                           str(tmp_path / "got.npz")], capture_output=True, text=True, timeout=300)
+                           str(tmp_path / "got.npz"), *blocked], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"onnx": []}
     assert proc.stdout.count("p50") == len(arts)  # `collage run --repeat 3` of each
@@ -81,3 +90,41 @@ def test_an_ort_only_artifact_loads_and_runs_without_onnx(tmp_path):
     for key in arts:
         for name in graph.outputs:
             np.testing.assert_allclose(got[f"{key}/{name}"], want[name], rtol=1e-4, atol=1e-5, err_msg=f"{key}: {name}")
+
+
+def test_an_openvino_artifact_loads_and_runs_without_onnx(tmp_path):
+    """`pip install 'collage[openvino]'` without onnx (issue 40: "module onnx is missing" was the answer): a mixed
+    ONNX Runtime / OpenVINO artifact and an all-OpenVINO linked one (channels-last hand-over) load and run where
+    ``import onnx`` fails, and compute what the whole model does."""
+    from collage import zoo
+    from collage.tuner.export import export
+
+    need_backends("onnxruntime", "openvino")
+    graph = zoo.load_graph("zoo:tiny-resnet")
+    mixed = export_mixed_plan(tmp_path / "mixed", parts=3)
+    linked = export(graph, Plan([Partition(tuple(p), "openvino") for p in residual_pieces(graph)]),
+                    tmp_path / "linked")
+    entries = {k: [p["entry"] for p in json.loads((a / "manifest.json").read_text())["partitions"]]
+               for k, a in (("mixed", mixed), ("linked", linked))}
+    assert {e["backend"] for e in entries["mixed"]} == {"onnxruntime", "openvino"}
+    assert len(entries["linked"]) > 2 and sum(bool(e.get("linked")) for e in entries["linked"]) >= 2
+    _run_without_onnx(tmp_path, graph, {"mixed": str(mixed), "linked": str(linked)})
+
+
+def test_an_artifact_names_the_extra_it_needs(tmp_path):
+    """manifest.json lists the extras beyond `pip install collage`; where one is missing, `collage run` says in one
+    line which `pip install` brings it (exit 2), and `collage report` says what to install."""
+    mixed = export_mixed_plan(tmp_path / "mixed", parts=3)
+    ort_only = export_mixed_plan(tmp_path / "ort", backends=("onnxruntime",), parts=2)
+    assert json.loads((mixed / "manifest.json").read_text())["extras"] == ["openvino"]
+    assert json.loads((ort_only / "manifest.json").read_text())["extras"] == []
+    child = _NO_ONNX + "from collage.cli import main\nsys.exit(main(['run', sys.argv[1], '--random']))\n"
+    proc = subprocess.run([sys.executable, "-c", child, str(mixed), "", "", "openvino"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'collage[openvino]'" in lines[0] and "Traceback" not in proc.stderr, lines
+    report = subprocess.run([sys.executable, "-m", "collage.cli", "report", str(mixed)], capture_output=True,
+                            text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert "To run it elsewhere: pip install 'collage[openvino]'" in report.stdout

@@ -26,15 +26,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
-
-import onnx
+from typing import TYPE_CHECKING, Any
 
 from collage.backends.base import Backend, Compiled, trial_refusal
 from collage.backends.openvino.compiled import OVCompiled, core, openvino_module
-from collage.backends.openvino.exact import check_exact, inexact_node
 from collage.errors import ArtifactError, BackendUnavailable, CollageError
 from collage.util import thread_count
+
+if TYPE_CHECKING:  # the deploy path (load) needs openvino only; onnx is read lazily where a model is converted
+    import onnx
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +91,16 @@ class OpenVINOBackend(Backend):
         return core().compile_model(model, "CPU", self.config())
 
     def _check_supported(self, model: onnx.ModelProto) -> str | None:
+        from collage.backends.openvino.exact import inexact_node
+
         found = inexact_node(model)
         if found is not None:
             return found[1]
         return trial_refusal(lambda: self.compile_model(self.read_model(model.SerializeToString())))
 
     def compile(self, model: onnx.ModelProto) -> OVCompiled:
+        from collage.backends.openvino.exact import check_exact
+
         check_exact(self.name, model)
         try:
             compiled = self.compile_model(self.read_model(model.SerializeToString()))

@@ -10,16 +10,29 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import onnx
 
 from collage.backends import handover
 from collage.backends.base import Compiled
-from collage.backends.openvino.exact import check_int32_range
 from collage.errors import ArtifactError, BackendUnavailable, CollageError
 from collage.util import sha256_bytes
+
+if TYPE_CHECKING:  # a loaded partition needs openvino only (the runtime install has no onnx)
+    import onnx
+
+
+#: the CPU plugin carries int64 as int32 (collage.backends.openvino.exact refuses nodes that would compute past it)
+I32_MIN, I32_MAX = -2**31, 2**31 - 1
+
+
+def check_int32_range(name: str, arr: np.ndarray) -> None:
+    """Refuse an int64 input ``arr`` holding a value the plugin's int32 cannot carry."""
+    if arr.size and (arr.min() < I32_MIN or arr.max() > I32_MAX):
+        raise CollageError(f"openvino: int64 input {name!r} holds values past +-2**31 (min {arr.min()}, max "
+                           f"{arr.max()}); the CPU plugin carries int64 as int32 and would return wrong values. "
+                           "Run this part of the model on another backend (re-tune without openvino for it)")
 
 
 class ModelReader(Protocol):
@@ -133,7 +146,7 @@ class OVCompiled(Compiled):
         try:
             self._request.infer(share_outputs=True)
         except Exception as e:  # noqa: BLE001 - a runtime failure as one clear error
-            what = self._source.graph.name if isinstance(self._source, onnx.ModelProto) else self._source.name
+            what = self._source.graph.name if not isinstance(self._source, Path) else self._source.name
             raise CollageError(f"openvino failed running {what!r}: {' '.join(str(e).split())[:400]}") from e
         return dict(self._outputs)
 

@@ -1,7 +1,6 @@
 """Element types and node forms the OpenVINO CPU plugin computes inexactly: the nodes refused at support/compile
-time (:func:`inexact_node`, :func:`check_exact`) and the run-time range check of int64 inputs
-(:func:`check_int32_range`). Shared by the backend, the compiled partition and the linker, which do not
-import each other for it.
+time (:func:`inexact_node`, :func:`check_exact`), shared by the backend and the linker. (The run-time range check
+of int64 inputs, ``check_int32_range``, is the compiled partition's: a loaded artifact needs no onnx.)
 """
 from __future__ import annotations
 
@@ -13,6 +12,7 @@ import onnx
 from onnx import numpy_helper
 
 from collage.backends.base import first_refused, node_attr, refuse
+from collage.backends.openvino.compiled import I32_MAX, I32_MIN
 from collage.backends.support import value_types
 from collage.errors import CollageError
 
@@ -30,7 +30,6 @@ _INEXACT = {onnx.TensorProto.DOUBLE: "float64 (computed as float32)",
 #: (``OVCompiled.run`` refuses a value past int32), constants are checked here, and a node that COMPUTES
 #: int64 values (arithmetic, whose result may pass int32) is refused.
 _I64 = onnx.TensorProto.INT64
-I32_MIN, I32_MAX = -2**31, 2**31 - 1
 #: int8/uint8 arithmetic saturates in the plugin (127 + 127 = 127) where ONNX Runtime and numpy wrap.
 _SATURATING = {onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8"}
 _ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Div", "Sum", "Mean", "Neg", "Abs", "Pow", "Mod", "CumSum", "MatMul",
@@ -160,12 +159,4 @@ def check_exact(backend_name: str, model: onnx.ModelProto) -> None:
     refuse(backend_name, model, inexact_node(model))
 
 
-def check_int32_range(name: str, arr: np.ndarray) -> None:
-    """Refuse an int64 input ``arr`` holding a value the plugin's int32 cannot carry."""
-    if arr.size and (arr.min() < I32_MIN or arr.max() > I32_MAX):
-        raise CollageError(f"openvino: int64 input {name!r} holds values past +-2**31 (min {arr.min()}, max "
-                           f"{arr.max()}); the CPU plugin carries int64 as int32 and would return wrong values. "
-                           "Run this part of the model on another backend (re-tune without openvino for it)")
-
-
-__all__ = ["I32_MAX", "I32_MIN", "check_exact", "check_int32_range", "inexact_node"]
+__all__ = ["check_exact", "inexact_node"]
