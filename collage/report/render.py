@@ -402,8 +402,11 @@ def render_markdown(source: Any, report: dict | None = None) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-_CSS = """body{font-family:sans-serif;margin:2em auto;max-width:1160px;padding:0 1em;color:#111}
-table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:3px 8px;text-align:left}
+#: (nothing wider than the window: a long model, backend or tensor name with nowhere to break wraps anyway,
+#: a number never (td.n); a table still too wide for the page scrolls in its own box)
+_CSS = """body{font-family:sans-serif;margin:2em auto;max-width:1160px;padding:0 1em;color:#111;overflow-wrap:anywhere}
+.table{overflow-x:auto;margin:1em 0}table{border-collapse:collapse}
+td,th{border:1px solid #bbb;padding:3px 8px;text-align:left}th,td.n{overflow-wrap:normal;white-space:nowrap}
 th{background:#eee}.figure{max-width:100%;border:1px solid #ddd;padding:4px}.bad{color:#a00000;font-weight:bold}"""
 
 
@@ -411,6 +414,10 @@ def _inline(text: str) -> str:
     """Escaped text; ``**x**`` -> <b>x</b>; OVER BUDGET / EXCEEDED marked."""
     out = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(text))
     return re.sub(r"\b(EXCEEDED|OVER BUDGET)\b", r'<span class="bad">\1</span>', out)
+
+
+#: a table cell that holds a number (as ``display`` writes them: 0.130, 1e-06, inf, –)
+_NUMBER_CELL = re.compile(r"<td>([-+–0-9.e]+|inf)</td>")
 
 
 def html_page(source: Any, report: dict | None = None) -> str:
@@ -424,7 +431,8 @@ def html_page(source: Any, report: dict | None = None) -> str:
         if sec.bullets:
             body.append("<ul>" + "".join(f"<li>{_inline(b)}</li>" for b in sec.bullets) + "</ul>")
         if sec.table is not None:
-            body.append(sec.table.to_html(index=False, escape=True, border=0))
+            body.append('<div class="table">' + _NUMBER_CELL.sub(r'<td class="n">\1</td>', sec.table.to_html(
+                index=False, escape=True, border=0)) + "</div>")
         body += [f'<div class="figure">{svg}</div>' for svg in sec.pictures]
     return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<meta name='viewport' content='width=device-width'><style>{_CSS}</style></head><body>\n"

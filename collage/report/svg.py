@@ -1,4 +1,5 @@
-"""Pictures of a tuned artifact as SVG strings (used by :mod:`collage.report.render`; imports nothing of collage).
+"""Pictures of a tuned artifact as SVG strings (used by :mod:`collage.report.render`; imports nothing of collage
+but :mod:`collage.report.textfit`, which sizes and wraps their text).
 
 - ``render_svg(manifest)``: partitions as boxes (width by measured ms) by longest-path layer, arrows
   labelled with the tensor handed over and its size, every node as a small square coloured by backend.
@@ -15,7 +16,10 @@ import html
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from collage.report.textfit import fit, svg_text, text_width, wrap
 
 #: base colour of each backend family (fp32 / default variant)
 FAMILY = {"onnxruntime": "#1f5fa0", "openvino": "#6a2c9c", "tvm": "#2b6a2b", "tensorrt": "#a3231f",
@@ -133,6 +137,64 @@ def _esc(s: object) -> str:
     return html.escape(str(s))
 
 
+@dataclass
+class _Header:
+    """Text lines over a picture: a bold title (13 px) and grey subtitle lines (11 px)."""
+
+    title: list[str]
+    subtitle: list[str]
+
+    def bottom(self, top: float) -> float:
+        """Where the last line's descenders end when the first baseline is ``top + 8``."""
+        return top + 8 + 17 * (len(self.title) - 1) + (18 + 14 * (len(self.subtitle) - 1) if self.subtitle else 0) + 4
+
+    def svg(self, x: float, top: float) -> list[str]:
+        out = [svg_text(x, top + 8, self.title, 17, 'font-size="13" font-weight="bold"')]
+        if self.subtitle:
+            out.append(svg_text(x, top + 8 + 17 * (len(self.title) - 1) + 18, self.subtitle, 14, 'fill="#333"'))
+        return out
+
+
+_PAD = 6  # text inside a box starts this far from its left edge, and ends this far from its right
+
+
+def _box_labels(parts: list[dict], costs: list[float | None]) -> tuple[list[str], list[str], float]:
+    """('#k backend', 'n ops · ms') of each partition and the narrowest box that holds the widest of
+    them on one line (96 to 160 px; a wider label wraps)."""
+    heads = [f"#{k} {p['backend']}" for k, p in enumerate(parts)]
+    infos = [f"{len(p['nodes'])} ops" + ("" if c is None else f" · {c:.3f} ms") for p, c in zip(parts, costs)]
+    widest = max((text_width(s, 11) for s in heads + infos), default=0.0)
+    return heads, infos, max(96.0, min(160.0, widest + 2 * _PAD))
+
+
+def _edge_label(name: str, size: str, lx: float, ly: float, anchor: str, total_w: float, margin: float) -> str:
+    """An arrow's label (tensor name, then its shape and size; 9 px), moved or cut to stay inside the
+    picture."""
+    room = total_w - margin
+    name, size = fit(name, room, 9), fit(size, room, 9)
+    wide = max(text_width(name, 9), text_width(size, 9))
+    if anchor == "middle":
+        lx = max(margin / 2 + wide / 2, min(lx, total_w - margin / 2 - wide / 2))
+    else:
+        lx = max(margin / 2, min(lx, total_w - margin / 2 - wide))
+    return svg_text(lx, ly, [name] + ([size] if size else []), 10,
+                    f'text-anchor="{anchor}" font-size="9" fill="#222" stroke="white" stroke-width="3" '
+                    'paint-order="stroke"')
+
+
+def _legend(names: list[str], pairs: Mapping[str, tuple[str, str]], parts: list[dict],
+            nodes_by: Mapping[str, int], x: float, top: float, text_w: float) -> tuple[list[str], float]:
+    """A swatch and 'backend: n partition(s), m node(s)' (wrapped to ``text_w``) per backend; (svg, bottom)."""
+    counts = Counter(p["backend"] for p in parts)
+    out, y = [], top
+    for b in names:
+        lines = wrap(f"{b}: {counts[b]} partition(s), {nodes_by[b]} node(s)", text_w - 24, 11)
+        out.append(f'<rect x="{x}" y="{y:.0f}" width="16" height="16" fill="{pairs[b][0]}" stroke="#222" '
+                   f'stroke-width="0.5"/>' + svg_text(x + 24, y + 12, lines, 14))
+        y += max(24, 14 * len(lines) + 10)
+    return out, y
+
+
 def render_svg(manifest: dict, max_width: int = 1100) -> str:
     """The graph coloured by backend, as an SVG string that scales down to its container's width.
 
@@ -140,7 +202,9 @@ def render_svg(manifest: dict, max_width: int = 1100) -> str:
     of the partition DAG (parallel partitions stack), columns left to right wrapped into bands; an arrow,
     labelled with the tensor and its size, for each tensor handed from one partition to another. Below:
     every node in topological order as a small square coloured by its partition's backend (hover for the
-    op), a dark tick where a partition starts. A legend.
+    op), a dark tick where a partition starts. A legend. Every line of text is wrapped (or cut, with the
+    whole in a tooltip) to fit the picture and its box by :func:`collage.report.textfit.text_width`, an
+    upper bound over the common fonts; the picture's height follows the number of lines.
     """
     parts = manifest["partitions"]
     tensors = manifest.get("tensors") or {}
@@ -152,13 +216,17 @@ def render_svg(manifest: dict, max_width: int = 1100) -> str:
         cols.setdefault(lv, []).append(k)
     costs = [num(p.get("cost_ms")) for p in parts]
     top_ms = max((c for c in costs if c is not None), default=None)
-    bw_min, bw_max, bh, gap_in, band_gap, margin, gutter = 96, 220, 40, 40, 72, 20, 24
+    heads, infos, bw_min = _box_labels(parts, costs)
+    bw_max, gap_in, band_gap, margin, gutter = bw_min + 124, 40, 72, 20, 24
     hgap = 150 if len(cols) <= 12 else 40  # room for an arrow's label between columns
 
     def box_w(k: int) -> float:
         c = costs[k]
         return bw_min if c is None or not top_ms else bw_min + (bw_max - bw_min) * c / top_ms
 
+    box_lines = [(wrap(heads[k], box_w(k) - 2 * _PAD, 11, 2), wrap(infos[k], box_w(k) - 2 * _PAD, 11, 2))
+                 for k in range(len(parts))]
+    bh = 8 + 16 * max((len(hs) + len(ls) for hs, ls in box_lines), default=2)
     col_w = {lv: max(box_w(k) for k in ks) for lv, ks in cols.items()}
     bands: list[list[int]] = [[]]
     width_used = gutter + margin
@@ -169,14 +237,15 @@ def render_svg(manifest: dict, max_width: int = 1100) -> str:
         bands[-1].append(lv)
         width_used += col_w[lv] + hgap
     band_widths = [gutter + margin * 2 + sum(col_w[lv] for lv in b) + hgap * (len(b) - 1) for b in bands]
-    title = f"{len(parts)} partition(s) in execution order, left to right"
-    subtitle = ("box width: measured ms of the partition; arrows: tensors handed from one partition to the next, "
-                "with shape and size")
-    total_w = max(600.0, min(float(max_width), max(band_widths)), 7.2 * len(title) + 2 * margin)
+    total_w = max(600.0, min(float(max_width), max(band_widths)))
+    text_w = total_w - 2 * margin
+    header = _Header(wrap(f"{len(parts)} partition(s) in execution order, left to right", text_w, 13),
+                     wrap("box width: measured ms of the partition; arrows: tensors handed from one partition "
+                          "to the next, with shape and size", text_w, 11))
     pos: dict[int, tuple[float, float]] = {}
     band_of: dict[int, int] = {}
     band_bottom: list[float] = []
-    y = margin + 70  # room for arcs over the first band, under the subtitle
+    y = header.bottom(margin) + 54  # room for arcs (and their labels) over the first band, under the header
     for j, band in enumerate(bands):
         band_h = max(len(cols[lv]) for lv in band) * (bh + gap_in) - gap_in
         x = float(gutter + margin)
@@ -194,17 +263,19 @@ def render_svg(manifest: dict, max_width: int = 1100) -> str:
                    for i, op in zip(p["nodes"], p.get("ops") or ["?"] * len(p["nodes"])))
     cell = 12
     per_row = max(20, int((total_w - 2 * margin) // cell))
-    strip_top = blocks_h + 30
+    strip_title = wrap(f"All {len(nodes)} nodes in topological order (a dark tick marks where a partition "
+                       "starts)", text_w, 13)
+    strip_top = blocks_h + 30 + 17 * (len(strip_title) - 1)
     strip_h = math.ceil(len(nodes) / per_row) * cell
-    legend_top = strip_top + strip_h + 24
-    height = legend_top + 24 * len(names) + margin
+    legend, legend_bottom = _legend(names, pairs, parts, Counter(b for _, b, _, _ in nodes), margin,
+                                    strip_top + strip_h + 24, text_w)
+    height = legend_bottom + margin
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w:.0f}" height="{height:.0f}" '
            f'viewBox="0 0 {total_w:.0f} {height:.0f}" style="max-width:100%;height:auto" '
            'font-family="sans-serif" font-size="11" role="img">',
            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" '
            'orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#444"/></marker></defs>',
-           f'<text x="{margin}" y="{margin + 8}" font-size="13" font-weight="bold">{_esc(title)}</text>',
-           f'<text x="{margin}" y="{margin + 26}" fill="#333">{_esc(subtitle)}</text>']
+           *header.svg(margin, margin)]
     producer: dict[str, int] = {}
     edges: dict[tuple[int, int], list[str]] = {}
     for k, p in enumerate(parts):
@@ -241,30 +312,22 @@ def render_svg(manifest: dict, max_width: int = 1100) -> str:
                 d = (f"M {x1:.1f} {ya + bh:.1f} L {x1:.1f} {lane[ja] + jitter:.1f} L {g:.1f} {lane[ja] + jitter:.1f} "
                      f"L {g:.1f} {lane[jb - 1] + jitter:.1f} L {x2:.1f} {lane[jb - 1] + jitter:.1f} L {x2:.1f} {yb - 2:.1f}")
             lx, ly, anchor = x1 + 4, lane[ja] + jitter - 16, "start"
-        # keep the label inside the picture (about 5.6 px a character at 9 px)
-        half = 5.6 * max(len(name), len(size)) / (2 if anchor == "middle" else 1)
-        lo, hi = (margin / 2 + half, total_w - margin / 2 - half) if anchor == "middle" else \
-            (margin / 2, total_w - margin / 2 - half)
-        lx = max(lo, min(lx, hi))
         full = ", ".join(" ".join(tensor_label(t, tensors.get(t), 200)) for t in names_ab)
         out.append(f'<path d="{d}" fill="none" stroke="#444" stroke-width="1.2" marker-end="url(#arrow)">'
                    f'<title>{_esc(full)}</title></path>')
-        labels.append(f'<text x="{lx:.1f}" y="{ly:.1f}" text-anchor="{anchor}" font-size="9" fill="#222" '
-                      f'stroke="white" stroke-width="3" paint-order="stroke">{_esc(name)}'
-                      + (f'<tspan x="{lx:.1f}" dy="10">{_esc(size)}</tspan>' if size else "") + "</text>")
+        labels.append(_edge_label(name, size, lx, ly, anchor, total_w, margin))
     for k, p in enumerate(parts):
         x, y = pos[k]
         fill, ink = pairs[p["backend"]]
-        ms = costs[k]
         tip = f"partition {k}: {p['backend']}, {len(p['nodes'])} ops ({op_summary(p.get('ops') or [], 8)})"
+        head, info = box_lines[k]
         out.append(f'<g><title>{_esc(tip)}</title><rect x="{x:.1f}" y="{y:.1f}" width="{box_w(k):.1f}" '
                    f'height="{bh}" rx="6" fill="{fill}" stroke="#222" stroke-width="0.8"/>'
-                   f'<text x="{x + 6:.1f}" y="{y + 16:.1f}" fill="{ink}" font-weight="bold">#{k} '
-                   f'{_esc(p["backend"][:16])}</text><text x="{x + 6:.1f}" y="{y + 32:.1f}" fill="{ink}">'
-                   f'{len(p["nodes"])} ops{"" if ms is None else f" · {ms:.3f} ms"}</text></g>')
+                   + svg_text(x + _PAD, y + 16, head, 16, f'fill="{ink}" font-weight="bold"')
+                   + svg_text(x + _PAD, y + 16 + 16 * len(head), info, 16, f'fill="{ink}"') + "</g>")
     out += labels  # over the arrows and boxes
-    out.append(f'<text x="{margin}" y="{strip_top - 10:.0f}" font-size="13" font-weight="bold">All {len(nodes)} '
-               'nodes in topological order (a dark tick marks where a partition starts)</text>')
+    out.append(svg_text(margin, strip_top - 10 - 17 * (len(strip_title) - 1), strip_title, 17,
+                        'font-size="13" font-weight="bold"'))
     last_part = None
     for n, (i, backend, k, op) in enumerate(nodes):
         x = margin + (n % per_row) * cell
@@ -274,13 +337,7 @@ def render_svg(manifest: dict, max_width: int = 1100) -> str:
         if k != last_part:
             out.append(f'<rect x="{x}" y="{y}" width="2" height="{cell - 1}" fill="#111"/>')
             last_part = k
-    counts = Counter(p["backend"] for p in parts)
-    nodes_by = Counter(b for _, b, _, _ in nodes)
-    for j, b in enumerate(names):
-        y = legend_top + 24 * j
-        out.append(f'<rect x="{margin}" y="{y}" width="16" height="16" fill="{pairs[b][0]}" stroke="#222" '
-                   f'stroke-width="0.5"/><text x="{margin + 24}" y="{y + 12}">{_esc(b)}: {counts[b]} partition(s), '
-                   f'{nodes_by[b]} node(s)</text>')
+    out += legend
     out.append("</svg>")
     return "\n".join(out)
 
@@ -288,35 +345,53 @@ def render_svg(manifest: dict, max_width: int = 1100) -> str:
 # ---------------------------------------------------------------------- bar chart
 def render_bars(rows: Sequence[Mapping[str, Any]], width: int = 900) -> str:
     """Time per partition (its backend's colour) against the runner-up backend's time for the same nodes
-    (grey), one pair of bars per partition. ``rows``: dicts with partition, backend, ms, runner_up, runner_up_ms."""
+    (grey), one pair of bars per partition. ``rows``: dicts with partition, backend, ms, runner_up, runner_up_ms.
+
+    The labels' column is as wide as the widest '#k backend' (up to 260 px; a longer one takes two lines,
+    cut with '…', the whole in the bar's tooltip), the bars' as wide as ``width`` leaves once the longest
+    text after a bar fits (``width`` grows when that leaves under 300 px), by
+    :func:`collage.report.textfit.text_width`."""
     rows = list(rows)
     vals = [v for r in rows for v in (num(r.get("ms")), num(r.get("runner_up_ms"))) if v is not None]
     top = max(vals, default=0.0) or 1.0
-    left, right, bar_h, gap, margin = 170, 330, 12, 12, 16
+    bar_h, gap, margin = 12, 12, 16
+    heads = [f"#{r['partition']} {r['backend']}" for r in rows]
+    left = margin + 8 + min(260.0, max((text_width(h, 11) for h in heads), default=0.0))
+    after = [_after_bars(r) for r in rows]
+    right = 4 + margin + max((text_width(t, 11) for pair in after for t in pair), default=0.0)
+    width = max(float(width), left + right + 300)
     span = width - left - right
-    height = margin * 2 + 20 + len(rows) * (2 * bar_h + gap)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-           'style="max-width:100%;height:auto" font-family="sans-serif" font-size="11" role="img">',
-           f'<text x="{margin}" y="{margin + 4}" font-size="13" font-weight="bold">Time per partition (ms, measured '
-           'alone) against the runner-up backend</text>']
-    y = margin + 20
-    for r in rows:
+    title = wrap("Time per partition (ms, measured alone) against the runner-up backend", width - 2 * margin, 13)
+    y = margin + 20 + 17 * (len(title) - 1)
+    height = y + len(rows) * (2 * bar_h + gap) + margin
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height}" '
+           f'viewBox="0 0 {width:.0f} {height}" style="max-width:100%;height:auto" font-family="sans-serif" '
+           'font-size="11" role="img">', svg_text(margin, margin + 4, title, 17, 'font-size="13" font-weight="bold"')]
+    for r, head, (value, runner_up) in zip(rows, heads, after):
         ms, ru_ms = num(r.get("ms")), num(r.get("runner_up_ms"))
         fill, _ = colour_pair(str(r["backend"]))
-        out.append(f'<text x="{left - 8}" y="{y + bar_h - 2}" text-anchor="end">#{r["partition"]} {_esc(r["backend"])}</text>')
+        out.append(svg_text(left - 8, y + bar_h - 2, wrap(head, left - 8 - margin, 11, 2), 13, 'text-anchor="end"'))
         w = 0 if ms is None else max(1.0, span * ms / top)
-        out.append(f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{fill}"><title>partition '
+        out.append(f'<rect x="{left:.1f}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{fill}"><title>partition '
                    f'{r["partition"]} on {_esc(r["backend"])}: {"–" if ms is None else f"{ms:.3f}"} ms</title></rect>'
-                   f'<text x="{left + w + 4:.1f}" y="{y + bar_h - 2}">{"unknown" if ms is None else f"{ms:.3f} ms"}</text>')
+                   + svg_text(left + w + 4, y + bar_h - 2, [value]))
         y += bar_h
         if ru_ms is not None and r.get("runner_up"):
             w2 = max(1.0, span * ru_ms / top)
-            ratio = f" ({ru_ms / ms:.2f}× the chosen)" if ms else ""
-            out.append(f'<rect x="{left}" y="{y}" width="{w2:.1f}" height="{bar_h - 3}" fill="#9a9a9a"/>'
-                       f'<text x="{left + w2 + 4:.1f}" y="{y + bar_h - 3}" fill="#333">runner-up '
-                       f'{_esc(r["runner_up"])} {ru_ms:.3f} ms{ratio}</text>')
+            out.append(f'<rect x="{left:.1f}" y="{y}" width="{w2:.1f}" height="{bar_h - 3}" fill="#9a9a9a"/>'
+                       + svg_text(left + w2 + 4, y + bar_h - 3, [runner_up], 13, 'fill="#333"'))
         else:
-            out.append(f'<text x="{left + 4}" y="{y + bar_h - 3}" fill="#333">no runner-up measured</text>')
+            out.append(svg_text(left + 4, y + bar_h - 3, [runner_up], 13, 'fill="#333"'))
         y += bar_h + gap
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _after_bars(r: Mapping[str, Any]) -> tuple[str, str]:
+    """The texts after a row's bars: its ms, and the runner-up's name, ms and ratio (or that none was measured)."""
+    ms, ru_ms = num(r.get("ms")), num(r.get("runner_up_ms"))
+    value = "unknown" if ms is None else f"{ms:.3f} ms"
+    if ru_ms is None or not r.get("runner_up"):
+        return value, "no runner-up measured"
+    ratio = f" ({ru_ms / ms:.2f}× the chosen)" if ms else ""
+    return value, f"runner-up {r['runner_up']} {ru_ms:.3f} ms{ratio}"

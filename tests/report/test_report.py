@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from collage.report.render import baselines_table, partition_table, render_html, render_markdown, summary
-from collage.report.svg import colour_pair, render_svg
+from collage.report.svg import colour_pair, render_bars, render_svg
 from collage.util import sha256_file
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -181,3 +181,88 @@ def test_tolerance_as_atol_rtol_and_explicit_verdict(tmp_path):
     num["ok"] = True
     (d / "report.json").write_text(json.dumps({**REPORT, "numerics": num}))
     assert "rtol 0.001: ok)" in render_markdown(d)
+
+
+# ---------------------------------------------------------------------- text fits its picture, in any font
+LONG_BACKENDS = ("openvino-int8-bf16", "onnxruntime-cuda-graph-capture-with-io-binding",
+                 "abackendnamewithnoplacetobreakitatallanywhereinit")
+
+
+def _long_manifest(n_parts: int) -> dict:
+    """``_manifest`` with long backend and tensor names, every tensor's shape recorded."""
+    m = _manifest(n_parts, backends=LONG_BACKENDS)
+    rename = {t: f"{t}/a_rather_long_tensor_name_from_an_exporter:0" for p in m["partitions"]
+              for t in (*p["inputs"], *p["outputs"])}
+    for p in m["partitions"]:
+        p["inputs"], p["outputs"] = [rename[t] for t in p["inputs"]], [rename[t] for t in p["outputs"]]
+    m["tensors"] = {t: {"name": t, "shape": [1, 2, 3, 4, 5, 6, 7, 8], "dtype": "float32"} for t in rename.values()}
+    return m
+
+
+def _lines(root: ET.Element):
+    """(line, font size, left, right, baseline, the box it is in or None) of every line of text in an SVG,
+    its extent by the conservative width estimate."""
+    from collage.report.textfit import text_width
+    boxes = {t: g.find(f"{SVG}rect") for g in root.iter(f"{SVG}g") for t in g.iter(f"{SVG}text")}
+    for t in root.iter(f"{SVG}text"):
+        size = float(t.get("font-size") or root.get("font-size"))
+        x, y = float(t.get("x")), float(t.get("y"))
+        for k, (line, dy) in enumerate([(t.text or "", 0.0)] + [(s.text or "", float(s.get("dy"))) for s in t]):
+            x, y = (float(t[k - 1].get("x")) if k else x), y + dy
+            w = text_width(line, size)
+            left = {"start": x, "middle": x - w / 2, "end": x - w}[t.get("text-anchor", "start")]
+            yield line, size, left, left + w, y, boxes.get(t)
+
+
+def _assert_text_fits(svg: str) -> int:
+    """Every line of ``svg``'s text inside the picture (and its box) by the estimate; the number of lines."""
+    root = ET.fromstring(svg)
+    width, height = float(root.get("width")), float(root.get("height"))
+    n = 0
+    for line, size, left, right, base, box in _lines(root):
+        assert left >= 0 and right <= width, (line, left, right, width)
+        assert base - size >= 0 and base + 0.3 * size <= height, (line, base, height)
+        if box is not None:
+            bx, by, bw, bh = (float(box.get(a)) for a in ("x", "y", "width", "height"))
+            assert bx <= left and right <= bx + bw and by <= base - size and base + 0.3 * size <= by + bh, \
+                (line, left, right, base, box.attrib)
+        n += 1
+    return n
+
+
+@pytest.mark.parametrize("manifest", [_manifest(1), _manifest(3), _manifest(12), _manifest(40, 10),
+                                      _long_manifest(1), _long_manifest(3), _long_manifest(12)],
+                         ids=["1", "3", "12", "40", "long-1", "long-3", "long-12"])
+def test_every_line_of_text_fits_its_picture_in_any_font(manifest):
+    """The graph and the bar chart, by the width estimate that bounds DejaVu Sans / Mono / Serif and
+    Liberation (browser-free; tests/report/test_report_browser.py looks in Chromium with those fonts).
+    Issue #37: the graph's subtitle ran to 662 px of a 600 px picture in DejaVu Sans."""
+    assert _assert_text_fits(render_svg(manifest)) > 0
+    assert _assert_text_fits(render_bars(partition_table(manifest).to_dict("records"))) > 0
+
+
+def test_width_estimate_bounds_the_widest_common_font():
+    """text_width is at least what Chromium measures (canvas measureText, 11 px) in the widest of DejaVu Sans,
+    DejaVu Sans Bold, DejaVu Sans Mono, DejaVu Serif Bold, Liberation Sans Bold for these lines."""
+    from collage.report.textfit import text_width
+    measured = {"box width: measured ms of the partition; arrows: tensors handed from one partition to the "
+                "next, with shape and size": 761.6,  # DejaVu Sans Mono (DejaVu Sans: 641.8)
+                "#12 openvino-int8-bf16": 147.0,  # DejaVu Sans Bold
+                "All 40 nodes in topological order (a dark tick marks where a partition starts)": 516.6,
+                "runner-up onnxruntime-cuda 12.345 ms (1.20× the chosen)": 369.8,
+                "MMMM WWWW mmmm wwww @@%%": 240.8}  # DejaVu Serif Bold
+    for text, px in measured.items():
+        assert px <= text_width(text, 11) <= 1.3 * px, (text, text_width(text, 11), px)
+
+
+@pytest.mark.parametrize("text,width", [("box width: measured ms of the partition; arrows: tensors handed", 200),
+                                        ("#3 onnxruntime-cuda-graph-capture-with-io-binding", 120),
+                                        ("abackendnamewithnoplacetobreakitatallanywhereinit", 90), ("", 50)])
+def test_wrap_keeps_the_text_and_fits_each_line(text, width):
+    from collage.report.textfit import text_width, wrap
+    lines = wrap(text, width, 11)
+    assert all(text_width(s, 11) <= width for s in lines), lines
+    assert "".join(lines).replace(" ", "") == text.replace(" ", "")
+    cut = wrap(text, width, 11, max_lines=2)
+    assert len(cut) <= 2 and all(text_width(s, 11) <= width for s in cut)
+    assert cut[-1].endswith("…") == (len(lines) > 2)
