@@ -30,10 +30,16 @@ def bench(models: Sequence[str], *, backends: Sequence[str], target: str = "cpu"
     from collage.tuner.job import resolve_backends, tune
     from collage.tuner.options import TuneOptions
 
-    # what can be refused is refused before the first tune: the models, the backends and their options
+    # what can be refused is refused before the first tune: the models, the backends and their options, the
+    # artifact folders
     names = model_names(models)
     options = TuneOptions.build(target=target, backends=backends, budget_s=budget_s, backend_options=backend_options)
     resolve_backends(options.backends, target, options.all_backend_options())
+    if artifacts_dir:  # each model's artifact folder, as its tune will check it (a folder of the user's is refused)
+        from collage.tuner.outdir import check_output_location
+
+        for name in names.values():
+            check_output_location(Path(artifacts_dir) / name)
     stem = results_stem(out_dir, target)
     if progress:
         print(f"collage bench: {len(names)} model(s); results to {stem}.md and .csv", file=sys.stderr, flush=True)

@@ -56,6 +56,8 @@ from collage.errors import ArtifactError, BackendUnavailable
 from collage.extras import backend_extras
 from collage.graph.inputs import input_specs
 from collage.runtime.manifest import FORMAT_VERSION, MANIFEST, PLAN_FILE, REPORT_FILE, collage_version
+from collage.tuner.outdir import (archive_path, carry_over, check_output_location, inspect_output, install,
+                                  kept_line, recover_replaced, staging_dir, umask)
 from collage.util import machine_id, sha256_bytes, sha256_file
 
 if TYPE_CHECKING:
@@ -133,13 +135,15 @@ def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike, *,
     ``get_backend(name, **backend_options[name])``) unless ``compiled[k]`` already holds the
     compiled partition ``k``; the partitions of one backend are compiled together with
     ``Backend.compile_linked`` (tensors passed only between them may keep the runtime's own layout). The directory is built next to ``out_dir`` and renamed into place
-    only when complete; an existing ``out_dir`` is replaced only if it is a collage artifact (or an
-    empty directory). ``archive=True`` also writes ``<out_dir>.tar.gz``.
+    only when complete (inside it, where ``out_dir`` cannot be renamed: a mount point); an existing ``out_dir``
+    is replaced only if it is a collage artifact (the files it does not list are kept) or an empty directory
+    (:mod:`collage.tuner.outdir`). ``archive=True`` also writes ``<out_dir>.tar.gz``.
     """
     from collage.backends import get_backend
     from collage.plan import Partition, Plan as _Plan
 
-    out = check_output_location(out_dir)
+    where = inspect_output(out_dir, archive=archive)
+    out = where.out
     compiled = dict(compiled or {})
     backend_options = {k: dict(v) for k, v in (backend_options or {}).items()}
     bounds = [graph.boundary(p.nodes) for p in plan.partitions]
@@ -154,8 +158,7 @@ def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike, *,
         backends[name] = b
 
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        tmp = staging_dir(where)
     except OSError as e:
         raise ArtifactError(f"{out}: cannot write the artifact there ({e.strerror or e}); choose another "
                             "output path") from None
@@ -214,39 +217,18 @@ def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike, *,
         }
         _write_json(tmp / PLAN_FILE, _Plan(tied, plan.predicted_ms, list(plan.notes)).to_dict())
         _write_json(tmp / REPORT_FILE, report if report is not None else {})
+        renamed = carry_over(where, tmp)  # the user's files in the old artifact
         _write_json(tmp / MANIFEST, manifest)  # last: a directory with a manifest is complete
-        _replace_dir(tmp, out)
+        install(tmp, where)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    kept = kept_line(where, renamed)
+    if kept:
+        log.warning("%s", kept)
     if archive:
         write_archive(out)
     log.info("wrote artifact %s (%d partitions)", out, len(plan.partitions))
-    return out
-
-
-def check_output_location(out_dir: str | os.PathLike) -> Path:
-    """The resolved artifact path, or ArtifactError naming what is wrong with it: checked before any work
-    (``collage tune`` calls it before measuring). It must be a directory that is empty or a collage artifact
-    (which is replaced), or not exist yet with the nearest existing folder above it writable."""
-    out = Path(out_dir).expanduser().resolve()
-    recover_replaced(out)
-    if out.exists() and not out.is_dir():
-        raise ArtifactError(f"{out} exists and is not a directory; choose another output path")
-    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
-        raise ArtifactError(f"{out} exists, is not empty and is not a collage artifact (no {MANIFEST}); "
-                            "choose another output directory or remove it")
-    above = out.parent
-    while not above.exists():
-        above = above.parent
-    if not above.is_dir():
-        raise ArtifactError(f"{out}: {above} is a file, so no directory can be made under it; choose another "
-                            "output path")
-    try:  # really try: permissions, read-only mounts, quotas (os.access says yes to root on a read-only mount)
-        Path(tempfile.mkdtemp(prefix=f".{out.name}.probe-", dir=above)).rmdir()
-    except OSError as e:
-        raise ArtifactError(f"{out}: cannot write under {above} ({e.strerror or e}); choose a writable output "
-                            "path") from None
     return out
 
 
@@ -282,82 +264,10 @@ def _check_compiled_names(graph: Graph, k: int, backend: str, c: Compiled, ins: 
             f"boundary in {graph.source} is {ins} -> {outs}; was it compiled from another node set?")
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _replace_dir(tmp: Path, out: Path) -> None:
-    """Put the complete artifact ``tmp`` at ``out``, replacing what is there.
-
-    Replacing is two renames (``out`` -> ``.<name>.old-*``, then ``tmp`` -> ``out``). A crash between them
-    would leave ``out`` missing with both copies hidden beside it, so the old copy's name is first written
-    to ``.<name>.replacing`` (with the new one's): the next export or ``collage tune`` to ``out``
-    (``check_output_location``) calls :func:`recover_replaced`, which finishes the replacement (the new
-    copy is complete: it has its manifest) or restores the old copy.
-    """
-    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp made it 0700
-    old = None
-    journal = _journal(out)
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-        os.rmdir(old)
-        journal.write_text(json.dumps({"old": old.name, "new": tmp.name}))
-        os.rename(out, old)
-    try:
-        os.rename(tmp, out)
-    except BaseException:
-        if old is not None:
-            os.rename(old, out)
-        journal.unlink(missing_ok=True)
-        raise
-    journal.unlink(missing_ok=True)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _journal(out: Path) -> Path:
-    return out.parent / f".{out.name}.replacing"
-
-
-def recover_replaced(out: str | os.PathLike) -> str | None:
-    """Finish or undo a replacement of the artifact ``out`` that a crash interrupted (see ``_replace_dir``);
-    what was done (a sentence), or None when there was nothing to do."""
-    out = Path(out)
-    journal = _journal(out)
-    try:
-        state = json.loads(journal.read_text())
-        old, new = out.parent / str(state["old"]), out.parent / str(state["new"])
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except (OSError, ValueError, KeyError, TypeError):
-        log.warning("%s: unreadable replacement journal; leaving it", journal)
-        return None
-    if Path(str(state["old"])).name != str(state["old"]) or Path(str(state["new"])).name != str(state["new"]):
-        return None  # names only, beside out: anything else is not ours
-    done = None
-    if not out.exists():
-        if (new / MANIFEST).is_file():
-            os.rename(new, out)
-            done = f"{out}: finished replacing the artifact (a previous export was interrupted)"
-        elif old.is_dir():
-            os.rename(old, out)
-            done = f"{out}: restored the previous artifact (a previous export was interrupted)"
-    if out.exists():
-        for leftover in (old, new):
-            if leftover.exists() and leftover.resolve() != out.resolve():
-                shutil.rmtree(leftover, ignore_errors=True)
-        journal.unlink(missing_ok=True)
-    if done:
-        log.warning("%s", done)
-    return done
-
-
 def write_archive(artifact_dir: str | os.PathLike) -> Path:
     """Pack an artifact directory as ``<dir>.tar.gz`` (members under ``<dir name>/``), atomically."""
     src = Path(artifact_dir).resolve()
-    dest = src.parent / (src.name + ".tar.gz")
+    dest = archive_path(src)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", dir=src.parent)
     os.close(fd)
     try:
@@ -366,7 +276,7 @@ def write_archive(artifact_dir: str | os.PathLike) -> Path:
                 if path.is_symlink():
                     raise ArtifactError(f"{path}: artifacts hold no symbolic links; cannot archive it")
                 tar.add(path, arcname=f"{src.name}/{path.relative_to(src).as_posix()}", recursive=False)
-        os.chmod(tmp_name, 0o666 & ~_umask())  # mkstemp made it 0600
+        os.chmod(tmp_name, 0o666 & ~umask())  # mkstemp made it 0600
         os.replace(tmp_name, dest)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)

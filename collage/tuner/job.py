@@ -155,10 +155,10 @@ def run_tune(model: str | os.PathLike | onnx.ModelProto, out_dir: str | os.PathL
              options: TuneOptions) -> TuneResult:
     """``tune`` with its options already built. The output location is checked first (not after an hour of
     measuring); an interrupted replacement of an artifact there is finished or undone
-    (:func:`collage.tuner.export.check_output_location`)."""
-    from collage.tuner.export import check_output_location
+    (:func:`collage.tuner.outdir.check_output_location`)."""
+    from collage.tuner.outdir import check_output_location
 
-    out = check_output_location(out_dir)  # before any work
+    out = check_output_location(out_dir, archive=options.archive)  # before any work
     with tempfile.TemporaryDirectory(prefix="collage-tune-", ignore_cleanup_errors=True) as tmp:
         return TuneJob(model, options, Path(tmp)).run(out)
 

@@ -60,8 +60,11 @@ def _crash(tmp_path: Path) -> Path:
 def test_crash_between_renames_is_finished_by_the_next_run(tmp_path):
     need_backends("onnxruntime")
     out = _crash(tmp_path)
+    journal = json.loads((tmp_path / ".art.replacing").read_text())
+    new_manifest = (tmp_path / journal["new"] / MANIFEST).read_bytes()
     assert check_output_location(out) == out.resolve()  # what `collage tune -o OUT` / export call first
-    assert (out / MANIFEST).is_file() and not (out / "old-marker").exists()  # the new, complete copy
+    assert (out / MANIFEST).read_bytes() == new_manifest  # the new, complete copy
+    assert (out / "old-marker").read_text() == "old"  # a file the old artifact did not list: carried over (#37)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".art")] == []
 
 
