@@ -15,6 +15,7 @@ use under an advisory lock (two processes opening a fresh database at once do no
   gets it. Expiry uses the **database server's clock** (``clock_timestamp()``), so machines whose clocks
   disagree still agree on when a claim expires.
 * One connection per thread (and per process: a forked child opens its own).
+* The ``kind`` and ``file`` columns (``ADDED_COST_COLUMNS``) are added to a ``costs_v1`` made before them.
 * ``study_storage()`` is the same database as a SQLAlchemy URL (``postgresql+psycopg://...``): Optuna's
   tables (``studies``, ``trials``, ...) live beside collage's.
 
@@ -33,8 +34,8 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from collage.cost_models.db import (COST_COLUMNS, KEY_COLUMNS, SCHEMA_VERSION, Claim, Cost, CostDB, CostKey, Transition,
-                                    canonical_json, error_columns, owner_dead)
+from collage.cost_models.db import (ADDED_COST_COLUMNS, COST_COLUMNS, KEY_COLUMNS, SCHEMA_VERSION, Claim, Cost, CostDB,
+                                    CostKey, Transition, canonical_json, error_columns, owner_dead)
 from collage.errors import CollageError
 
 #: the database server's clock, in seconds since the epoch
@@ -117,7 +118,10 @@ class PostgresCostDB(CostDB):
                 cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
                 cur.execute(f"""CREATE TABLE IF NOT EXISTS {self.costs_table} ({key}, median_ms DOUBLE PRECISION,
                     p10_ms DOUBLE PRECISION, p90_ms DOUBLE PRECISION, samples INTEGER NOT NULL,
-                    compile_s DOUBLE PRECISION, error TEXT, created DOUBLE PRECISION NOT NULL, PRIMARY KEY ({pk}))""")
+                    compile_s DOUBLE PRECISION, error TEXT, created DOUBLE PRECISION NOT NULL, kind TEXT, file TEXT,
+                    PRIMARY KEY ({pk}))""")
+                for column in ADDED_COST_COLUMNS:  # a table made before the column was
+                    cur.execute(f"ALTER TABLE {self.costs_table} ADD COLUMN IF NOT EXISTS {column} TEXT")
                 cur.execute(f"""CREATE TABLE IF NOT EXISTS {self.transitions_table} (src TEXT NOT NULL,
                     dst TEXT NOT NULL, settings TEXT NOT NULL, machine TEXT NOT NULL, fixed_ms DOUBLE PRECISION NOT NULL,
                     per_byte_ms DOUBLE PRECISION NOT NULL, created DOUBLE PRECISION NOT NULL,
