@@ -1,9 +1,11 @@
 """What a failure stored in the cost DB belongs to (issue 37): the structure (shared by every model with the
 fingerprint), the model file (reused by that model only) or the moment (a disturbed measurement, measured
-again); node names that made ONNX Runtime refuse every candidate; old databases read as before."""
+again); node names that made ONNX Runtime refuse every candidate; old databases read as before; a PostgreSQL
+database that is not collage's, and libpq's two-line messages, as one line and exit code 2."""
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -16,9 +18,11 @@ from collage.cost_models.db import FILE, STRUCTURE, TRANSIENT, Cost, SQLiteCostD
 from collage.cost_models.measure import measure_candidates
 from collage.cost_models.measurer import failure_kind
 from collage.cost_models.worker import resolve_backend
+from collage.errors import CollageError
 from collage.graph.ir import Graph
-from tests.commands.test_bad_inputs import _cli
+from tests.commands.test_bad_inputs import _assert_one_line, _cli
 from tests.cost_models.test_measure import FAKE, chain_model
+from tests.servers import free_port
 
 ORT = "onnxruntime"
 
@@ -193,3 +197,40 @@ def test_old_postgres_db_gains_the_columns_and_reads_as_before(postgres):
     db = get_db(url)
     _check_old_rows(db)
     db.close()
+
+
+# ---------------------------------------------------------------------- PostgreSQL messages, one line
+@pytest.fixture
+def small(tmp_path) -> Path:
+    onnx.save(_conv_chain(dup=False, blocks=1), str(tmp_path / "small.onnx"))
+    return tmp_path
+
+
+def test_postgres_foreign_costs_table_one_line(postgres, small):
+    import psycopg
+
+    url = postgres.fresh_url()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE costs_v1 (id SERIAL PRIMARY KEY, amount NUMERIC, note TEXT)")
+        conn.execute("INSERT INTO costs_v1 (amount, note) VALUES (12.5, 'rent')")
+    proc = _cli(small, ["tune", "small.onnx", "-o", "o1", "--backends", ORT, "--db", url])
+    _assert_one_line(proc, "tune", ["not a collage cost DB", "costs_v1"])
+    with psycopg.connect(url, autocommit=True) as conn:  # nothing added to it
+        tables = {r[0] for r in conn.execute("SELECT table_name FROM information_schema.tables "
+                                             "WHERE table_schema = 'public'")}
+        assert tables == {"costs_v1"}
+        cols = {r[0] for r in conn.execute("SELECT column_name FROM information_schema.columns "
+                                           "WHERE table_name = 'costs_v1'")}
+        assert cols == {"id", "amount", "note"}
+    with pytest.raises(CollageError, match="not a collage cost DB"):
+        get_db(url)
+
+
+def test_postgres_connection_errors_one_line(postgres, small):
+    refused = _cli(small, ["tune", "small.onnx", "-o", "o1", "--backends", ORT,
+                           "--db", f"postgresql://collage:secret@127.0.0.1:{free_port()}/collage"])
+    line = _assert_one_line(refused, "tune", ["cannot connect", "Connection refused", "Is the server running"])
+    assert "secret" not in line
+    missing = _cli(small, ["tune", "small.onnx", "-o", "o1", "--backends", ORT,
+                           "--db", f"postgresql://collage@127.0.0.1:{postgres.port}/no_such_db"])
+    _assert_one_line(missing, "tune", ["cannot connect", "no_such_db"])
