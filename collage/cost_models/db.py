@@ -6,6 +6,13 @@ Contract (``CostDB``), in the style of Optuna's storages:
   (p10/p90), sample count, compile time, or a failure with its error text. It is keyed by
   ``CostKey`` = (fingerprint, backend, backend version, device, options, machine): everything that can
   change the number. ``options`` is canonical JSON (``canonical_json``) of the backend's options.
+* A **failure** (a cost with ``error``) says what it belongs to (``Cost.kind``), which decides who reuses it
+  (``Cost.holds_for``): ``"structure"``, the backend cannot run this structure (an op or type it does not
+  take), shared by every model with the fingerprint; ``"file"``, caused by this model (its weights, names,
+  anything outside the fingerprint), reused only by the same model (``Cost.file``: its ``Graph.digest()``);
+  ``"transient"``, the measurement was disturbed (a timeout, a worker killed under load), measured again when
+  next asked. A failure of no kind was stored before failures had kinds (or by such a collage): measured again.
+  Which kind an error is: ``collage.cost_models.measurer.failure_kind``.
 * Costs are **immutable once written** in spirit: ``put`` of an existing key replaces the row (used
   only to re-measure on purpose). ``put`` commits immediately: a process killed right after ``put``
   returns has lost nothing.
@@ -38,7 +45,10 @@ Contract (``CostDB``), in the style of Optuna's storages:
   ``PostgresCostDB`` (``collage.cost_models.postgres``) may be shared by threads, processes and machines
   (one connection per thread; claims take a row lock); it is the store of a measurement cluster.
 * **Schema version**: table names carry ``SCHEMA_VERSION`` (``costs_v1``, ...) and the ``collage_meta``
-  table records it, in every implementation.
+  table records it, in every implementation. The ``kind`` and ``file`` columns were added to ``costs_v1``
+  (``ADDED_COST_COLUMNS``, on first open, nullable): a row written before them, or by an older collage, reads
+  with both None and keeps its meaning, and an older collage reads and writes the table as before (it names its
+  columns), so the schema version stays and databases shared by both keep working.
 
 ``get_db(None | url | path | instance)`` hides the default: ``None`` is
 ``collage.util.cache_dir()/"costs.sqlite"``; ``"sqlite:///rel/path.sqlite"`` (relative),
@@ -56,7 +66,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -69,6 +79,12 @@ if TYPE_CHECKING:
 
 #: Bumped whenever a table's layout or a stored number's meaning changes; table names carry it.
 SCHEMA_VERSION = 1
+
+#: What a failed cost belongs to (``Cost.kind``; module docstring).
+STRUCTURE = "structure"  # the backend cannot run this structure: every model with the fingerprint shares it
+FILE = "file"  # caused by the model file, not its structure: reused only by the same model (``Cost.file``)
+TRANSIENT = "transient"  # the measurement was disturbed (timeout, worker killed): measured again when next asked
+FAILURE_KINDS = (STRUCTURE, FILE, TRANSIENT)
 
 
 def canonical_json(value: Any) -> str:
@@ -110,10 +126,23 @@ class Cost:
     compile_s: float | None = None
     error: str | None = None
     created: float = field(default_factory=time.time)
+    kind: str | None = None  # of a failure: one of FAILURE_KINDS (None: stored before failures had kinds)
+    file: str | None = None  # of a "file" failure: the digest of the model it belongs to (Graph.digest())
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.median_ms is not None
+
+    def holds_for(self, file: str | Callable[[], str] | None) -> bool:
+        """Whether this cost stands for the candidate of the model whose ``Graph.digest()`` is ``file`` (a callable
+        is asked only for a "file" failure): a measurement and a structural failure hold for every model, a file
+        failure for its own model only; a transient failure and one without a kind hold for none (measured again)."""
+        if self.ok or self.kind == STRUCTURE:
+            return True
+        if self.kind == FILE:
+            digest = file() if callable(file) else file
+            return digest is not None and digest == self.file
+        return False
 
     @property
     def key(self) -> CostKey:
@@ -281,7 +310,10 @@ class CostDB(abc.ABC):
 
 
 KEY_COLUMNS = ("fingerprint", "backend", "version", "device", "options", "machine")
-COST_COLUMNS = KEY_COLUMNS + ("median_ms", "p10_ms", "p90_ms", "samples", "compile_s", "error", "created")
+#: Columns added to the costs table after it was first made (module docstring, Schema version): TEXT, nullable.
+ADDED_COST_COLUMNS = ("kind", "file")
+COST_COLUMNS = (KEY_COLUMNS + ("median_ms", "p10_ms", "p90_ms", "samples", "compile_s", "error", "created")
+                + ADDED_COST_COLUMNS)
 
 
 class SQLiteCostDB(CostDB):
@@ -380,7 +412,11 @@ class SQLiteCostDB(CostDB):
             conn.execute("BEGIN IMMEDIATE")
             conn.execute(f"""CREATE TABLE IF NOT EXISTS {self.costs_table} ({key},
                 median_ms REAL, p10_ms REAL, p90_ms REAL, samples INTEGER NOT NULL, compile_s REAL,
-                error TEXT, created REAL NOT NULL, PRIMARY KEY ({pk}))""")
+                error TEXT, created REAL NOT NULL, kind TEXT, file TEXT, PRIMARY KEY ({pk}))""")
+            have = {r[1] for r in conn.execute(f"PRAGMA table_info({self.costs_table})")}
+            for column in ADDED_COST_COLUMNS:  # a table made before the column was
+                if column not in have:
+                    conn.execute(f"ALTER TABLE {self.costs_table} ADD COLUMN {column} TEXT")
             conn.execute(f"""CREATE TABLE IF NOT EXISTS {self.transitions_table} (src TEXT NOT NULL,
                 dst TEXT NOT NULL, settings TEXT NOT NULL, machine TEXT NOT NULL, fixed_ms REAL NOT NULL,
                 per_byte_ms REAL NOT NULL, created REAL NOT NULL, PRIMARY KEY (src, dst, settings, machine))""")

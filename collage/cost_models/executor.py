@@ -38,7 +38,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -78,6 +78,7 @@ class Window:
     lock_timeout_s: float | None = None  # LocalExecutor: give up waiting for the machine lock after this long
     commit: bool = False  # the key's last window: an executor that stores costs stores this one
     retry_failed: bool = False  # a failed cost already stored does not count as done
+    file: str | None = None  # the model's Graph.digest(): a failure the file caused is stored under it (db.Cost.file)
     tag: Any = field(default=None, repr=False, compare=False)  # the caller's; never leaves the driver
 
 
@@ -96,6 +97,8 @@ class Executor(abc.ABC):
     """Runs measurement windows (module docstring). Used by one thread; ``close`` ends it."""
 
     name = "executor"
+    #: whether it stores a key's cost itself (its last window, ``Window.commit``): its windows then carry ``file``
+    stores_costs = False
 
     @property
     @abc.abstractmethod
@@ -278,7 +281,7 @@ def measure_on_node(w: Window, db_url: str | None, lock: bool) -> NodeResult:
     store = node.db(db_url) if (db_url and w.commit) else None
     if store is not None:
         known = store.get(w.key)  # a retry whose first attempt stored it before its node died
-        if known is not None and (known.ok or not w.retry_failed):
+        if known is not None and (known.ok if w.retry_failed else known.holds_for(w.file)):
             return NodeResult("known", _from_cost(known), stored=True, host=host)
     res = node.measurer(w.backend, w.slot, lock).measure_bytes(
         w.blob, w.backend, w.options, timeout_s=w.timeout_s, cap_s=w.cap_s, feeds=w.feeds, probe=w.probe,
@@ -286,7 +289,7 @@ def measure_on_node(w: Window, db_url: str | None, lock: bool) -> NodeResult:
     stored = False
     if store is not None:
         res.samples_ms = []
-        store.put(res.to_cost(w.key))
+        store.put(res.to_cost(w.key, w.file))
         stored = True
     return NodeResult("measured", res, stored=stored, host=host)
 
@@ -320,6 +323,7 @@ class RayExecutor(Executor):
     """Measurement windows as Ray tasks on the cluster's ``collage_measure`` nodes (module docstring)."""
 
     name = "ray"
+    stores_costs = True
 
     def __init__(self, address: str = "auto", *, lock: bool = True, per_node: int = DEFAULT_PER_NODE,
                  max_retries: int = DEFAULT_MAX_RETRIES, check_nodes: bool = True) -> None:
@@ -408,8 +412,7 @@ class RayExecutor(Executor):
 
     def submit(self, window: Window) -> None:
         w = window
-        sent = Window(w.key, w.blob, w.backend, w.options, w.feeds, w.timeout_s, w.cap_s, w.warmup_s, w.probe,
-                      w.slot, None, w.commit, w.retry_failed)  # without the caller's tag
+        sent = replace(w, lock_timeout_s=None, tag=None)  # without the caller's tag
         self._refs[self._task.remote(sent, self._db_url, self.lock)] = w
 
     def collect(self, timeout_s: float) -> list[Done]:

@@ -22,7 +22,8 @@
 * **One measurement at a time** on this machine: compile and timing hold an exclusive file lock
   (``cache_dir()/"measure.lock"``), shared by every process using the same cache directory.
 * ``measure_candidates`` deduplicates candidates by structural fingerprint, never measures a key the
-  cost database already holds, claims each key in the database before measuring it (two processes
+  cost database already holds for this model (a failure the model file caused holds for that file only, a
+  transient one for none: ``Cost.holds_for``), claims each key in the database before measuring it (two processes
   sharing a DB do not duplicate work), commits each cost as soon as its last round is taken (a
   ``kill -9`` loses at most the rounds of the keys in flight, never a committed cost), and stops
   cleanly at its budget keeping what it finished (keys in flight with the rounds they have).
@@ -190,7 +191,9 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
     """Measure ``items`` (node ids, backend name) of ``graph``; return ``{(nodes, backend): Cost}``.
 
     Deduplicated by ``graph.fingerprint(nodes)``; a key already in ``db`` is reused, never re-measured
-    (failed ones too, unless ``retry_failed``). Keys another
+    (failed ones too where the failure holds for this model, ``Cost.holds_for``: a structural one, or one of
+    this very file; a transient failure, one another model's file caused, or any with ``retry_failed``, is
+    measured again). Keys another
     process has claimed are left to it and picked up from the DB when it commits them (waiting up to
     ``claim_wait_s``, default ``timeout_s``; a dead owner's claim is taken over at once). Keys are
     measured in the order of ``items``. At ``budget_s`` the job stops before starting another
@@ -226,9 +229,11 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
         rep.setdefault(key, (nodes, bname))
     table = CostTable(candidates=len(item_key), distinct=len(rep))
     _drop_dead_claims(store)
-    known: dict[CostKey, Cost] = store.get_many(rep)
-    if retry_failed:
-        known = {k: c for k, c in known.items() if c.ok}
+
+    def holds(cost: Cost) -> bool:
+        return cost.ok if retry_failed else cost.holds_for(graph.digest)
+
+    known: dict[CostKey, Cost] = {k: c for k, c in store.get_many(rep).items() if holds(c)}
     table.reused = len(known)
     # the caller's order (tune puts whole-model and single-node candidates first, so that a budget cut
     # still leaves a cover); one worker per backend (and round) keeps each runtime warm whatever the order
@@ -262,7 +267,7 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
     def commit(p: _Pending) -> None:
         res = combine_rounds(p.done)
         res.samples_ms = []  # spread stats are kept; thousands of single-call times per key are not
-        cost = res.to_cost(p.key)
+        cost = res.to_cost(p.key, None if res.ok else graph.digest())
         try:
             if not p.stored:
                 store.put(cost)
@@ -271,9 +276,9 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
         finish(p.key, cost, p.nodes, p.backend, res)
 
     def reuse(key: CostKey) -> bool:
-        """Take ``key``'s cost from the DB when it is there (a failed one too, unless ``retry_failed``)."""
+        """Take ``key``'s cost from the DB when it is there and holds for this model (``holds``)."""
         done = store.get(key)
-        if done is None or not (done.ok or not retry_failed):
+        if done is None or not holds(done):
             return False
         known[key] = done
         table.reused += 1
@@ -322,7 +327,8 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
         w = Window(p.key, p.blob, p.backend, opts.get(p.backend, {}), p.feeds, timeout_s=timeout_s,
                    cap_s=cap_s / rounds, warmup_s=window_warmup_s(rounds), probe=probe,
                    slot=len(p.done) % rounds if round_workers else 0, lock_timeout_s=left,
-                   commit=rounds == 1 and not probe, retry_failed=retry_failed, tag=p)
+                   commit=rounds == 1 and not probe, retry_failed=retry_failed,
+                   file=graph.digest() if runner.stores_costs else None, tag=p)
         try:
             runner.submit(w)
         except MeasurementError as e:  # the budget ran out waiting for another process's measurement

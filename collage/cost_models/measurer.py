@@ -1,7 +1,8 @@
 """One candidate measured in an isolated worker process: ``Measurer`` (start, replace and talk to the
 ``python -m collage.cost_models.worker`` process; a crash, exception or timeout becomes a failed
 measurement with its reason), ``Measurement`` (one window's statistics) and ``combine_rounds`` (one
-cost from several windows), and ``machine_lock`` (one measurement at a time on this machine).
+cost from several windows), ``failure_kind`` (what a failure belongs to: the structure, the model file, or
+the moment), and ``machine_lock`` (one measurement at a time on this machine).
 
 How candidates are scheduled into windows, deduplicated and stored: ``collage.cost_models.measure``.
 """
@@ -11,6 +12,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from collage.cost_models.db import Cost, CostKey
+from collage.cost_models.db import FILE, STRUCTURE, TRANSIENT, Cost, CostKey
 from collage.errors import MeasurementError
 from collage.util import cache_dir
 
@@ -67,9 +69,39 @@ class Measurement:
     def ok(self) -> bool:
         return self.error is None and self.median_ms is not None
 
-    def to_cost(self, key: CostKey) -> Cost:
+    def to_cost(self, key: CostKey, file: str | None = None) -> Cost:
+        """The cost to store under ``key``; a failure gets its kind (``failure_kind``) and, when the model file
+        caused it, ``file`` (the model's ``Graph.digest()``; without one the failure is transient)."""
+        kind = failure_kind(self.error) if self.error is not None else None
+        if kind == FILE and not file:
+            kind = TRANSIENT
         return Cost.from_key(key, median_ms=self.median_ms, p10_ms=self.p10_ms, p90_ms=self.p90_ms,
-                             samples=self.samples, compile_s=self.compile_s, error=self.error)
+                             samples=self.samples, compile_s=self.compile_s, error=self.error, kind=kind,
+                             file=file if kind == FILE else None)
+
+
+#: Errors of a disturbed measurement, not of the candidate: a hang caught by the timeout (a loaded machine
+#: slows a candidate past it), a worker killed from outside (SIGKILL: the kernel's OOM killer under another job's
+#: memory, a user's kill) or gone before its job was sent.
+_TRANSIENT = re.compile(r"^timeout after |worker crashed \(SIGKILL\)|worker gone before the job was sent")
+#: Errors that say the backend cannot take the structure (an op, an attribute or a type it has no implementation
+#: of): the same for every model with the fingerprint.
+_STRUCTURAL = re.compile(r"^UnsupportedError: |NOT_IMPLEMENTED|Could not find an implementation for|"
+                         r"[Nn]ot (?:yet )?(?:implemented|supported)|[Uu]nsupported (?:op|operation|operator|type|data ?type)|"
+                         r"No conversion rule found", re.S)
+
+
+def failure_kind(error: str) -> str:
+    """What the failure ``error`` (a ``Measurement.error`` text) belongs to (``collage.cost_models.db``):
+    ``"transient"`` for a disturbed measurement (``_TRANSIENT``), ``"structure"`` where the backend says it does not
+    take an op or type (``_STRUCTURAL``), else ``"file"``: the fingerprint leaves the weights, large integer
+    constants, tensor names and subgraph bodies out, any of which can make a candidate fail, so a failure not known
+    to be structural is kept for its model only (another model measures it again, once)."""
+    if _TRANSIENT.search(error):
+        return TRANSIENT
+    if _STRUCTURAL.search(error):
+        return STRUCTURE
+    return FILE
 
 
 def window_warmup_s(rounds: int) -> float:

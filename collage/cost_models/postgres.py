@@ -15,6 +15,11 @@ use under an advisory lock (two processes opening a fresh database at once do no
   gets it. Expiry uses the **database server's clock** (``clock_timestamp()``), so machines whose clocks
   disagree still agree on when a claim expires.
 * One connection per thread (and per process: a forked child opens its own).
+* A database that holds tables of collage's names but is not a collage cost DB (no ``collage_meta`` table, or a
+  ``costs_v1`` without collage's columns) is refused before anything is written to it, as ``SQLiteCostDB``
+  refuses a foreign file; the ``kind`` and ``file`` columns (``ADDED_COST_COLUMNS``) are added to a collage
+  ``costs_v1`` made before them. Every error of the server or of libpq (whose messages span lines) is a
+  ``CollageError`` of one line naming the database.
 * ``study_storage()`` is the same database as a SQLAlchemy URL (``postgresql+psycopg://...``): Optuna's
   tables (``studies``, ``trials``, ...) live beside collage's.
 
@@ -33,8 +38,8 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from collage.cost_models.db import (COST_COLUMNS, KEY_COLUMNS, SCHEMA_VERSION, Claim, Cost, CostDB, CostKey, Transition,
-                                    canonical_json, error_columns, owner_dead)
+from collage.cost_models.db import (ADDED_COST_COLUMNS, COST_COLUMNS, KEY_COLUMNS, SCHEMA_VERSION, Claim, Cost, CostDB,
+                                    CostKey, Transition, canonical_json, error_columns, owner_dead)
 from collage.errors import CollageError
 
 #: the database server's clock, in seconds since the epoch
@@ -54,6 +59,12 @@ def _psycopg() -> Any:
 def redact(url: str) -> str:
     """``url`` with its password replaced by ``***`` (for messages and logs)."""
     return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
+
+
+def one_line(error: BaseException) -> str:
+    """The text of a psycopg/libpq error on one line: libpq ends many messages with an indented hint on a line of
+    its own ("Connection refused" + "Is the server running on that host ..."); its lines are joined with "; "."""
+    return "; ".join(" ".join(line.split()) for line in str(error).splitlines() if line.strip()) or type(error).__name__
 
 
 class PostgresCostDB(CostDB):
@@ -83,7 +94,7 @@ class PostgresCostDB(CostDB):
             try:
                 conn = psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, int(self.connect_timeout_s)))
             except psycopg.Error as e:
-                raise CollageError(f"cost database {redact(self.url)}: cannot connect ({str(e).strip()}); is the "
+                raise CollageError(f"cost database {redact(self.url)}: cannot connect ({one_line(e)}); is the "
                                    "server running and the URL's user, host, port and database right?") from e
             self._local.conn, self._local.pid = conn, os.getpid()
         return conn
@@ -115,9 +126,13 @@ class PostgresCostDB(CostDB):
         try:
             with self._tx() as cur:
                 cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                self._check_ours(cur)
                 cur.execute(f"""CREATE TABLE IF NOT EXISTS {self.costs_table} ({key}, median_ms DOUBLE PRECISION,
                     p10_ms DOUBLE PRECISION, p90_ms DOUBLE PRECISION, samples INTEGER NOT NULL,
-                    compile_s DOUBLE PRECISION, error TEXT, created DOUBLE PRECISION NOT NULL, PRIMARY KEY ({pk}))""")
+                    compile_s DOUBLE PRECISION, error TEXT, created DOUBLE PRECISION NOT NULL, kind TEXT, file TEXT,
+                    PRIMARY KEY ({pk}))""")
+                for column in ADDED_COST_COLUMNS:  # a table made before the column was
+                    cur.execute(f"ALTER TABLE {self.costs_table} ADD COLUMN IF NOT EXISTS {column} TEXT")
                 cur.execute(f"""CREATE TABLE IF NOT EXISTS {self.transitions_table} (src TEXT NOT NULL,
                     dst TEXT NOT NULL, settings TEXT NOT NULL, machine TEXT NOT NULL, fixed_ms DOUBLE PRECISION NOT NULL,
                     per_byte_ms DOUBLE PRECISION NOT NULL, created DOUBLE PRECISION NOT NULL,
@@ -137,8 +152,30 @@ class PostgresCostDB(CostDB):
                 cur.execute("INSERT INTO collage_meta VALUES ('schema_version', %s) "
                             "ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value", (str(SCHEMA_VERSION),))
         except psycopg.Error as e:
-            raise CollageError(f"cost database {redact(self.url)}: cannot create collage's tables ({str(e).strip()}); "
+            raise CollageError(f"cost database {redact(self.url)}: cannot create collage's tables ({one_line(e)}); "
                                "the user needs CREATE on the database's public schema") from e
+
+    def _check_ours(self, cur: Any) -> None:
+        """Refuse a database whose tables of collage's names are someone else's (module docstring)."""
+        ours = [self.costs_table, self.transitions_table, self.claims_table, self.errors_table, self.ranges_table,
+                self.features_table, "collage_meta"]
+        cur.execute("SELECT table_name, column_name FROM information_schema.columns WHERE "
+                    "table_schema = current_schema() AND table_name = ANY(%s)", (ours,))
+        columns: dict[str, set[str]] = {}
+        for table, column in cur.fetchall():
+            columns.setdefault(table, set()).add(column)
+        if not columns:
+            return
+        base = set(COST_COLUMNS) - set(ADDED_COST_COLUMNS)
+        if "collage_meta" not in columns:
+            found = sorted(columns)[:5]
+        elif self.costs_table in columns and not base <= columns[self.costs_table]:
+            found = [f"{self.costs_table} with columns {sorted(columns[self.costs_table])[:8]}"]
+        else:
+            return
+        raise CollageError(f"cost database {redact(self.url)}: a PostgreSQL database of something else (tables "
+                           f"{', '.join(found)}), not a collage cost DB; collage adds nothing to it: pass --db with "
+                           "another database")
 
     # costs -----------------------------------------------------------------
     def get(self, key: CostKey) -> Cost | None:
@@ -274,3 +311,27 @@ class PostgresCostDB(CostDB):
 
     def __repr__(self) -> str:
         return f"PostgresCostDB({redact(self.url)!r})"
+
+
+def _clear_db_errors(method: Any) -> Any:
+    """A psycopg error in the middle of a job (the server restarted, a table changed under it) becomes a
+    CollageError of one line naming the database."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self: PostgresCostDB, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except CollageError:
+            raise
+        except Exception as e:
+            if not isinstance(e, _psycopg().Error):
+                raise
+            raise CollageError(f"cost database {redact(self.url)}: {one_line(e)}") from e
+    return wrapper
+
+
+for _name in ("get", "get_many", "put", "all", "put_transition", "get_transition", "all_transitions", "claim",
+              "release", "claims", "get_error", "put_error", "error_count", "get_ranges", "put_ranges",
+              "put_features", "get_features", "schema_version"):
+    setattr(PostgresCostDB, _name, _clear_db_errors(getattr(PostgresCostDB, _name)))

@@ -21,7 +21,9 @@ builder to know what it holds:
 ``extract(nodes)`` returns a standalone, checker-valid model of a node set carrying exactly the
 initializers it reads; it never re-serialises the whole model. ``fingerprint(nodes)`` hashes what
 determines latency (op types, attributes, shapes, dtypes, wiring, small integer constants), not
-weight values nor tensor names, so structurally identical blocks share a fingerprint.
+weight values nor tensor names, so structurally identical blocks share a fingerprint. ``digest()`` is the
+sha256 of the whole model as the Graph holds it: what tells this model from another of the same structure
+(the cost DB keeps a failure the file caused, not its structure, under it).
 
 Reading the file and bringing the model into this form (shape overrides, constant folding, pruning,
 sorting, shape inference) is :mod:`collage.graph.load`.
@@ -99,6 +101,7 @@ class Graph:
         self.inputs: list[str] = [i.name for i in g.input if i.name not in self.initializers]
         self.outputs: list[str] = [o.name for o in g.output]
         self.opset_import = list(self.model.opset_import)
+        self._digest: str | None = None
         self._tensors: dict[str, TensorInfo] = {}
         self._collect_tensor_info()
         self._build_dag()
@@ -328,6 +331,12 @@ class Graph:
                     put("out", info.dtype.str if info else None, info.shape if info else None)
         put("leaving", tuple(local[t] for t in leaving))
         return h.hexdigest()[:24]
+
+    def digest(self) -> str:
+        """sha256 (hex) of the model as this Graph holds it (its file after loading and ``--shape``), computed once."""
+        if self._digest is None:
+            self._digest = hashlib.sha256(self.model.SerializeToString(deterministic=True)).hexdigest()
+        return self._digest
 
     def _const_key(self, name: str) -> tuple:
         t = self.initializers[name]

@@ -4,7 +4,9 @@
 ONNX model, naming the file. ``prepare_model`` turns it into what the Graph's contract promises:
 symbolic input dimensions fixed by ``--shape`` overrides (or refused, with the override to pass),
 operators only from known domains, ``Constant`` nodes folded into initializers, nodes that reach no
-graph output dropped, nodes in a stable topological order, and every tensor's shape inferred (on a
+graph output dropped, nodes in a stable topological order, node names unique (``unique_node_names``: a
+name the file gives several nodes is suffixed on all but the first, so that no piece of the model is refused
+for its names: ONNX Runtime rejects a model with two nodes of one name), and every tensor's shape inferred (on a
 ``skeleton`` of the model, so that the weights are not serialised). ``node_reads`` is the one rule for
 which tensors a node reads (its inputs, and the outer-scope names its subgraphs use).
 """
@@ -117,6 +119,7 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
     _fold_constants(g)
     # keep only the nodes that feed a graph output; reorder topologically (stable)
     _prune_and_sort(g, source)
+    unique_node_names(g, source)
     for vi in list(g.value_info):
         g.value_info.remove(vi)
     try:
@@ -230,6 +233,32 @@ def _fold_constants(g: onnx.GraphProto) -> None:
     if len(keep) != len(g.node):
         del g.node[:]
         g.node.extend(keep)
+
+
+def unique_node_names(g: onnx.GraphProto, source: str) -> None:
+    """Give every named node of ``g`` a name no other node has: the second and later nodes of a repeated name
+    get ``NAME_2``, ``NAME_3``, ... (the next such name that is free). Unnamed nodes stay unnamed.
+
+    The names are no part of a candidate's fingerprint (collage.graph.ir), so a failure they caused would be
+    shared with every model of the same structure; ONNX Runtime refuses a model in which two nodes share a
+    name ("two nodes with same node name"), and this makes that failure impossible.
+    """
+    taken = {n.name for n in g.node if n.name}
+    seen: set[str] = set()
+    renamed = 0
+    for node in g.node:
+        if not node.name:
+            continue
+        if node.name in seen:
+            k = 2
+            while f"{node.name}_{k}" in taken:
+                k += 1
+            node.name = f"{node.name}_{k}"
+            taken.add(node.name)
+            renamed += 1
+        seen.add(node.name)
+    if renamed:
+        log.info("%s: %d nodes shared a name with an earlier node; renamed (NAME_2, NAME_3, ...)", source, renamed)
 
 
 def _prune_and_sort(g: onnx.GraphProto, source: str) -> None:

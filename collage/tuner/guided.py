@@ -105,7 +105,9 @@ class GuidedMeasuring:
         self.key: dict[Candidate, CostKey] = {c: key_for(by_name[c.backend], fps[c.nodes]) for c in self.cands}
         self.variant: dict[str, Variant] = {b.name: variant_of(key_for(b, "")) for b in backends}
         self.distinct = set(self.key.values())
-        self.known: dict[CostKey, Cost] = db.get_many(self.distinct)
+        # a failure that does not hold for this model (transient, another file's) is measured again
+        self.known: dict[CostKey, Cost] = {k: c for k, c in db.get_many(self.distinct).items()
+                                           if c.holds_for(graph.digest)}
         self.reused = len(self.known)
         self.measured_now = self.failed = 0
         self.stuck: set[CostKey] = set()  # asked for and not measured (claimed elsewhere, lost): not asked again

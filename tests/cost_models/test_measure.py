@@ -182,10 +182,11 @@ def test_measure_candidates_fault_injection(tmp_path):
     assert "timeout" in res[((2,), FAKE)].error
     for i in (0, 3, 4):
         assert res[((i,), FAKE)].ok
-    # a second run reuses everything, failures included
+    # a second run reuses everything, the crash too (a failure of this model), but measures the timeout again
+    # (a transient failure: a loaded machine may have caused it)
     res2 = measure_candidates(g, items, db=db, backend_options={FAKE: {"abort_op": "Sigmoid", "hang_op": "Tanh"}},
                               timeout_s=2, cap_s=0.2, progress=False)
-    assert res2.measured == 0 and res2.reused == 5
+    assert res2.measured == 1 and res2.reused == 4 and "timeout" in res2[((2,), FAKE)].error
     assert {k: v.median_ms for k, v in res.items()} == {k: v.median_ms for k, v in res2.items()}
 
 
