@@ -143,7 +143,8 @@ class _Checker:
 
 
 def known_dtype(name: str) -> bool:
-    """Whether ``name`` is a numpy dtype's own name of numbers or booleans (float32, int64, bool, bfloat16, ...)."""
+    """Whether ``name`` is the numpy name of an ONNX tensor type, as collage's graph gives it: numbers and booleans
+    (float32, int64, bool, bfloat16, float8_*, ...) and ``object`` (ONNX strings)."""
     try:
         dt = np.dtype(name)
     except TypeError:
@@ -152,7 +153,7 @@ def known_dtype(name: str) -> bool:
             dt = np.dtype(name)
         except (ImportError, TypeError):
             return False
-    return dt.name == name and (dt.kind in "biufc" or dt.type.__module__ == "ml_dtypes")
+    return dt.name == name and (dt.kind in "biufcO" or dt.type.__module__ == "ml_dtypes")
 
 
 def check_structure(manifest: dict, mpath: str | os.PathLike = MANIFEST) -> None:

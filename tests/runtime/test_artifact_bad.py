@@ -195,6 +195,16 @@ def test_tampered_manifest_is_one_line_naming_the_key(scene, tmp_path, case):
         _assert_one_line(_cli(scene, ["report", str(d)]), "report", [str(d / MANIFEST), *needles])
 
 
+@pytest.mark.parametrize("dtype,known", [("float32", True), ("bool", True), ("bfloat16", True), ("int4", True),
+                                         ("object", True), ("float33", False), ("str", False), ("f4", False),
+                                         ("V8", False), ("datetime64", False)])
+def test_dtype_names_the_manifest_may_hold(dtype, known):
+    """The numpy names of ONNX's tensor types as collage's graph gives them (``object``: ONNX strings, which the
+    ONNX backend API exports) and nothing else."""
+    from collage.runtime.manifest import known_dtype
+    assert known_dtype(dtype) is known
+
+
 # ---------------------------------------------------------------------- 4. an ONNX model given as the artifact
 @pytest.mark.parametrize("command", ["run", "report"])
 def test_onnx_model_given_as_artifact(scene, tmp_path, command):
