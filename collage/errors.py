@@ -19,6 +19,11 @@ class InputError(CollageError, ValueError):
     """An input tensor collage cannot take or draw values for (a ValueError too, for Python callers)."""
 
 
+class InputTypeError(CollageError, TypeError):
+    """Inputs handed over in the wrong form, e.g. a list where a dict by input name is expected (a TypeError
+    too, for Python callers)."""
+
+
 class ModelError(CollageError):
     """The input model cannot be read, checked or given static shapes."""
 

@@ -1,6 +1,7 @@
 """``collage run``: run a tuned artifact on inputs from .npy / .npz files (or seeded random ones).
 
     collage run OUT --input NAME=x.npy ... [--random] [--output DIR] [--repeat N] [--partitions] [--ignore-version-mismatch]
+                [--allow-nonfinite]
 
 Prints each output's name, shape and dtype (and where ``--output`` wrote it), with ``--repeat``
 the median latency, and with ``--partitions`` each partition's time where it runs (inside the stitched
@@ -43,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "switch}]")
     parser.add_argument("--ignore-version-mismatch", action="store_true",
                         help="run even if a backend's installed version differs from the tuned one")
+    parser.add_argument("--allow-nonfinite", action="store_true",
+                        help="accept inputs holding NaN or infinity (refused by default: backends disagree on them, "
+                             "so an output could look right and be wrong); for models that handle them themselves")
 
 
 def _load_npy(path: str) -> Any:
@@ -141,7 +145,7 @@ def partition_rows(art: Artifact, feeds: dict[str, np.ndarray], repeat: int, qui
 
 def run(args: argparse.Namespace) -> int:
     out_dir = check_output_dir(args.output) if args.output else None  # before any work
-    art = load(args.artifact, check_versions=not args.ignore_version_mismatch)
+    art = load(args.artifact, check_versions=not args.ignore_version_mismatch, allow_nonfinite=args.allow_nonfinite)
     if args.random and args.input:
         raise CollageError("give either --input or --random, not both")
     if args.random:

@@ -8,6 +8,7 @@ optional; the report shows what is there)::
 
     {
       "model": "resnet50", "source": "/path/model.onnx", "target": "cpu",
+      "model_sha256": "...",      # written by export: the report is refused where it is not the manifest's
       "backends": ["onnxruntime", "openvino"],              # backends the tuner considered
       "baselines": {"onnxruntime": 30.1, "openvino": 29.8},  # whole model on one backend, median ms
                                                              # (null or {"error": "..."} when it failed)
@@ -65,7 +66,6 @@ CLI: ``collage report OUT [--format md|html|csv|json]`` prints Markdown (or CSV,
 from __future__ import annotations
 
 import html
-import json
 import re
 from dataclasses import dataclass, field
 import math
@@ -76,7 +76,7 @@ from typing import Any
 import pandas as pd
 
 from collage.runtime.artifact import artifact_dir, is_archive
-from collage.runtime.manifest import read_manifest, read_report
+from collage.runtime.manifest import read_manifest, read_plan, read_report
 from collage.errors import ArtifactError
 from collage.extras import backend_extras
 from collage.report.coverage import estimates_line, measured_line, refinement_line
@@ -94,12 +94,9 @@ def _sources(source: Any, report: dict | None = None) -> tuple[dict, dict]:
         manifest = read_manifest(path)
         root = path if path.is_dir() else path.parent
         report = dict(read_report(root, manifest) if report is None else report)
-        ppath = root / manifest.get("plan", "plan.json")
-        if report.get("predicted_ms") is None and ppath.is_file():  # the search's objective, from plan.json
-            try:
-                report["predicted_ms"] = json.loads(ppath.read_text()).get("predicted_ms")
-            except (OSError, json.JSONDecodeError, AttributeError):
-                pass
+        plan = read_plan(root, manifest)  # checked against the manifest, like report.json
+        if report.get("predicted_ms") is None and plan is not None:  # the search's objective, from plan.json
+            report["predicted_ms"] = plan.get("predicted_ms")
         return manifest, report
     if isinstance(source, dict) and "manifest" in source:
         return source["manifest"], report if report is not None else (source.get("report") or {})

@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from collage.runtime.manifest import MANIFEST, read_manifest
-from collage.errors import ArtifactError, BackendUnavailable, CollageError
+from collage.runtime.manifest import MANIFEST, PLAN_FILE, REPORT_FILE, read_manifest
+from collage.errors import ArtifactError, BackendUnavailable, CollageError, InputError, InputTypeError
 from collage.inputs import InputSpec, seeded_inputs
 from collage.util import sha256_file
 
@@ -109,12 +109,29 @@ def _spec(d: Mapping[str, Any]) -> TensorSpec:
                       None if high is None else int(high))
 
 
+def nonfinite_message(name: str, arr: np.ndarray) -> str:
+    """Why an input holding NaN or infinity is refused (what ``Artifact.check_feeds`` raises)."""
+    nan, inf = int(np.isnan(arr).sum()), int(np.isinf(arr).sum())
+    first = tuple(int(i) for i in np.argwhere(~np.isfinite(arr))[0])
+    return (f"input {name!r} holds {nan} NaN and {inf} infinite value(s) (the first at index {first}); refused: "
+            "backends disagree on them (OpenVINO turns an all-NaN image into plausible finite probabilities where "
+            "ONNX Runtime gives NaN), so no output would be trustworthy. Clean the input, or pass "
+            "allow_nonfinite=True (CLI --allow-nonfinite) if the model handles NaN and infinity itself")
+
+
 class Artifact:
-    """A loaded artifact: partitions compiled by their backends, run in order."""
+    """A loaded artifact: partitions compiled by their backends, run in order.
+
+    ``allow_nonfinite`` (False unless ``load(..., allow_nonfinite=True)``): whether inputs may hold NaN or
+    infinity. Refused by default: the tune checks the backends agree on random finite inputs only, and on
+    non-finite ones they do not (an OpenVINO partition can turn NaN into finite numbers that look right).
+    """
 
     def __init__(self, path: Path, manifest: dict, partitions: list[LoadedPartition],
-                 cleanup: Path | None = None, backends: Mapping[str, Any] | None = None) -> None:
+                 cleanup: Path | None = None, backends: Mapping[str, Any] | None = None,
+                 allow_nonfinite: bool = False) -> None:
         self.path = path
+        self.allow_nonfinite = allow_nonfinite
         #: the backend objects running the partitions, by name
         self.backend_objects: dict[str, Any] = dict(backends or {})
         self.manifest = manifest
@@ -147,22 +164,33 @@ class Artifact:
 
     # ------------------------------------------------------------------ running
     def check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """Feeds as C-contiguous arrays; CollageError naming the tensor when one is missing, extra or wrong."""
+        """Feeds as C-contiguous arrays; InputError naming the tensor when one is missing, extra, of the wrong
+        shape or dtype, or holds NaN or infinity (unless ``allow_nonfinite``); InputTypeError when ``feeds``
+        is not a mapping by input name."""
+        if not isinstance(feeds, Mapping):
+            raise InputTypeError(f"inputs must be a dict {{input name: array}}, not a {type(feeds).__name__}: "
+                                 "e.g. run({" + ", ".join(f"{s.name!r}: <{s.describe()}>" for s in self.inputs)
+                                 + "})")
         extra = [n for n in feeds if n not in self._input_specs]
         if extra:
-            raise CollageError(f"unknown input {extra[0]!r}: the model's inputs are "
-                               + ", ".join(f"{s.name!r} ({s.describe()})" for s in self.inputs))
+            raise InputError(f"unknown input {extra[0]!r}: the model's inputs are "
+                             + ", ".join(f"{s.name!r} ({s.describe()})" for s in self.inputs))
         out: dict[str, np.ndarray] = {}
         for spec in self.inputs:
             if spec.name not in feeds:
-                raise CollageError(f"missing input {spec.name!r}: expected {spec.describe()}")
+                raise InputError(f"missing input {spec.name!r}: expected {spec.describe()}")
             arr = feeds[spec.name]
             if not isinstance(arr, np.ndarray):
-                arr = np.asarray(arr)
+                try:
+                    arr = np.asarray(arr)
+                except (TypeError, ValueError) as e:
+                    raise InputError(f"input {spec.name!r}: not an array ({e}); expected {spec.describe()}") from None
             if arr.dtype != spec.dtype or arr.shape != spec.shape:
-                raise CollageError(f"input {spec.name!r}: expected {spec.describe()}, got shape {arr.shape} "
-                                   f"{arr.dtype.name}" + (f" (convert it with .astype(np.{spec.dtype.name}))"
-                                                          if arr.dtype != spec.dtype else ""))
+                raise InputError(f"input {spec.name!r}: expected {spec.describe()}, got shape {arr.shape} "
+                                 f"{arr.dtype.name}" + (f" (convert it with .astype(np.{spec.dtype.name}))"
+                                                        if arr.dtype != spec.dtype else ""))
+            if not self.allow_nonfinite and arr.dtype.kind in "fc" and not np.isfinite(arr).all():
+                raise InputError(nonfinite_message(spec.name, arr))
             out[spec.name] = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
         return out
 
@@ -277,52 +305,107 @@ class PartitionTimes:
 
 
 # ---------------------------------------------------------------------- loading
-def _safe_extract(archive: Path, dest: Path) -> None:
+#: the most an archive's manifest.json, plan.json or report.json may unpack to (the manifest declares no size
+#: for them; a partition file must have the size the manifest declares for it)
+META_MAX_BYTES = 64 << 20
+_TAR_ERRORS = (tarfile.TarError, OSError, EOFError, zlib.error)
+
+
+def _safe_extract(archive: Path, dest: Path) -> Path:
+    """Unpack the artifact in ``archive`` under ``dest``; return its root. Every member is checked first (no
+    absolute path, no ``..``, no link leading out, nothing but files, folders and links); then the manifest
+    alone is unpacked and checked (:func:`read_manifest`), and of the rest only what it lists: each partition's
+    files, of the sizes it declares, and plan.json / report.json (at most ``META_MAX_BYTES`` each). A member it
+    does not list is never unpacked (a warning names it), so what lands in TMPDIR is bounded by the manifest."""
     try:
         tar = tarfile.open(archive, "r:*")
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+    except _TAR_ERRORS as e:
         why = "; ".join(line.strip("- ") for line in str(e).splitlines() if line.strip())  # tarfile lists each method
         raise ArtifactError(f"{archive}: not a readable .tar.gz artifact ({why})") from None
     with tar:
         try:
             members = tar.getmembers()
-        except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+        except _TAR_ERRORS as e:
             raise ArtifactError(f"{archive}: truncated or damaged archive ({type(e).__name__}: {e}); copy it "
                                 "again or re-export the artifact") from None
         for m in members:
-            name = PurePosixPath(m.name)
-            if m.name.startswith(("/", "\\")) or name.is_absolute() or (len(m.name) > 1 and m.name[1] == ":"):
-                raise ArtifactError(f"{archive}: member {m.name!r} has an absolute path; refused (unsafe archive)")
-            if ".." in name.parts:
-                raise ArtifactError(f"{archive}: member {m.name!r} points outside the artifact ('..'); "
-                                    "refused (unsafe archive)")
-            if m.issym() or m.islnk():
-                target = PurePosixPath(m.linkname)
-                resolved = (name.parent / target) if m.issym() else target
-                depth = 0
-                for part in resolved.parts:
-                    depth += -1 if part == ".." else (0 if part == "." else 1)
-                    if depth < 0:
-                        break
-                if target.is_absolute() or depth < 0:
-                    raise ArtifactError(f"{archive}: member {m.name!r} is a link to {m.linkname!r}, outside the "
-                                        "artifact; refused (unsafe archive)")
-            elif not (m.isfile() or m.isdir()):
-                raise ArtifactError(f"{archive}: member {m.name!r} is not a regular file or directory; refused")
+            _check_member(archive, m)
+        prefix = _manifest_prefix(archive, members)
         try:
-            tar.extractall(dest, filter="data")
-        except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+            tar.extractall(dest, members=[_only(archive, members, prefix / MANIFEST, META_MAX_BYTES)], filter="data")
+            manifest = read_manifest(dest / prefix / MANIFEST)
+            tar.extractall(dest, members=_listed(archive, members, prefix, manifest), filter="data")
+        except _TAR_ERRORS as e:
             raise ArtifactError(f"{archive}: cannot extract ({e}); refused") from None
+    return dest / prefix
 
 
-def _artifact_root(extracted: Path, archive: Path) -> Path:
-    if (extracted / MANIFEST).is_file():
-        return extracted
-    subdirs = [p for p in extracted.iterdir() if p.is_dir()]
-    if len(subdirs) == 1 and (subdirs[0] / MANIFEST).is_file():
-        return subdirs[0]
+def _check_member(archive: Path, m: tarfile.TarInfo) -> None:
+    name = PurePosixPath(m.name)
+    if m.name.startswith(("/", "\\")) or name.is_absolute() or (len(m.name) > 1 and m.name[1] == ":"):
+        raise ArtifactError(f"{archive}: member {m.name!r} has an absolute path; refused (unsafe archive)")
+    if ".." in name.parts:
+        raise ArtifactError(f"{archive}: member {m.name!r} points outside the artifact ('..'); "
+                            "refused (unsafe archive)")
+    if m.issym() or m.islnk():
+        target = PurePosixPath(m.linkname)
+        resolved = (name.parent / target) if m.issym() else target
+        depth = 0
+        for part in resolved.parts:
+            depth += -1 if part == ".." else (0 if part == "." else 1)
+            if depth < 0:
+                break
+        if target.is_absolute() or depth < 0:
+            raise ArtifactError(f"{archive}: member {m.name!r} is a link to {m.linkname!r}, outside the "
+                                "artifact; refused (unsafe archive)")
+    elif not (m.isfile() or m.isdir()):
+        raise ArtifactError(f"{archive}: member {m.name!r} is not a regular file or directory; refused")
+
+
+def _manifest_prefix(archive: Path, members: list[tarfile.TarInfo]) -> PurePosixPath:
+    """The artifact's folder inside the archive: its top, or its single top-level folder, with a manifest.json."""
+    names = {PurePosixPath(m.name) for m in members if m.isfile()}
+    if PurePosixPath(MANIFEST) in names:
+        return PurePosixPath()
+    tops = {PurePosixPath(m.name).parts[0] for m in members if PurePosixPath(m.name).parts}
+    if len(tops) == 1 and PurePosixPath(next(iter(tops)), MANIFEST) in names:
+        return PurePosixPath(next(iter(tops)))
     raise ArtifactError(f"{archive}: archive holds no {MANIFEST} at its top or in a single top-level folder; "
                         "not a collage artifact")
+
+
+def _only(archive: Path, members: list[tarfile.TarInfo], name: PurePosixPath, most: int | None,
+          declared: int | None = None) -> tarfile.TarInfo:
+    """The (last) member called ``name``: a regular file of ``declared`` bytes, or at most ``most``."""
+    m = [m for m in members if PurePosixPath(m.name) == name][-1]
+    if not m.isfile():
+        raise ArtifactError(f"{archive}: member {m.name!r} is not a regular file (an artifact's files are); refused")
+    if declared is not None and m.size != declared:
+        raise ArtifactError(f"{archive}: member {m.name!r} holds {m.size} bytes, {MANIFEST} declares {declared}; "
+                            "refused (the archive was changed: copy it again or re-export the artifact)")
+    if most is not None and m.size > most:
+        raise ArtifactError(f"{archive}: member {m.name!r} holds {m.size} bytes, more than the {most} a "
+                            f"{name.name} may; refused")
+    return m
+
+
+def _listed(archive: Path, members: list[tarfile.TarInfo], prefix: PurePosixPath,
+            manifest: dict) -> list[tarfile.TarInfo]:
+    """The members to unpack after the manifest: what it lists (checked by :func:`_only`), nothing else."""
+    sizes: dict[PurePosixPath, tuple[int | None, int | None]] = {
+        prefix / manifest.get(key, default): (META_MAX_BYTES, None)
+        for key, default in (("plan", PLAN_FILE), ("report", REPORT_FILE))}
+    for part in manifest["partitions"]:
+        for f in part["files"]:
+            sizes[prefix / part["dir"] / f["name"]] = (None, f.get("bytes"))
+    present = {PurePosixPath(m.name) for m in members}
+    chosen = [_only(archive, members, name, *limits) for name, limits in sizes.items() if name in present]
+    skipped = [m.name for m in members if not m.isdir() and PurePosixPath(m.name) not in sizes
+               and PurePosixPath(m.name) != prefix / MANIFEST]
+    if skipped:
+        log.warning("%s: %d member(s) its %s does not list left packed (%s%s)", archive, len(skipped), MANIFEST,
+                    ", ".join(map(repr, skipped[:3])), ", ..." if len(skipped) > 3 else "")
+    return chosen
 
 
 def is_archive(path: str | os.PathLike) -> bool:
@@ -341,8 +424,7 @@ def artifact_dir(path: str | os.PathLike) -> Iterator[Path]:
         return
     tmp = Path(tempfile.mkdtemp(prefix="collage-artifact-"))
     try:
-        _safe_extract(src, tmp)
-        yield _artifact_root(tmp, src)
+        yield _safe_extract(src, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -436,20 +518,20 @@ def _backends(manifest: dict, root: Path, check_versions: bool,
 
 
 def load(path: str | os.PathLike, *, check_versions: bool = True,
-         backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> Artifact:
+         backend_options: Mapping[str, Mapping[str, Any]] | None = None, allow_nonfinite: bool = False) -> Artifact:
     """Load an artifact directory or ``.tar.gz`` (see the module docstring for what is checked).
 
     Backends are created as they were tuned (same options and recorded settings, e.g. thread
     count); ``backend_options={"openvino": {"threads": 8}}`` overrides settings after the version
-    check (the plan was measured with the recorded ones).
+    check (the plan was measured with the recorded ones). ``allow_nonfinite=True`` lets inputs hold NaN or
+    infinity (refused by default: :class:`Artifact`).
     """
     src = Path(path)
     cleanup: Path | None = None
     if src.is_file() and (src.suffix in (".gz", ".tgz", ".tar") or tarfile.is_tarfile(src)):
         cleanup = Path(tempfile.mkdtemp(prefix="collage-artifact-"))
         try:
-            _safe_extract(src, cleanup)
-            root = _artifact_root(cleanup, src)
+            root = _safe_extract(src, cleanup)
         except BaseException:
             shutil.rmtree(cleanup, ignore_errors=True)
             raise
@@ -468,12 +550,15 @@ def load(path: str | os.PathLike, *, check_versions: bool = True,
                 compiled = backends[part["backend"]].load(pdir, entry)
             except CollageError:
                 raise
+            except UnicodeError as e:  # a tensor name in its files that is not UTF-8 (the tune refuses such models)
+                raise ArtifactError(f"{pdir}: backend {part['backend']!r} cannot load this partition: a name in its "
+                                    f"files is not valid UTF-8 text ({e}); re-export the artifact") from e
             except Exception as e:
                 raise ArtifactError(f"{pdir}: backend {part['backend']!r} cannot load this partition "
                                     f"({type(e).__name__}: {e}); re-export the artifact") from e
             parts.append(LoadedPartition(int(part["index"]), part["backend"], pdir, list(part["inputs"]),
                                          list(part["outputs"]), compiled, len(part["nodes"]), part.get("cost_ms")))
-        return Artifact(root, manifest, parts, cleanup, backends)
+        return Artifact(root, manifest, parts, cleanup, backends, allow_nonfinite)
     except BaseException:
         if cleanup is not None:
             shutil.rmtree(cleanup, ignore_errors=True)

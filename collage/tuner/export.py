@@ -4,8 +4,8 @@ An artifact is a directory (optionally also packed as ``<dir>.tar.gz``)::
 
     out/
       manifest.json                 what is in it, and the checksums that prove it (schema below)
-      plan.json                     the Plan, boundaries filled in (collage.plan.Plan.from_json)
-      report.json                   the tuner's report dict, verbatim (schema: collage.report.render)
+      plan.json                     the Plan, boundaries filled in (collage.plan.Plan.from_json), and model_sha256
+      report.json                   the tuner's report dict (schema: collage.report.render), and model_sha256
       partitions/000-onnxruntime/   one file set per partition, written by the backend's
       partitions/001-openvino/      Compiled.save(dir); read back by Backend.load(dir, entry)
       ...
@@ -34,7 +34,8 @@ manifest.json (``FORMAT_VERSION`` 1)::
 ``model.sha256`` is the sha256 of the original model file's bytes when the graph was loaded from a
 file (what ``sha256sum model.onnx`` prints, so a deployer can check which model was tuned);
 otherwise (a Graph built from an in-memory ModelProto) of that model serialised as loaded
-(``graph.model``); ``sha256_of`` says which.
+(``graph.model``); ``sha256_of`` says which. plan.json and report.json carry it too (``model_sha256``):
+the report refuses a plan or report of another model (:func:`collage.runtime.manifest.read_plan`).
 
 The runtime reads it with :mod:`collage.runtime.manifest`.
 """
@@ -215,8 +216,10 @@ def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike, *,
             "plan": PLAN_FILE,
             "report": REPORT_FILE,
         }
-        _write_json(tmp / PLAN_FILE, _Plan(tied, plan.predicted_ms, list(plan.notes)).to_dict())
-        _write_json(tmp / REPORT_FILE, report if report is not None else {})
+        # both name the model they belong to: `collage report` refuses a plan or report of another model
+        _write_json(tmp / PLAN_FILE, {**_Plan(tied, plan.predicted_ms, list(plan.notes)).to_dict(),
+                                      "model_sha256": sha})
+        _write_json(tmp / REPORT_FILE, {**(report or {}), "model_sha256": sha})
         renamed = carry_over(where, tmp)  # the user's files in the old artifact
         _write_json(tmp / MANIFEST, manifest)  # last: a directory with a manifest is complete
         install(tmp, where)
