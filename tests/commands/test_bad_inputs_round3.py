@@ -9,6 +9,7 @@ used to allocate a list that long). A sparse initializer is made dense at load, 
 """
 from __future__ import annotations
 
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
-from tests.commands.test_bad_inputs import _assert_one_line, _cli, _save
+from tests.commands.test_bad_inputs import _ROOT, _assert_one_line, _cli, _save
 
 X14, Y14 = helper.make_tensor_value_info("x", T.FLOAT, [1, 4]), helper.make_tensor_value_info("y", T.FLOAT, [1, 4])
 
@@ -80,6 +81,24 @@ def test_bad_input_one_line_exit_2(scene, case):
     proc = _cli(scene, argv)
     _assert_one_line(proc, argv[0], needles)
     assert not (scene / "o1").exists()
+
+
+def _limit_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+
+
+def test_max_nodes_far_past_the_graph_allocates_nothing(scene, tmp_path):
+    """--max-nodes 1e20 on a one-node graph is --max-nodes 1: the tune ends within 3 GB of address space (the
+    enumeration once built a list that long: 1.5 GB in 12 s, and on)."""
+    import os
+
+    proc = subprocess.run([sys.executable, "-m", "collage.cli", "tune", "static.onnx", "-o", str(tmp_path / "out"),
+                           "--backends", "onnxruntime", "--max-nodes", "99999999999999999999",
+                           "--db", str(tmp_path / "c.sqlite")], cwd=scene, capture_output=True, text=True,
+                          timeout=120, preexec_fn=_limit_memory,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([_ROOT, os.environ.get("PYTHONPATH", "")])})
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out").is_dir()
 
 
 def test_sparse_initializer_is_made_dense_and_tunes(tmp_path):
