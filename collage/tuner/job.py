@@ -157,6 +157,24 @@ def resolve_backends(names: Sequence[str], target: str = "cpu",
     return backends
 
 
+def failed_everywhere(graph: Graph, cands: Sequence[Candidate], raw: Mapping[Any, Any]) -> str | None:
+    """The message for a node that every candidate measured on it failed on (no plan can cover it), naming the
+    node and one of the failures; None when each node has a cost or an unmeasured candidate."""
+    covered, tried = 0, 0
+    for c in cands:
+        cost = raw.get((c.nodes, c.backend))
+        mask = graph.mask(c.nodes)
+        covered |= mask if cost is None or cost.ok else 0
+        tried |= mask if cost is not None and not cost.ok else 0
+    lost = tried & ~covered
+    if not lost:
+        return None
+    i = (lost & -lost).bit_length() - 1
+    c = next(c for c in cands if i in c.nodes and not raw[(c.nodes, c.backend)].ok)
+    return (f"{graph.name}: every measurement of {graph.node_label(i)} failed, so no plan can run it; on {c.backend} "
+            f"(nodes {list(c.nodes)}): {raw[(c.nodes, c.backend)].error}")
+
+
 def measuring_order(cands: Sequence[Candidate], n: int, coarse: set[tuple[tuple[int, ...], str]]) -> list[Candidate]:
     """Candidates in measuring order, so that a budget cut still leaves covers: whole models; then the coarse
     ranges (few, and the pieces a mix that beats one backend end to end is made of): each cut's prefix and
@@ -375,6 +393,9 @@ class TuneJob:
                 costs[c] = cost.median_ms
             else:
                 failures += 1
+        failed = failed_everywhere(self.graph, cands, raw)
+        if failed:
+            raise CollageError(failed)
         return Measured(raw, costs, failures)
 
     def measure_whole_first(self, measure: Callable[..., Any], cands: Sequence[Candidate]) -> Any:

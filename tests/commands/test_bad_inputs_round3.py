@@ -101,6 +101,20 @@ def test_max_nodes_far_past_the_graph_allocates_nothing(scene, tmp_path):
     assert (tmp_path / "out").is_dir()
 
 
+def test_scalar_input_is_tuned_or_refused_in_one_line(scene):
+    """A 0-d input: tuned (once scalars are measured) or refused, after its measurement failed (whose warning
+    comes first), by one error line that names the node and the failure, not "no backend supports it"."""
+    proc = _cli(scene, ["tune", "scalar.onnx", "-o", "o-scalar", "--backends", "onnxruntime"])
+    if proc.returncode == 0:
+        return
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("collage tune: error: ")]
+    assert len(errors) == 1 and proc.stderr.rstrip().endswith(errors[0]), proc.stderr
+    for needle in ("#0 Relu 'r'", "every measurement", "onnxruntime", "'s'"):
+        assert needle in errors[0], errors[0]
+    assert "no backend supports it" not in errors[0]
+
+
 def test_sparse_initializer_is_made_dense_and_tunes(tmp_path):
     """A sparse initializer (values 2 and 5 at [0,1] and [0,3]) is made dense at load: the model tunes and its
     artifact adds the dense tensor."""
