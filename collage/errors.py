@@ -15,6 +15,10 @@ class OptionError(CollageError, ValueError):
     """An option or argument out of its range (a ValueError too, for Python callers)."""
 
 
+class OptionTypeError(OptionError, TypeError):
+    """An option or argument of the wrong kind (a TypeError too, for Python callers, and an OptionError)."""
+
+
 class InputError(CollageError, ValueError):
     """An input tensor collage cannot take or draw values for (a ValueError too, for Python callers)."""
 

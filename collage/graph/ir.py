@@ -43,6 +43,7 @@ from onnx import helper, numpy_helper
 
 from collage.errors import ModelError
 from collage.graph.load import copy_model, node_reads, prepare_model, read_model, skeleton
+from collage.graph.model_checks import check_dims
 
 #: Integer initializers up to this many elements are treated as structure (shapes, axes) and enter
 #: the fingerprint; larger or floating-point ones are weights and do not.
@@ -67,25 +68,23 @@ class TensorInfo:
         return helper.make_tensor_value_info(name or self.name, self.elem_type, list(self.shape))
 
 
-def parse_shapes(specs: Iterable[str]) -> dict[str, tuple[int, ...]]:
-    """Parse ``name=1,3,224,224`` overrides (the CLI's ``--shape``) into a dict."""
+def parse_shapes(specs: Iterable[str], option: str = "--shape") -> dict[str, tuple[int, ...]]:
+    """Parse ``name=1,3,224,224`` overrides (the CLI's ``--shape``; ``option`` names it in messages) into a dict;
+    each dimension a whole number from 1 to int64's largest (:func:`collage.graph.model_checks.check_dims`)."""
     out: dict[str, tuple[int, ...]] = {}
     for spec in specs:
+        if not isinstance(spec, str):
+            raise ModelError(f"bad {option} {spec!r}: expected a text NAME=D1,D2,... (for example input=1,3,224,224)")
         name, sep, dims = spec.rpartition("=")
         if not sep or not name:
-            raise ModelError(f"bad --shape {spec!r}: expected NAME=D1,D2,... (for example input=1,3,224,224)")
+            raise ModelError(f"bad {option} {spec!r}: expected NAME=D1,D2,... (for example input=1,3,224,224)")
         try:
-            out[name] = tuple(int(d) for d in dims.split(",") if d.strip())
+            parsed = tuple(int(d) for d in dims.split(",") if d.strip())
         except ValueError:
-            raise ModelError(f"bad --shape {spec!r}: dimensions must be integers") from None
-        if not out[name]:
-            raise ModelError(f"bad --shape {spec!r}: no dimensions (expected NAME=D1,D2,...)")
-        bad = [d for d in out[name] if d < 0]
-        if bad:
-            raise ModelError(f"bad --shape {spec!r}: dimension {bad[0]} is negative; dimensions are sizes >= 1")
-        if 0 in out[name]:
-            raise ModelError(f"bad --shape {spec!r}: a dimension of size 0 makes an empty tensor, which collage "
-                             "cannot measure or run; give sizes >= 1 (for example a batch of 1)")
+            raise ModelError(f"bad {option} {spec!r}: dimensions must be integers") from None
+        if not parsed:
+            raise ModelError(f"bad {option} {spec!r}: no dimensions (expected NAME=D1,D2,...)")
+        out[name] = check_dims(name, parsed, f"{option} {spec!r}")
     return out
 
 

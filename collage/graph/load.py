@@ -1,7 +1,9 @@
 """Reading an ONNX model and normalising it into the form :class:`collage.graph.ir.Graph` holds.
 
 ``read_model`` opens a file (or takes a ``ModelProto``) and refuses what is not a readable, non-empty
-ONNX model, naming the file. ``prepare_model`` turns it into what the Graph's contract promises:
+ONNX model, naming the file. ``prepare_model`` turns it into what the Graph's contract promises, after
+the checks of :mod:`collage.graph.model_checks` (names valid UTF-8, graph outputs present, initializer data
+as long as its dims say, input sizes within int64 and memory): sparse initializers made dense,
 symbolic input dimensions fixed by ``--shape`` overrides (or refused, with the override to pass),
 operators only from known domains, ``Constant`` nodes folded into initializers, nodes that reach no
 graph output dropped, nodes in a stable topological order, node names unique (``unique_node_names``: a
@@ -23,6 +25,8 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from collage.errors import ModelError
+from collage.graph.model_checks import (check_dims, check_initializer_data, check_input_sizes, check_names,
+                                        memory_bytes)
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +81,12 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
     dimensions, constants folded, dead nodes dropped, nodes in topological order, shapes inferred."""
     model = copy_model(model)
     g = model.graph
+    check_names(g, source)
+    if not g.output:
+        raise ModelError(f"{source}: the graph has no outputs, so there is nothing to compute; mark the tensors the "
+                         "model should produce as graph outputs (graph.output) and save it again")
+    check_initializer_data(g, source)
+    _densify_sparse(g, source)
     newest = onnx.defs.onnx_opset_version()
     for o in model.opset_import:
         if o.domain in ("", "ai.onnx") and o.version > newest:
@@ -97,13 +107,13 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
     for inp in real_inputs:
         tt = inp.type.tensor_type
         if inp.name in shapes:
-            dims = shapes[inp.name]
+            dims = check_dims(inp.name, shapes[inp.name], f"shape for input {inp.name!r}")
             if tt.HasField("shape") and len(tt.shape.dim) not in (0, len(dims)):
                 raise ModelError(f"{source}: --shape {inp.name} has {len(dims)} dims, the input has "
                                  f"{len(tt.shape.dim)}")
             tt.ClearField("shape")
             for d in dims:
-                tt.shape.dim.add().dim_value = int(d)
+                tt.shape.dim.add().dim_value = d
         elif tt.HasField("shape") and any(d.HasField("dim_value") and d.dim_value == 0 for d in tt.shape.dim):
             dims = ["?" if not d.HasField("dim_value") else str(d.dim_value) for d in tt.shape.dim]
             raise ModelError(
@@ -116,6 +126,7 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
             raise ModelError(
                 f"{source}: input {inp.name!r} has symbolic dims [{','.join(dims)}] ({', '.join(sym) or 'no shape'}); "
                 f"fix them with --shape {inp.name}=" + ",".join("1" if x == "?" else x for x in dims))
+    check_input_sizes(g, source)
     _fold_constants(g)
     # keep only the nodes that feed a graph output; reorder topologically (stable)
     _prune_and_sort(g, source)
@@ -209,6 +220,36 @@ def skeleton(model: onnx.ModelProto, keep_elems: int = 4096) -> onnx.ModelProto:
         elif t.name not in listed:
             sg.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
     return skel
+
+
+def _densify_sparse(g: onnx.GraphProto, source: str) -> None:
+    """Turn each ``sparse_initializer`` into the dense initializer it stands for (values at their indices,
+    zeros elsewhere), so that every backend reads it as a plain weight."""
+    memory = memory_bytes()
+    for sp in g.sparse_initializer:
+        name, dims = sp.values.name, [int(d) for d in sp.dims]
+        values = numpy_helper.to_array(sp.values).ravel()
+        idx = numpy_helper.to_array(sp.indices).astype(np.int64) if sp.HasField("indices") else np.zeros(0, np.int64)
+        size = int(np.prod(dims, dtype=object)) if dims else 1
+        if memory is not None and size * values.dtype.itemsize > memory:
+            raise ModelError(f"{source}: sparse initializer {name!r} {dims} would take more than this machine's memory "
+                             "once dense; collage needs dense weights")
+        if idx.ndim == 2 and idx.shape == (len(values), len(dims)):  # coordinates: [NNZ, rank]
+            if (idx < 0).any() or (idx >= np.array(dims)).any():
+                raise ModelError(f"{source}: sparse initializer {name!r} {dims} has an index out of range")
+            flat = np.ravel_multi_index(tuple(idx.T), dims)
+        elif idx.ndim == 1 and len(idx) == len(values):
+            flat = idx
+        else:
+            raise ModelError(f"{source}: sparse initializer {name!r}: {len(values)} values but indices of shape "
+                             f"{list(idx.shape)}; the model is malformed (re-export it)")
+        if len(flat) and (flat.min() < 0 or flat.max() >= size):
+            raise ModelError(f"{source}: sparse initializer {name!r} {dims} has an index out of range")
+        dense = np.zeros(size, values.dtype)
+        dense[flat] = values
+        g.initializer.append(numpy_helper.from_array(dense.reshape(dims), name))
+        log.info("%s: sparse initializer %r %s made dense", source, name, dims)
+    g.ClearField("sparse_initializer")
 
 
 def _fold_constants(g: onnx.GraphProto) -> None:

@@ -76,7 +76,8 @@ class Candidate:
 class Limits:
     """Bounds on the candidates enumerated per backend (the whole graph and single nodes ignore them).
 
-    ``max_nodes``: most nodes in a candidate. ``max_depth``: most nodes on the longest path inside a
+    ``max_nodes``: most nodes in a candidate (a value past the graph's node count counts as the node count: nothing is
+    allocated by it). ``max_depth``: most nodes on the longest path inside a
     candidate (``None``: no bound). ``max_heavy``: most ops from ``heavy_ops`` in one candidate, except
     for backends in ``fuses_heavy`` (known to fuse across heavy ops). ``max_per_backend``: cap on the
     number of candidates per backend; single nodes are always kept, then the smallest sets
@@ -118,7 +119,7 @@ def _depth(mask: int, preds: list[int]) -> int:
 def _grow(n: int, allowed: int, heavy: int, max_heavy: int | None, limits: Limits,
           adj: list[int], desc: list[int], anc: list[int], preds: list[int]) -> list[int]:
     """Every convex connected set within ``allowed`` and the limits, as masks (singletons included)."""
-    max_nodes = max(1, limits.max_nodes)
+    max_nodes = max(1, min(limits.max_nodes, allowed.bit_count()))  # never more levels than nodes to fill them
     cap = limits.max_per_backend
     seen: set[int] = set()
     by_size: list[list[tuple[int, int, int, int]]] = [[] for _ in range(max_nodes + 1)]

@@ -29,6 +29,7 @@ from collage.graph.ir import Graph
 from collage.plan import Plan
 from collage.report.coverage import (estimates_line, measured_line, measurement_coverage, refinement,
                                      refinement_line)
+from collage.tuner.arguments import check_sources
 from collage.tuner.options import DEFAULT_BACKENDS, DEFAULT_TOLERANCE, TuneOptions
 from collage.tuner.verify import check_numerics, measure_interleaved, stale_costs
 from collage.util import parse_duration, say
@@ -139,10 +140,14 @@ def tune(model: str | os.PathLike | onnx.ModelProto, out_dir: str | os.PathLike,
     (documented there). ``backend_options``: constructor options per backend (``{"tvm": {"tuning":
     "metaschedule", "trials": 64}}``); ``tvm_budget``: a duration of MetaSchedule tuning spent on the candidates
     where TVM can change the plan (:mod:`collage.tuner.tvm_budget`); ``measure_order="guided"``: under a budget,
-    measure first what can change the plan (:mod:`collage.tuner.guided`). Callable any number of times in one process. The exported attempts, refinement
+    measure first what can change the plan (:mod:`collage.tuner.guided`). ``shapes`` and ``backend_options`` also take
+    the command line's texts (``"x=1,3,224,224"``, ``["tvm.trials=64"]``). A keyword of the wrong kind is an
+    OptionTypeError (a TypeError), one out of range an OptionError (a ValueError), both before any work
+    (:mod:`collage.tuner.arguments`). Callable any number of times in one process. The exported attempts, refinement
     trials and verification copies go to a scratch folder (1-2 GB for a large model) that is removed when
     the tune ends, however it ends; the artifact in ``out_dir`` and the cost DB stay.
     """
+    check_sources(model, out_dir)
     options = TuneOptions.build(target=target, backends=backends, budget=budget, budget_s=budget_s, db=db,
                                 refine_trials=refine_trials, shapes=shapes, limits=limits, archive=archive,
                                 tolerance=tolerance, accuracy=accuracy, calibration=calibration,
@@ -194,6 +199,24 @@ def resolve_backends(names: Sequence[str], target: str = "cpu",
             raise CollageError(f"backend {name!r} runs on {b.device!r}, not on target {target!r}")
         backends.append(b)
     return backends
+
+
+def failed_everywhere(graph: Graph, cands: Sequence[Candidate], raw: Mapping[Any, Any]) -> str | None:
+    """The message for a node that every candidate measured on it failed on (no plan can cover it), naming the
+    node and one of the failures; None when each node has a cost or an unmeasured candidate."""
+    covered, tried = 0, 0
+    for c in cands:
+        cost = raw.get((c.nodes, c.backend))
+        mask = graph.mask(c.nodes)
+        covered |= mask if cost is None or cost.ok else 0
+        tried |= mask if cost is not None and not cost.ok else 0
+    lost = tried & ~covered
+    if not lost:
+        return None
+    i = (lost & -lost).bit_length() - 1
+    c = next(c for c in cands if i in c.nodes and not raw[(c.nodes, c.backend)].ok)
+    return (f"{graph.name}: every measurement of {graph.node_label(i)} failed, so no plan can run it; on {c.backend} "
+            f"(nodes {list(c.nodes)}): {raw[(c.nodes, c.backend)].error}")
 
 
 def measuring_order(cands: Sequence[Candidate], n: int, coarse: set[tuple[tuple[int, ...], str]]) -> list[Candidate]:
@@ -414,6 +437,9 @@ class TuneJob:
                 costs[c] = cost.median_ms
             else:
                 failures += 1
+        failed = failed_everywhere(self.graph, cands, raw)
+        if failed:
+            raise CollageError(failed)
         return Measured(raw, costs, failures)
 
     def measure_whole_first(self, measure: Callable[..., Any], cands: Sequence[Candidate]) -> Any:

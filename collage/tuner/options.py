@@ -1,7 +1,8 @@
 """What one tuning job is asked to do: :class:`TuneOptions` (plain data, validated once).
 
 ``collage.tune(model, out_dir, **keywords)`` builds one with :meth:`TuneOptions.build` (which reads the
-``budget`` as a duration, and still takes the older ``budget_s=`` seconds); the job's steps
+``budget`` as a duration, and still takes the older ``budget_s=`` seconds; the keywords' kinds are checked by
+:mod:`collage.tuner.arguments`, which also reads the command line's texts for shapes and backend options); the job's steps
 (:mod:`collage.tuner.job`) read it and never change it.
 """
 from __future__ import annotations
@@ -12,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from collage.errors import CollageError, OptionError
-from collage.util import parse_duration
+from collage.errors import CollageError, OptionError, OptionTypeError
+from collage.tuner import arguments
+from collage.tuner.arguments import check_types, require
 
 if TYPE_CHECKING:
     from collage.cost_models.accuracy import Budget
@@ -69,6 +71,7 @@ class TuneOptions:
     measure_order: str = "enumeration"
 
     def __post_init__(self) -> None:
+        check_types(self)
         if not self.backends:
             raise OptionError("tune: no backend named (backends=...)")
         if self.budget_s is not None and not (math.isfinite(self.budget_s) and self.budget_s >= 0):
@@ -84,7 +87,7 @@ class TuneOptions:
             raise CollageError(f"tune: backend options for {', '.join(stray)}, which is not among the backends "
                              f"({', '.join(self.backends)})")
         if self.measure_order not in MEASURE_ORDERS:
-            raise CollageError(f"tune: measure_order must be one of {', '.join(MEASURE_ORDERS)}, not "
+            raise OptionError(f"tune: measure_order must be one of {', '.join(MEASURE_ORDERS)}, not "
                                f"{self.measure_order!r}")
         if self.measure_order == "guided" and self.budget_s is None:
             raise CollageError("tune: guided measuring (--measure-order guided) needs a measuring budget (--budget); "
@@ -104,14 +107,18 @@ class TuneOptions:
         """Options from ``tune``'s keywords: ``budget`` is a duration ("30s", "10m", "1h30m", or seconds),
         ``budget_s`` the older spelling in seconds (give one of the two)."""
         if budget is not None and budget_s is not None:
-            raise TypeError("tune: give budget= or budget_s=, not both")
-        seconds = parse_duration(budget) if budget is not None else budget_s
+            raise OptionTypeError("tune: give budget= or budget_s=, not both")
+        require(isinstance(backends, (str, list, tuple)), "backends", "a backend name or a list of them", backends)
+        require(tolerance is None or isinstance(tolerance, Mapping), "tolerance", "{'atol': ..., 'rtol': ...}",
+                tolerance)
         names = (backends,) if isinstance(backends, str) else tuple(backends)
-        tvm_s = parse_duration(tvm_budget) if tvm_budget is not None else None
-        return cls(budget_s=None if seconds is None else float(seconds), backends=names,
+        if "shapes" in options:
+            options["shapes"] = arguments.shapes(options["shapes"])
+        return cls(budget_s=arguments.duration("budget", budget) if budget is not None else
+                   arguments.seconds("budget_s", budget_s), backends=names,
                    tolerance={**DEFAULT_TOLERANCE, **(tolerance or {})},
-                   backend_options={k: dict(v) for k, v in (backend_options or {}).items()},
-                   tvm_budget_s=None if tvm_s is None else float(tvm_s), **options)  # type: ignore[arg-type]
+                   backend_options=arguments.backend_options(backend_options),
+                   tvm_budget_s=arguments.duration("tvm_budget", tvm_budget), **options)  # type: ignore[arg-type]
 
     def options_for(self, name: str) -> dict[str, Any]:
         """The constructor options of backend ``name`` in this job (a TVM tuning budget implies MetaSchedule)."""
