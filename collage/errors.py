@@ -32,6 +32,11 @@ class ModelError(CollageError):
     """The input model cannot be read, checked or given static shapes."""
 
 
+class TransientError(CollageError):
+    """A failure of this moment or this process (a resource it holds), not of the model or the backend: never
+    remembered as an answer (a support check or a cost), asked again next time."""
+
+
 class UnsupportedError(CollageError):
     """A backend cannot take a node or subgraph (names the op and the node)."""
 

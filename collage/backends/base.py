@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 import numpy as np
 
-from collage.errors import CompileError, UnsupportedError
+from collage.errors import CompileError, TransientError, UnsupportedError
 from collage.util import cache_dir, sha256_bytes
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class Compiled(abc.ABC):
 
 #: failures of a trial conversion that mean "could not tell now", never "unsupported" (not cached: see
 #: ``Backend.refusal_errors``)
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (MemoryError, OSError, TimeoutError)
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (MemoryError, OSError, TimeoutError, TransientError)
 
 
 def trial_refusal(trial: Callable[[], object]) -> str | None:

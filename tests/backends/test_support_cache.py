@@ -68,3 +68,40 @@ def test_transient_failure_is_not_cached(error, tmp_path, monkeypatch):
     fresh = _Flaky(error, b.version())
     assert fresh.supports_all(graph) == {0: True, 1: False}
     assert fresh.calls == []  # both answers now come from the cache
+
+
+def test_a_process_state_error_of_onnx_runtime_is_not_cached(tmp_path, monkeypatch):
+    """The real ONNX Runtime backend in a process whose shared pool has another thread count: its support check
+    fails for this process only (TransientError), and the node is not remembered as unsupported (it was:
+    "this process already has a shared pool of 2 threads" cached for Relu, refusing it in every later tune)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    child = textwrap.dedent("""
+        import json, sys
+        from onnx import TensorProto, helper
+        from collage.backends import get_backend
+        from collage.graph.ir import Graph
+
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+        g = Graph.load(helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")],
+                                                           "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)]))
+        two = get_backend("onnxruntime", threads=2)
+        two.compile(g.model).run({"x": __import__("numpy").ones((2, 3), "float32")})  # makes the shared pool
+        one = get_backend("onnxruntime", threads=1)
+        print(json.dumps({"in_pool_process": one.supports_all(g)[0], "cache": str(one.support_cache_path())}))
+    """)
+    env = {**__import__("os").environ, "COLLAGE_CACHE": str(tmp_path)}
+    first = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120, env=env)
+    assert first.returncode == 0, first.stderr[-2000:]
+    got = json.loads(first.stdout.strip().splitlines()[-1])
+    assert got["in_pool_process"] is False  # could not tell in that process: not taken for this call
+    cached = json.loads(open(got["cache"]).read()) if __import__("os").path.exists(got["cache"]) else {}
+    assert not any(isinstance(v, str) and "shared pool" in v for v in (cached.get("answers", cached) or {}).values()), cached
+    # a fresh process with the same cache takes Relu
+    fresh = child.replace('two.compile(g.model).run({"x": __import__("numpy").ones((2, 3), "float32")})', "pass")
+    second = subprocess.run([sys.executable, "-c", fresh], capture_output=True, text=True, timeout=120, env=env)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert json.loads(second.stdout.strip().splitlines()[-1])["in_pool_process"] is True

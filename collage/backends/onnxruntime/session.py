@@ -20,7 +20,7 @@ import numpy as np
 
 from collage.backends import handover
 from collage.backends.base import Compiled
-from collage.errors import ArtifactError, BackendUnavailable, CollageError
+from collage.errors import ArtifactError, BackendUnavailable, CollageError, TransientError
 from collage.util import physical_cores, sha256_bytes
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def ensure_global_pool(threads: int, nice: int = 0, park: bool = True) -> None:
             _adopt_plain_sessions(onnxruntime_module())
             log.debug("onnxruntime: process-wide pool of %d intra-op threads", threads)
         elif _global_pool_threads != threads:
-            raise CollageError(
+            raise TransientError(  # the process's state, not the model's: a support check must not cache it
                 f"onnxruntime: this process already has a shared pool of {_global_pool_threads} threads; a backend "
                 f"asking for {threads} must run in another process (or pass shared_pool=False)")
 
