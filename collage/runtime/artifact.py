@@ -437,7 +437,8 @@ def _backends(manifest: dict, root: Path, check_versions: bool,
 
 def load(path: str | os.PathLike, *, check_versions: bool = True,
          backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> Artifact:
-    """Load an artifact directory or ``.tar.gz`` (see the module docstring for what is checked).
+    """Load an artifact directory or ``.tar.gz`` (see the module docstring for what is checked); a multi-size
+    artifact gives a :class:`collage.runtime.multisize.MultiSizeArtifact` (the same API, dispatching by size).
 
     Backends are created as they were tuned (same options and recorded settings, e.g. thread
     count); ``backend_options={"openvino": {"threads": 8}}`` overrides settings after the version
@@ -456,6 +457,11 @@ def load(path: str | os.PathLike, *, check_versions: bool = True,
     else:
         root = src
     try:
+        from collage.runtime.multisize import is_multi_size, load_multi_size
+
+        if is_multi_size(root):  # one plan per tuned input size (collage.runtime.multisize): same API
+            return load_multi_size(root, load, cleanup, check_versions=check_versions,  # type: ignore[return-value]
+                                   backend_options=backend_options)
         manifest = read_manifest(root)
         verify_files(root, manifest)
         backends = _backends(manifest, root, check_versions, backend_options)

@@ -374,4 +374,9 @@ def write_archive(artifact_dir: str | os.PathLike) -> Path:
     return dest
 
 
-__all__ = ["check_output_location", "export", "partition_dir_name", "recover_replaced", "write_archive"]
+#: public names of what a multi-size artifact is assembled with (collage.tuner.sizes)
+write_json = _write_json
+replace_dir = _replace_dir
+
+__all__ = ["check_output_location", "export", "partition_dir_name", "recover_replaced", "replace_dir",
+           "write_archive", "write_json"]
