@@ -114,3 +114,8 @@ def test_tampered_dynamic_model_is_refused(tuned, tmp_path) -> None:
     with pytest.raises(ArtifactError, match="checksum mismatch"):
         collage.load(tmp_path / "out")
     _assert_one_line(_cli(tmp_path, ["run", "out", "--random"]), "run", ["model.onnx", "checksum mismatch"])
+
+
+def test_bad_brace_form_is_one_line(tuned, tmp_path) -> None:
+    proc = _cli(tuned, ["tune", "dyn.onnx", "-o", str(tmp_path / "o"), "--shape", "x=1,3,{8,},8"])
+    _assert_one_line(proc, "tune", ["x=1,3,{8,},8", "lists no size"])
