@@ -9,6 +9,7 @@ from pathlib import Path
 from collage.report.render import partition_table, render_html, render_markdown, report_json
 from collage.runtime.artifact import artifact_dir, is_archive, verify_files
 from collage.runtime.manifest import read_manifest
+from collage.runtime.multisize import dynamic_model_path, is_multi_size, read_multi_manifest
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +36,8 @@ def html_dest(artifact: Path) -> Path:
 def run(args: argparse.Namespace) -> int:
     src = Path(args.artifact)
     with artifact_dir(src) as root:
+        if is_multi_size(root):
+            return report_sizes(src, root, args.format)
         verify_files(root, read_manifest(root))  # a missing, damaged or changed file is named, as `run` names it
         page = render_html(root, html_dest(src))
         if args.format == "md":
@@ -44,4 +47,42 @@ def run(args: argparse.Namespace) -> int:
         elif args.format == "json":
             print(json.dumps(report_json(root), indent=2))
     print(f"wrote {page}", file=sys.stdout if args.format == "html" else sys.stderr)
+    return 0
+
+
+def report_sizes(src: Path, root: Path, fmt: str) -> int:
+    """A multi-size artifact (collage.runtime.multisize): each size set's report in turn, under a heading naming
+    its sizes; one HTML page per size set (inside its sizes/NNN folder, or OUT.sizes-NNN.report.html beside an
+    archive); csv: one table with a ``sizes`` column; json: {"kind", "sizes": [{inputs, dir, <report>}]}."""
+    import pandas as pd
+
+    manifest = read_multi_manifest(root)
+    dynamic_model_path(root, manifest)  # its checksum, as `run` checks it
+    n = len(manifest["sizes"])
+    if fmt == "md":
+        print(f"Multi-size artifact: {n} size sets, each with its own plan below; any other size runs untuned on "
+              f"the original model ({manifest['dynamic'].get('dir', 'dynamic')}/, ONNX Runtime).\n")
+    tables, sizes, pages = [], [], []
+    for k, entry in enumerate(manifest["sizes"]):
+        sub = root / entry["dir"]
+        verify_files(sub, read_manifest(sub))
+        label = " ".join(f"{name}={list(shape)}" for name, shape in entry["inputs"].items())
+        dest = (html_dest(src).with_name(html_dest(src).name.replace(".report.html", f".sizes-{k:03d}.report.html"))
+                if is_archive(src) else sub / "report.html")
+        pages.append(render_html(sub, dest))
+        if fmt == "md":
+            print(f"# Size set {k + 1} of {n}: {label}\n")
+            print(render_markdown(sub))
+        elif fmt == "csv":
+            table = partition_table(sub)
+            table.insert(0, "sizes", label)
+            tables.append(table)
+        elif fmt == "json":
+            sizes.append({"inputs": entry["inputs"], "dir": entry["dir"], **report_json(sub)})
+    if fmt == "csv":
+        print(pd.concat(tables, ignore_index=True).to_csv(index=False), end="")
+    elif fmt == "json":
+        print(json.dumps({"kind": manifest["kind"], "sizes": sizes}, indent=2))
+    for page in pages:
+        print(f"wrote {page}", file=sys.stdout if fmt == "html" else sys.stderr)
     return 0

@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", "-i", action="append", default=[], metavar="[NAME=]FILE",
                         help="an input as a .npy file (NAME= may be left out for a single-input model); "
                              "a .npz file gives several inputs by name")
-    parser.add_argument("--random", action="store_true", help="run on seeded random inputs instead")
+    parser.add_argument("--random", action="store_true",
+                        help="run on seeded random inputs instead (a multi-size artifact: at its first tuned size)")
     parser.add_argument("--seed", type=count_arg(0), default=0, help="seed for --random")
     parser.add_argument("--output", "-o", metavar="DIR", help="write each output to DIR/<name>.npy")
     parser.add_argument("--repeat", type=count_arg(0), default=0, metavar="N",
@@ -190,7 +191,11 @@ def run(args: argparse.Namespace) -> int:
                   f"p99 {stats['p99']:.3f} ms, mean {stats['mean']:.3f} ms (min {stats['min']:.3f}, "
                   f"max {stats['max']:.3f}); throughput {stats['throughput_per_s']:.1f} runs/s (one at a time)")
     if args.partitions:
-        result["partitions"] = partition_rows(art, feeds, args.repeat if args.repeat > 0 else 20, quiet=args.json)
+        tuned = art.artifact_for(feeds) if hasattr(art, "artifact_for") else art  # a multi-size artifact: its size's
+        if tuned is None:
+            raise CollageError("--partitions: this input size was not tuned; it runs on the whole original model, "
+                               "which has no partitions (give inputs of a tuned size)")
+        result["partitions"] = partition_rows(tuned, feeds, args.repeat if args.repeat > 0 else 20, quiet=args.json)
     if args.json:
         print(json.dumps(result, indent=2))
     sys.stdout.flush()

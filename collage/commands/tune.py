@@ -4,9 +4,9 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from collage.graph.ir import parse_shapes
 from collage.report.coverage import measured_line
 from collage.tuner.job import DEFAULT_BACKENDS, DEFAULT_TOLERANCE, tune
+from collage.tuner.sizes import MultiSizeResult, describe, parse_size_sets
 from collage.util import count_arg, duration_arg
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "tuning database is shared across candidates and tunes (report.json: tvm_tuning)")
     p.add_argument("--budget", default=None, type=duration_arg, help="time limit for measuring candidates: 90, 30s, 10m, 1h30m, 1.5h (default: none, measure every "
                         "candidate; every backend's whole model is measured outside it: the baselines need it); what it cuts is "
-                        "said on the terminal and in the report")
+                        "said on the terminal and in the report; with several size sets (--shape) split evenly over them")
     p.add_argument("--measure-order", default="enumeration", choices=["enumeration", "guided"],
                    help="under --budget, what is measured first: the candidates in enumeration order (default), or "
                         "'guided': a cost model learned from the cost DB prices the rest and the measuring goes to "
@@ -40,7 +40,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "or 'auto' ($RAY_ADDRESS); with --db postgresql://... shared by all (docs/CLUSTER.md)")
     p.add_argument("--refine-trials", type=count_arg(0), default=0, help="measured Optuna trials around the DP plan")
     add_candidate_arguments(p)
-    p.add_argument("--shape", action="append", default=[], help="fix a symbolic input: NAME=D1,D2,...")
+    p.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2,...",
+                   help="fix a symbolic input: NAME=D1,D2,... A dimension in braces is a set of sizes, "
+                        "x=1,3,48,{160,320,640}: the model is tuned for each size set (several braces, or several "
+                        "inputs with several shapes, make the cross product; --shape given again for the same input "
+                        "lists more of its shapes) and OUTPUT is one artifact that runs the plan tuned for the size "
+                        "it is called with, any other size untuned on the original model (a warning says so once "
+                        "per size); `collage run OUTPUT --random` runs the first size set")
     p.add_argument("--archive", action="store_true", help="also write OUTPUT.tar.gz")
     p.add_argument("--atol", type=float, default=DEFAULT_TOLERANCE["atol"],
                    help="absolute tolerance of the artifact's outputs vs the ONNX Runtime fp32 reference")
@@ -83,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     res = tune(args.model, args.output, target=args.target,
                backends=[b.strip() for b in args.backends.split(",") if b.strip()],
                budget=args.budget, db=args.db, refine_trials=args.refine_trials,
-               shapes=parse_shapes(args.shape), limits=limits, archive=args.archive,
+               shapes=parse_size_sets(args.shape), limits=limits, archive=args.archive,
                tolerance={"atol": args.atol, "rtol": args.rtol},
                accuracy=args.accuracy, calibration=args.calibration, progress=not args.quiet, cluster=args.cluster,
                backend_options=parse_backend_options(args.backend_option), tvm_budget=args.tvm_budget,
@@ -91,6 +97,21 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(res.to_json(indent=2))
         return 0
+    if isinstance(res, MultiSizeResult):
+        for sizes, one in zip(res.sizes, res.results):
+            print_result(one, heading=describe(sizes))
+        print(f"artifact: {res.out_dir} ({len(res.sizes)} size sets; other sizes run untuned)   "
+              f"(collage report {res.out_dir})")
+        return 0
+    print_result(res)
+    print(f"artifact: {res.out_dir}   (collage report {res.out_dir})")
+    return 0
+
+
+def print_result(res: Any, heading: str | None = None) -> None:
+    """The plan, its measurement beside the best single backend, and the measuring coverage of one tune."""
+    if heading:
+        print(f"size set {heading}:")
     best, best_ms = res.best_single if res.baselines else ("-", float("nan"))
     parts = res.plan.partitions
     print(f"plan: {len(parts)} partition(s): " + ", ".join(f"{p.backend} ({len(p.nodes)} nodes)" for p in parts))
@@ -99,5 +120,3 @@ def run(args: argparse.Namespace) -> int:
     coverage = res.report.get("coverage")
     if coverage:
         print(measured_line(coverage))
-    print(f"artifact: {res.out_dir}   (collage report {res.out_dir})")
-    return 0

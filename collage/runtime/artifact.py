@@ -331,13 +331,39 @@ def _safe_extract(archive: Path, dest: Path) -> Path:
         for m in members:
             _check_member(archive, m)
         prefix = _manifest_prefix(archive, members)
+        wanted: set[PurePosixPath] = set()
         try:
-            tar.extractall(dest, members=[_only(archive, members, prefix / MANIFEST, META_MAX_BYTES)], filter="data")
-            manifest = read_manifest(dest / prefix / MANIFEST)
-            tar.extractall(dest, members=_listed(archive, members, prefix, manifest), filter="data")
+            _unpack_listed(tar, archive, members, dest, prefix, wanted)
         except _TAR_ERRORS as e:
             raise ArtifactError(f"{archive}: cannot extract ({e}); refused") from None
+        skipped = [m.name for m in members if not m.isdir() and PurePosixPath(m.name) not in wanted]
+        if skipped:
+            log.warning("%s: %d member(s) its %s does not list left packed (%s%s)", archive, len(skipped), MANIFEST,
+                        ", ".join(map(repr, skipped[:3])), ", ..." if len(skipped) > 3 else "")
     return dest / prefix
+
+
+def _unpack_listed(tar: tarfile.TarFile, archive: Path, members: list[tarfile.TarInfo], dest: Path,
+                   prefix: PurePosixPath, wanted: set[PurePosixPath], nested: bool = False) -> None:
+    """Unpack the manifest at ``prefix``, check it, then what it lists (``wanted`` gathers the names); a
+    multi-size manifest (collage.runtime.multisize) lists artifacts of their own and the dynamic model."""
+    from collage.runtime.multisize import DYNAMIC_DIR, is_multi_size, read_multi_manifest
+
+    tar.extractall(dest, members=[_only(archive, members, prefix / MANIFEST, META_MAX_BYTES)], filter="data")
+    wanted.add(prefix / MANIFEST)
+    if not nested and is_multi_size(dest / prefix):
+        multi = read_multi_manifest(dest / prefix)
+        for s in multi["sizes"]:
+            _unpack_listed(tar, archive, members, dest, prefix / s["dir"], wanted, nested=True)
+        f = multi["dynamic"]["files"][0]
+        name = prefix / multi["dynamic"].get("dir", DYNAMIC_DIR) / f["name"]
+        if name in {PurePosixPath(m.name) for m in members}:  # a missing one is named by the loader
+            tar.extractall(dest, members=[_only(archive, members, name, None, f.get("bytes"))], filter="data")
+            wanted.add(name)
+        return
+    chosen = _listed(archive, members, prefix, read_manifest(dest / prefix / MANIFEST))
+    tar.extractall(dest, members=chosen, filter="data")
+    wanted.update(PurePosixPath(m.name) for m in chosen)
 
 
 def _check_member(archive: Path, m: tarfile.TarInfo) -> None:
@@ -399,13 +425,7 @@ def _listed(archive: Path, members: list[tarfile.TarInfo], prefix: PurePosixPath
         for f in part["files"]:
             sizes[prefix / part["dir"] / f["name"]] = (None, f.get("bytes"))
     present = {PurePosixPath(m.name) for m in members}
-    chosen = [_only(archive, members, name, *limits) for name, limits in sizes.items() if name in present]
-    skipped = [m.name for m in members if not m.isdir() and PurePosixPath(m.name) not in sizes
-               and PurePosixPath(m.name) != prefix / MANIFEST]
-    if skipped:
-        log.warning("%s: %d member(s) its %s does not list left packed (%s%s)", archive, len(skipped), MANIFEST,
-                    ", ".join(map(repr, skipped[:3])), ", ..." if len(skipped) > 3 else "")
-    return chosen
+    return [_only(archive, members, name, *limits) for name, limits in sizes.items() if name in present]
 
 
 def is_archive(path: str | os.PathLike) -> bool:
@@ -519,7 +539,8 @@ def _backends(manifest: dict, root: Path, check_versions: bool,
 
 def load(path: str | os.PathLike, *, check_versions: bool = True,
          backend_options: Mapping[str, Mapping[str, Any]] | None = None, allow_nonfinite: bool = False) -> Artifact:
-    """Load an artifact directory or ``.tar.gz`` (see the module docstring for what is checked).
+    """Load an artifact directory or ``.tar.gz`` (see the module docstring for what is checked); a multi-size
+    artifact gives a :class:`collage.runtime.multisize.MultiSizeArtifact` (the same API, dispatching by size).
 
     Backends are created as they were tuned (same options and recorded settings, e.g. thread
     count); ``backend_options={"openvino": {"threads": 8}}`` overrides settings after the version
@@ -538,6 +559,11 @@ def load(path: str | os.PathLike, *, check_versions: bool = True,
     else:
         root = src
     try:
+        from collage.runtime.multisize import is_multi_size, load_multi_size
+
+        if is_multi_size(root):  # one plan per tuned input size (collage.runtime.multisize): same API
+            return load_multi_size(root, load, cleanup, check_versions=check_versions,  # type: ignore[return-value]
+                                   backend_options=backend_options, allow_nonfinite=allow_nonfinite)
         manifest = read_manifest(root)
         verify_files(root, manifest)
         backends = _backends(manifest, root, check_versions, backend_options)

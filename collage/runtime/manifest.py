@@ -62,6 +62,10 @@ def read_manifest(path: str | os.PathLike) -> dict:
         raise ArtifactError(f"{mpath}: unreadable manifest ({e}); the artifact is corrupted: re-export it") from None
     if not isinstance(manifest, dict):
         raise ArtifactError(f"{mpath}: not a collage manifest (expected a JSON object)")
+    if manifest.get("kind") == "multi-size":  # collage.runtime.multisize: load it with collage.load / collage run
+        raise ArtifactError(f"{mpath}: a multi-size artifact (one plan per input size, in its sizes/ folders); "
+                            "collage.load and `collage run` / `collage report` take it whole, other commands one "
+                            "of its sizes/NNN folders")
     version = manifest.get("format_version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ArtifactError(f"{mpath}: missing or invalid format_version {version!r}; not a collage artifact manifest")

@@ -287,4 +287,7 @@ def write_archive(artifact_dir: str | os.PathLike) -> Path:
     return dest
 
 
-__all__ = ["check_output_location", "export", "partition_dir_name", "recover_replaced", "write_archive"]
+#: public name of what a multi-size artifact's manifest is written with (collage.tuner.sizes)
+write_json = _write_json
+
+__all__ = ["check_output_location", "export", "partition_dir_name", "recover_replaced", "write_archive", "write_json"]

@@ -127,7 +127,8 @@ def parse_budget(text: str | None) -> float | None:
 def tune(model: str | os.PathLike | onnx.ModelProto, out_dir: str | os.PathLike, *, target: str = "cpu",
          backends: Sequence[str] = DEFAULT_BACKENDS, budget: str | float | None = None,
          db: str | os.PathLike | CostDB | None = None, refine_trials: int = 0,
-         shapes: Mapping[str, Sequence[int]] | None = None, limits: Limits | None = None, archive: bool = False,
+         shapes: Mapping[str, Sequence[int]] | Sequence[Mapping[str, Sequence[int]]] | None = None,
+         limits: Limits | None = None, archive: bool = False,
          tolerance: Mapping[str, float] | None = None, accuracy: str | Budget | None = None,
          calibration: str | os.PathLike | None = None, progress: bool = True, seed: int = 0, cluster: Any = None,
          budget_s: float | None = None, backend_options: Mapping[str, Mapping[str, Any]] | None = None,
@@ -140,19 +141,33 @@ def tune(model: str | os.PathLike | onnx.ModelProto, out_dir: str | os.PathLike,
     (documented there). ``backend_options``: constructor options per backend (``{"tvm": {"tuning":
     "metaschedule", "trials": 64}}``); ``tvm_budget``: a duration of MetaSchedule tuning spent on the candidates
     where TVM can change the plan (:mod:`collage.tuner.tvm_budget`); ``measure_order="guided"``: under a budget,
-    measure first what can change the plan (:mod:`collage.tuner.guided`). ``shapes`` and ``backend_options`` also take
-    the command line's texts (``"x=1,3,224,224"``, ``["tvm.trials=64"]``). A keyword of the wrong kind is an
-    OptionTypeError (a TypeError), one out of range an OptionError (a ValueError), both before any work
-    (:mod:`collage.tuner.arguments`). Callable any number of times in one process. The exported attempts, refinement
-    trials and verification copies go to a scratch folder (1-2 GB for a large model) that is removed when
-    the tune ends, however it ends; the artifact in ``out_dir`` and the cost DB stay.
+    measure first what can change the plan (:mod:`collage.tuner.guided`). ``shapes``: sizes for the inputs'
+    symbolic dimensions, ``{"x": [1, 3, 48, 160]}``; a list of such dicts tunes each size set (the budget split
+    evenly) into one multi-size artifact that picks the plan by the size it is called with (and runs any other
+    size untuned on the original model): the result is then a :class:`collage.tuner.sizes.MultiSizeResult`.
+    ``shapes`` (one size set) and ``backend_options`` also take the command line's texts (``"x=1,3,224,224"``,
+    ``["tvm.trials=64"]``). A keyword of the wrong kind is an OptionTypeError (a TypeError), one out of range an
+    OptionError (a ValueError), both before any work (:mod:`collage.tuner.arguments`). Callable any number of
+    times in one process. The exported attempts, refinement trials and verification copies go to a scratch folder
+    (1-2 GB for a large model) that is removed when the tune ends, however it ends; the artifact in ``out_dir`` and
+    the cost DB stay.
     """
     check_sources(model, out_dir)
+    sets = None
+    if shapes is not None and not isinstance(shapes, (Mapping, str, bytes)):  # size sets (collage.tuner.sizes)
+        from collage.tuner.sizes import size_sets
+
+        sets = size_sets(shapes)
+        shapes = sets[0] if len(sets) == 1 else None
     options = TuneOptions.build(target=target, backends=backends, budget=budget, budget_s=budget_s, db=db,
                                 refine_trials=refine_trials, shapes=shapes, limits=limits, archive=archive,
                                 tolerance=tolerance, accuracy=accuracy, calibration=calibration,
                                 progress=progress, seed=seed, cluster=cluster, backend_options=backend_options,
                                 tvm_budget=tvm_budget, measure_order=measure_order)
+    if sets is not None and len(sets) > 1:  # one artifact for several input sizes
+        from collage.tuner.sizes import run_tune_sizes
+
+        return run_tune_sizes(model, out_dir, options, sets, run_tune)  # type: ignore[return-value]
     return run_tune(model, out_dir, options)
 
 
