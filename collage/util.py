@@ -2,6 +2,8 @@
 durations, progress lines, Markdown tables."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import math
@@ -9,6 +11,8 @@ import os
 import platform
 import re
 import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 _DURATION_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
@@ -79,6 +83,29 @@ def cache_dir() -> Path:
     path = Path(root)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``.<stem>.lock`` beside ``path`` (one writer of ``path`` among processes)."""
+    with open(path.parent / f".{path.stem}.lock", "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def timed_runs(run: Callable[[object], object], feeds: object, repeat: int, warmup: int) -> list[float]:
+    """Wall-clock times (ms) of ``repeat`` calls ``run(feeds)`` after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        run(feeds)
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter_ns()
+        run(feeds)
+        times.append((time.perf_counter_ns() - t0) / 1e6)
+    return times
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:

@@ -39,7 +39,7 @@ import numpy as np
 from collage.runtime.manifest import MANIFEST, PLAN_FILE, REPORT_FILE, read_manifest
 from collage.errors import ArtifactError, BackendUnavailable, CollageError, InputError, InputTypeError
 from collage.inputs import InputSpec, seeded_inputs
-from collage.util import sha256_file
+from collage.util import sha256_file, timed_runs
 
 log = logging.getLogger(__name__)
 
@@ -233,15 +233,7 @@ class Artifact:
 
     def latency_ms(self, feeds: Mapping[str, Any], repeat: int = 20, warmup: int = 3) -> list[float]:
         """Wall-clock times (ms) of ``repeat`` runs after ``warmup`` runs."""
-        feeds = self.check_feeds(feeds)
-        for _ in range(warmup):
-            self.run(feeds)
-        times = []
-        for _ in range(repeat):
-            t0 = time.perf_counter_ns()
-            self.run(feeds)
-            times.append((time.perf_counter_ns() - t0) / 1e6)
-        return times
+        return timed_runs(self.run, self.check_feeds(feeds), repeat, warmup)
 
     def boundary_overhead(self, feeds: Mapping[str, Any] | None = None, repeat: int = 20,
                           warmup: int = 3) -> BoundaryOverhead:

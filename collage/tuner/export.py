@@ -58,7 +58,7 @@ from collage.extras import backend_extras
 from collage.graph.inputs import input_specs
 from collage.runtime.manifest import FORMAT_VERSION, MANIFEST, PLAN_FILE, REPORT_FILE, collage_version
 from collage.tuner.outdir import (archive_path, carry_over, check_output_location, inspect_output, install,
-                                  kept_line, recover_replaced, staging_dir, umask)
+                                  recover_replaced, staging_dir, umask, warn_kept)
 from collage.util import machine_id, sha256_bytes, sha256_file
 
 if TYPE_CHECKING:
@@ -226,9 +226,7 @@ def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike, *,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    kept = kept_line(where, renamed)
-    if kept:
-        log.warning("%s", kept)
+    warn_kept(where, renamed)
     if archive:
         write_archive(out)
     log.info("wrote artifact %s (%d partitions)", out, len(plan.partitions))

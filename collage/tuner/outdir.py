@@ -259,6 +259,13 @@ def kept_line(where: OutputLocation, renamed: dict[str, str]) -> str | None:
 
 # ---------------------------------------------------------------------------------------------- replacing
 
+def warn_kept(where: OutputLocation, renamed: dict[str, str]) -> None:
+    """Log :func:`kept_line` (as a warning: the user's files are somewhere they may not expect) if there is one."""
+    line = kept_line(where, renamed)
+    if line:
+        log.warning("%s", line)
+
+
 def umask() -> int:
     """The process's umask (read without changing it)."""
     mask = os.umask(0o022)

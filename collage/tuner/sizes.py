@@ -142,7 +142,7 @@ def run_tune_sizes(model: str | os.PathLike | onnx.ModelProto, out_dir: str | os
     at ``out_dir`` (:mod:`collage.runtime.multisize`). Built in a hidden folder beside it and renamed into place
     when complete, as a single-size export is."""
     from collage.tuner.export import write_archive, write_json
-    from collage.tuner.outdir import carry_over, inspect_output, install, kept_line, staging_dir
+    from collage.tuner.outdir import carry_over, inspect_output, install, staging_dir, warn_kept
 
     where = inspect_output(out_dir, archive=options.archive)  # before any work (collage.tuner.outdir)
     out = where.out
@@ -163,9 +163,7 @@ def run_tune_sizes(model: str | os.PathLike | onnx.ModelProto, out_dir: str | os
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    kept = kept_line(where, renamed)
-    if kept:
-        log.warning("%s", kept)
+    warn_kept(where, renamed)
     if options.archive:
         write_archive(out)
     for k, r in enumerate(results):

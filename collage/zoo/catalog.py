@@ -20,7 +20,6 @@ opset 9 -> 17 upgrade) and cached as ``<cache_dir>/zoo/v<ZOO_VERSION>/<name>.onn
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -35,7 +34,7 @@ import onnx
 from collage.errors import ModelError
 from collage.graph.inputs import random_inputs  # noqa: F401 - re-exported: zoo.random_inputs
 from collage.graph.ir import Graph
-from collage.util import cache_dir
+from collage.util import cache_dir, file_lock
 from collage.zoo.real import REAL_BY_NAME, real_names, real_path, require
 
 log = logging.getLogger(__name__)
@@ -141,16 +140,6 @@ def is_built(name: str) -> bool:
     return cached_path(name).exists()
 
 
-@contextlib.contextmanager
-def _lock(path: Path):
-    with open(path.parent / f".{path.stem}.lock", "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def model_path(name: str) -> Path:
     """The cached ``.onnx`` of zoo model ``name``, built (deterministically) on first use; a real model's
     only once fetched (NotFetchedError, saying the command, otherwise)."""
@@ -160,7 +149,7 @@ def model_path(name: str) -> Path:
     path = cached_path(name)
     if path.exists():
         return path
-    with _lock(path):
+    with file_lock(path):
         if path.exists():  # built by another process while we waited
             return path
         log.info("building zoo model %s (%s, ~%d MB of weights) into %s", name, entry.source, entry.approx_mb, path)

