@@ -5,7 +5,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from collage.graph.ir import parse_shapes
-from collage.report.coverage import measured_line
+from collage.report.coverage import load_line, measured_line
 from collage.tuner.job import DEFAULT_BACKENDS, DEFAULT_TOLERANCE, tune
 from collage.util import count_arg, duration_arg
 
@@ -99,5 +99,7 @@ def run(args: argparse.Namespace) -> int:
     coverage = res.report.get("coverage")
     if coverage:
         print(measured_line(coverage))
+    if res.report.get("load"):
+        print(load_line(res.report["load"]))
     print(f"artifact: {res.out_dir}   (collage report {res.out_dir})")
     return 0

@@ -7,13 +7,22 @@ operators only from known domains, ``Constant`` nodes folded into initializers, 
 graph output dropped, nodes in a stable topological order, and every tensor's shape inferred (on a
 ``skeleton`` of the model, so that the weights are not serialised). ``node_reads`` is the one rule for
 which tensors a node reads (its inputs, and the outer-scope names its subgraphs use).
+
+Once every input size is fixed, what an exporter computes from sizes (``Shape -> Gather -> Concat ->
+Reshape``, ``Range`` over a size, ``Pad`` with computed pads, an ``If`` on a size) is a constant: ``fold``
+folds it, with every other constant subgraph, before shape inference (:class:`Folding` says what it did).
+The model as read, with the sizes fixed and nothing folded, is kept (``Prepared.original``): the tuner's
+numerics are checked against ONNX Runtime running it, so a folding bug cannot pass.
 """
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -26,6 +35,37 @@ log = logging.getLogger(__name__)
 
 #: Operator domains collage knows how to hand to a backend.
 KNOWN_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
+
+#: onnxslim's passes ``fold`` leaves out: its pattern fusions (Conv+BN, Gelu, Gemm ...) rewrite the exported ops
+#: into others, which the backends do themselves; the partitioner should see the model's own ops.
+_FOLD_SKIPS = ["graph_fusion"]
+
+
+@dataclass(frozen=True)
+class Folding:
+    """What ``fold`` did at load: ``tool`` (name and version), the node counts before and after, its seconds;
+    ``error``: folding failed and the model is used as exported (the message says why)."""
+
+    tool: str
+    nodes_before: int
+    nodes_after: int
+    seconds: float
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """report.json's ``load`` section."""
+        return {"folded_by": self.tool, "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
+                "fold_s": round(self.seconds, 3), "error": self.error}
+
+
+@dataclass
+class Prepared:
+    """``prepare_model``'s result: ``model`` as the Graph holds it (folded), ``original`` (the model as read with
+    the sizes fixed, nothing folded: the numerics reference) and what folding did."""
+
+    model: onnx.ModelProto
+    original: onnx.ModelProto
+    folding: Folding
 
 
 def read_model(source: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
@@ -70,9 +110,33 @@ def node_reads(node: onnx.NodeProto) -> list[str]:
     return seen
 
 
-def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], source: str) -> onnx.ModelProto:
+def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], source: str) -> Prepared:
     """The model as ``Graph`` holds it (module docstring): a copy, with ``shapes`` fixing symbolic input
-    dimensions, constants folded, dead nodes dropped, nodes in topological order, shapes inferred."""
+    dimensions, what the fixed sizes make constant folded, dead nodes dropped, nodes in topological order,
+    shapes inferred; beside it the model as read with the sizes fixed (``Prepared.original``)."""
+    original = fix_input_shapes(model, shapes, source)
+    model, folding = fold(original, source)
+    g = model.graph
+    _fold_constants(g)
+    # keep only the nodes that feed a graph output; reorder topologically (stable)
+    _prune_and_sort(g, source)
+    for vi in list(g.value_info):
+        g.value_info.remove(vi)
+    try:
+        # on a skeleton: inferring on the full model serialises every weight twice (7 s for VGG-19)
+        inferred = shape_inference.infer_shapes(skeleton(model), strict_mode=True, data_prop=True)
+    except Exception as e:
+        raise ModelError(f"{source}: shape inference failed: {str(e).strip().splitlines()[0]}") from e
+    g.value_info.extend(inferred.graph.value_info)
+    del g.output[:]
+    g.output.extend(inferred.graph.output)
+    _check_channels(model, source)
+    return Prepared(model, original, folding)
+
+
+def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], source: str) -> onnx.ModelProto:
+    """A copy of ``model`` whose graph inputs have the static sizes of ``shapes`` (or their own); a model from an
+    unknown domain or opset, a symbolic size no override fixes, or an empty input is refused, naming the input."""
     model = copy_model(model)
     g = model.graph
     newest = onnx.defs.onnx_opset_version()
@@ -114,21 +178,43 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
             raise ModelError(
                 f"{source}: input {inp.name!r} has symbolic dims [{','.join(dims)}] ({', '.join(sym) or 'no shape'}); "
                 f"fix them with --shape {inp.name}=" + ",".join("1" if x == "?" else x for x in dims))
-    _fold_constants(g)
-    # keep only the nodes that feed a graph output; reorder topologically (stable)
-    _prune_and_sort(g, source)
-    for vi in list(g.value_info):
-        g.value_info.remove(vi)
-    try:
-        # on a skeleton: inferring on the full model serialises every weight twice (7 s for VGG-19)
-        inferred = shape_inference.infer_shapes(skeleton(model), strict_mode=True, data_prop=True)
-    except Exception as e:
-        raise ModelError(f"{source}: shape inference failed: {str(e).strip().splitlines()[0]}") from e
-    g.value_info.extend(inferred.graph.value_info)
-    del g.output[:]
-    g.output.extend(inferred.graph.output)
-    _check_channels(model, source)
     return model
+
+
+def fold(model: onnx.ModelProto, source: str) -> tuple[onnx.ModelProto, Folding]:
+    """A copy of ``model`` (every input size fixed) with its shape computations and constant subgraphs folded by
+    onnxslim (constant folding, dead-node and common-subexpression elimination; not its op fusions), and the
+    :class:`Folding` record. Graph inputs and outputs keep their names; an input the folded model no longer reads
+    stays an input. Should onnxslim fail, the model is used as exported (a warning, and ``Folding.error``)."""
+    import onnxslim
+
+    tool = f"onnxslim {getattr(onnxslim, '__version__', '?')}"
+    t0 = time.perf_counter()
+    try:
+        folded = onnxslim.slim(copy_model(model), skip_optimizations=_FOLD_SKIPS)
+        if folded is None:
+            raise RuntimeError("onnxslim returned no model")
+    except Exception as e:  # onnxslim runs ONNX Runtime and onnx-graphsurgeon over the model: anything can fail
+        error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else 'failed'}"
+        log.warning("%s: folding the model with %s failed (%s); using it as exported", source, tool, error)
+        return copy_model(model), Folding(tool, len(model.graph.node), len(model.graph.node),
+                                          time.perf_counter() - t0, error)
+    _keep_inputs(model, folded)
+    folding = Folding(tool, len(model.graph.node), len(folded.graph.node), time.perf_counter() - t0)
+    log.info("%s: folded with %s: %d -> %d nodes (%.2f s)", source, tool, folding.nodes_before,
+             folding.nodes_after, folding.seconds)
+    return folded, folding
+
+
+def _keep_inputs(model: onnx.ModelProto, folded: onnx.ModelProto) -> None:
+    """Put back (in the model's order) the graph inputs folding dropped because nothing reads them any more (an
+    input read only for its size): the folded model takes the same feeds as the model."""
+    inits = {t.name for t in model.graph.initializer}
+    have = {i.name: i for i in folded.graph.input}
+    inputs = [have.pop(i.name, i) for i in model.graph.input if i.name not in inits]
+    inputs += [i for i in have.values()]  # initializers listed as inputs, as the folded model has them
+    del folded.graph.input[:]
+    folded.graph.input.extend(inputs)
 
 
 def _static_dims(types: Mapping[str, onnx.ValueInfoProto], inits: Mapping[str, onnx.TensorProto],

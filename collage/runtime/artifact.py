@@ -163,7 +163,7 @@ class Artifact:
                 raise CollageError(f"input {spec.name!r}: expected {spec.describe()}, got shape {arr.shape} "
                                    f"{arr.dtype.name}" + (f" (convert it with .astype(np.{spec.dtype.name}))"
                                                           if arr.dtype != spec.dtype else ""))
-            out[spec.name] = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+            out[spec.name] = arr if arr.flags.c_contiguous else np.asarray(arr, order="C")
         return out
 
     def run(self, feeds: Mapping[str, Any], times: list[float] | None = None) -> dict[str, np.ndarray]:
