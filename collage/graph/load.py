@@ -36,9 +36,11 @@ log = logging.getLogger(__name__)
 #: Operator domains collage knows how to hand to a backend.
 KNOWN_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
 
-#: onnxslim's passes ``fold`` leaves out: its pattern fusions (Conv+BN, Gelu, Gemm ...) rewrite the exported ops
-#: into others, which the backends do themselves; the partitioner should see the model's own ops.
-_FOLD_SKIPS = ["graph_fusion"]
+#: onnxslim's passes ``fold`` leaves out (it runs constant folding only): its pattern fusions (Conv+BN, Gelu, Gemm
+#: ...) rewrite the exported ops into others, which the backends do themselves; dead-node and common-subexpression
+#: elimination and weight tying drop or merge nodes that are real work as exported (an Identity, two equal
+#: branches): the partitioner sees the model's own ops, less what the fixed sizes make constant.
+_FOLD_SKIPS = ["graph_fusion", "dead_node_elimination", "subexpression_elimination", "weight_tying"]
 
 
 @dataclass(frozen=True)
@@ -183,7 +185,7 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
 
 def fold(model: onnx.ModelProto, source: str) -> tuple[onnx.ModelProto, Folding]:
     """A copy of ``model`` (every input size fixed) with its shape computations and constant subgraphs folded by
-    onnxslim (constant folding, dead-node and common-subexpression elimination; not its op fusions), and the
+    onnxslim (its constant folding alone: ``_FOLD_SKIPS``), and the
     :class:`Folding` record. Graph inputs and outputs keep their names; an input the folded model no longer reads
     stays an input. Should onnxslim fail, the model is used as exported (a warning, and ``Folding.error``)."""
     import onnxslim
@@ -200,10 +202,22 @@ def fold(model: onnx.ModelProto, source: str) -> tuple[onnx.ModelProto, Folding]
         return copy_model(model), Folding(tool, len(model.graph.node), len(model.graph.node),
                                           time.perf_counter() - t0, error)
     _keep_inputs(model, folded)
+    _keep_order(model, folded)
     folding = Folding(tool, len(model.graph.node), len(folded.graph.node), time.perf_counter() - t0)
     log.info("%s: folded with %s: %d -> %d nodes (%.2f s)", source, tool, folding.nodes_before,
              folding.nodes_after, folding.seconds)
     return folded, folding
+
+
+def _keep_order(model: onnx.ModelProto, folded: onnx.ModelProto) -> None:
+    """Put the folded model's nodes back in the model's order (onnxslim sorts them its own way), so that a model
+    with nothing to fold keeps its node ids; a node is known by its outputs' names, which folding keeps."""
+    where = {t: k for k, node in enumerate(model.graph.node) for t in node.output if t}
+    nodes = list(folded.graph.node)
+    order = sorted(range(len(nodes)), key=lambda k: (min((where.get(t, len(where)) for t in nodes[k].output if t),
+                                                         default=len(where)), k))
+    del folded.graph.node[:]
+    folded.graph.node.extend(nodes[k] for k in order)
 
 
 def _keep_inputs(model: onnx.ModelProto, folded: onnx.ModelProto) -> None:
