@@ -192,6 +192,8 @@ def fold(model: onnx.ModelProto, source: str) -> tuple[onnx.ModelProto, Folding]
 
     tool = f"onnxslim {getattr(onnxslim, '__version__', '?')}"
     t0 = time.perf_counter()
+    if not _foldable(model.graph):  # folding would return the model as it is, in 0.3-2 s
+        return copy_model(model), Folding(tool, len(model.graph.node), len(model.graph.node), time.perf_counter() - t0)
     try:
         folded = onnxslim.slim(copy_model(model), skip_optimizations=_FOLD_SKIPS)
         if folded is None:
@@ -207,6 +209,20 @@ def fold(model: onnx.ModelProto, source: str) -> tuple[onnx.ModelProto, Folding]
     log.info("%s: folded with %s: %d -> %d nodes (%.2f s)", source, tool, folding.nodes_before,
              folding.nodes_after, folding.seconds)
     return folded, folding
+
+
+def _foldable(g: onnx.GraphProto) -> bool:
+    """Whether the graph has something to fold: a ``Shape`` or ``Size`` (static once the sizes are fixed), or a node
+    that reads constants only (initializers, ``Constant`` outputs, or what such a node writes)."""
+    consts = {t.name for t in g.initializer}
+    for node in g.node:
+        if node.op_type in ("Shape", "Size") and node.domain in ("", "ai.onnx"):
+            return True
+        if node.op_type == "Constant" or (node.input and all(not t or t in consts for t in node_reads(node))):
+            if node.op_type != "Constant":
+                return True
+            consts.update(node.output)
+    return False
 
 
 def _keep_order(model: onnx.ModelProto, folded: onnx.ModelProto) -> None:

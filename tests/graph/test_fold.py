@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
+from collage.errors import ModelError
 from collage.graph.ir import Graph
 from collage.search.candidates import Limits, enumerate_candidates
 
@@ -136,8 +138,26 @@ def test_folding_failure_keeps_the_model_as_read(monkeypatch):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(onnxslim, "slim", broken)
+    with pytest.raises(ModelError, match="tensor 'grid' .* has no static shape"):  # the Range stays: refused as before
+        Graph.load(range_model(), shapes={"x": (1, 6)})
+    g = Graph.load(_constant_relu())
+    assert g.folding.error == "RuntimeError: boom" and len(g) == 2
+
+
+def _constant_relu() -> onnx.ModelProto:
+    """y = x + relu(c): relu(c) reads a constant only (foldable); kept as read when folding fails."""
+    nodes = [helper.make_node("Relu", ["c"], ["rc"]), helper.make_node("Add", ["x", "rc"], ["y"])]
+    return _model(nodes, "const_relu", [helper.make_tensor_value_info("x", T.FLOAT, [2])],
+                  [helper.make_tensor_value_info("y", T.FLOAT, [2])],
+                  [numpy_helper.from_array(np.array([-1.0, 1.0], np.float32), "c")])
+
+
+def test_nothing_to_fold_is_not_handed_to_onnxslim(monkeypatch):
+    import onnxslim
+
+    monkeypatch.setattr(onnxslim, "slim", None)  # would raise if called
     g = Graph.load(if_model())
-    assert g.folding.error == "RuntimeError: boom" and len(g) == 5
+    assert (g.folding.nodes_before, g.folding.nodes_after, g.folding.error) == (5, 5, None)
 
 
 def test_if_is_one_node_reading_its_branches_outer_tensors():
