@@ -121,6 +121,26 @@ def test_range_over_a_size_becomes_a_constant():
     np.testing.assert_array_equal(numpy_helper.to_array(g.initializers[grid]), np.arange(6, dtype=np.float32))
 
 
+def pad_model() -> onnx.ModelProto:
+    """x [1, L] padded on the right to 2L: the pads come from x's shape (ReduceMax, not followed by ONNX)."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Slice", ["s", "start", "end"], ["last"]),
+             helper.make_node("ReduceMax", ["last"], ["L"], keepdims=1),
+             helper.make_node("Concat", ["zeros", "L"], ["pads"], axis=0),
+             helper.make_node("Pad", ["x", "pads"], ["p"], name="pad"),
+             helper.make_node("Relu", ["p"], ["y"])]
+    return _model(nodes, "computed_pad", [helper.make_tensor_value_info("x", T.FLOAT, [1, "L"])],
+                  [helper.make_tensor_value_info("y", T.FLOAT, [1, "L2"])],
+                  [_i64([1], "start"), _i64([2], "end"), _i64([0, 0, 0], "zeros")])
+
+
+def test_pad_with_computed_pads_folds():
+    # old code: ModelError "tensor 'p' (output of node 'pad') has no static shape after inference"
+    g = Graph.load(pad_model(), shapes={"x": (1, 5)})
+    g.validate()
+    assert [g.op_type(i) for i in range(len(g))] == ["Pad", "Relu"] and g.tensor("y").shape == (1, 10)
+
+
 def test_input_read_only_for_its_size_stays_an_input():
     nodes = [helper.make_node("Shape", ["mask"], ["s"]), helper.make_node("Cast", ["s"], ["sf"], to=T.FLOAT),
              helper.make_node("Add", ["x", "sf"], ["y"])]
