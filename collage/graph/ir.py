@@ -101,6 +101,7 @@ class Graph:
         prepared = prepare_model(model, dict(shapes or {}), source)
         self.model = prepared.model
         #: the model as read with the input sizes fixed, nothing folded: what the numerics are checked against
+        #: (``self.model`` itself where nothing was folded: ``self.folding.applied`` False)
         self.original_model = prepared.original
         #: what load-time folding did (``collage.graph.load.Folding``; report.json's ``load`` section)
         self.folding = prepared.folding

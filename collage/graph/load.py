@@ -46,18 +46,20 @@ _FOLD_SKIPS = ["graph_fusion", "dead_node_elimination", "subexpression_eliminati
 @dataclass(frozen=True)
 class Folding:
     """What ``fold`` did at load: ``tool`` (name and version), the node counts before and after, its seconds;
-    ``error``: folding failed and the model is used as exported (the message says why)."""
+    ``applied``: the folded model is used (False: nothing to fold, or folding failed); ``error``: folding failed
+    and the model is used as exported (the message says why)."""
 
     tool: str
     nodes_before: int
     nodes_after: int
     seconds: float
+    applied: bool = True
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """report.json's ``load`` section."""
         return {"folded_by": self.tool, "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
-                "fold_s": round(self.seconds, 3), "error": self.error}
+                "fold_s": round(self.seconds, 3), "applied": self.applied, "error": self.error}
 
 
 @dataclass
@@ -117,7 +119,7 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
     dimensions, what the fixed sizes make constant folded, dead nodes dropped, nodes in topological order,
     shapes inferred; beside it the model as read with the sizes fixed (``Prepared.original``)."""
     original = fix_input_shapes(model, shapes, source)
-    model, folding = fold(original, source)
+    model, folding = fold(original, source)  # nothing folded: ``original`` itself, prepared below (no second copy)
     g = model.graph
     _fold_constants(g)
     # keep only the nodes that feed a graph output; reorder topologically (stable)
@@ -133,7 +135,7 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
     del g.output[:]
     g.output.extend(inferred.graph.output)
     _check_channels(model, source)
-    return Prepared(model, original, folding)
+    return Prepared(model, original if folding.applied else model, folding)
 
 
 def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], source: str) -> onnx.ModelProto:
@@ -185,15 +187,16 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
 
 def fold(model: onnx.ModelProto, source: str) -> tuple[onnx.ModelProto, Folding]:
     """A copy of ``model`` (every input size fixed) with its shape computations and constant subgraphs folded by
-    onnxslim (its constant folding alone: ``_FOLD_SKIPS``), and the
-    :class:`Folding` record. Graph inputs and outputs keep their names; an input the folded model no longer reads
-    stays an input. Should onnxslim fail, the model is used as exported (a warning, and ``Folding.error``)."""
+    onnxslim (its constant folding alone: ``_FOLD_SKIPS``), and the :class:`Folding` record. Graph inputs and
+    outputs keep their names; an input the folded model no longer reads stays an input. With nothing to fold, or
+    should onnxslim fail (a warning, and ``Folding.error``), ``model`` itself is returned (``applied`` False)."""
     import onnxslim
 
     tool = f"onnxslim {getattr(onnxslim, '__version__', '?')}"
     t0 = time.perf_counter()
+    n = len(model.graph.node)
     if not _foldable(model.graph):  # folding would return the model as it is, in 0.3-2 s
-        return copy_model(model), Folding(tool, len(model.graph.node), len(model.graph.node), time.perf_counter() - t0)
+        return model, Folding(tool, n, n, time.perf_counter() - t0, applied=False)
     try:
         folded = onnxslim.slim(copy_model(model), skip_optimizations=_FOLD_SKIPS)
         if folded is None:
@@ -201,11 +204,10 @@ def fold(model: onnx.ModelProto, source: str) -> tuple[onnx.ModelProto, Folding]
     except Exception as e:  # onnxslim runs ONNX Runtime and onnx-graphsurgeon over the model: anything can fail
         error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else 'failed'}"
         log.warning("%s: folding the model with %s failed (%s); using it as exported", source, tool, error)
-        return copy_model(model), Folding(tool, len(model.graph.node), len(model.graph.node),
-                                          time.perf_counter() - t0, error)
+        return model, Folding(tool, n, n, time.perf_counter() - t0, applied=False, error=error)
     _keep_inputs(model, folded)
     _keep_order(model, folded)
-    folding = Folding(tool, len(model.graph.node), len(folded.graph.node), time.perf_counter() - t0)
+    folding = Folding(tool, n, len(folded.graph.node), time.perf_counter() - t0)
     log.info("%s: folded with %s: %d -> %d nodes (%.2f s)", source, tool, folding.nodes_before,
              folding.nodes_after, folding.seconds)
     return folded, folding

@@ -101,7 +101,7 @@ def load_line(load: Mapping[str, Any]) -> str:
     if load.get("error"):
         return (f"not folded at load: {load.get('folded_by', 'folding')} failed ({load['error']}); the model is tuned "
                 f"as read ({load.get('nodes_before', '?')} nodes)")
-    if load.get("nodes_before") == load.get("nodes_after"):
+    if load.get("applied") is False or load.get("nodes_before") == load.get("nodes_after"):
         return f"nothing to fold at load ({load.get('nodes_before', '?')} nodes)"
     return (f"folded at load by {load.get('folded_by', '?')}: {load.get('nodes_before', '?')} -> "
             f"{load.get('nodes_after', '?')} nodes in {load.get('fold_s', 0) or 0:.2f} s (node ids number the folded "

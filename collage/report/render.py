@@ -45,7 +45,7 @@ optional; the report shows what is there)::
                    "refinement": {"requested": 4, "ran": 0, "why_none": "..."}},   # collage.report.coverage
       "search_s": 0.4, "tune_s": 512.0,
       "load": {"folded_by": "onnxslim 0.1.98", "nodes_before": 860, "nodes_after": 397, "fold_s": 1.2,
-               "error": null},        # load-time folding (collage.graph.load.Folding): node ids number the
+               "applied": true, "error": null},        # load-time folding (collage.graph.load.Folding): node ids number the
                                       # folded model; the numerics reference runs the model as read
       "precision": {                    # only under --accuracy (collage.tuner.precision.tuner.PrecisionTuner.report)
         "budget": {"min_cos": 0.999, "max_rel": 0.01}, "budget_text": "cos>=0.999, rel<=0.01",

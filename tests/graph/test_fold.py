@@ -101,7 +101,7 @@ def test_flatten_computed_from_shape_folds_to_a_static_reshape():
     assert [g.op_type(i) for i in range(len(g))] == ["Conv", "Relu", "Reshape", "MatMul"]
     assert g.tensor("flat").shape == (2, 128) and g.tensor("y").shape == (2, 5)
     f = g.folding
-    assert (f.nodes_before, f.nodes_after, f.error) == (10, 4, None) and f.tool.startswith("onnxslim ")
+    assert (f.nodes_before, f.nodes_after, f.applied, f.error) == (10, 4, True, None) and f.tool.startswith("onnxslim ")
     assert g.folding.as_dict()["nodes_after"] == 4
     # the original is kept, sizes fixed, nothing folded; both compute the same
     assert len(g.original_model.graph.node) == 10
@@ -161,7 +161,7 @@ def test_folding_failure_keeps_the_model_as_read(monkeypatch):
     with pytest.raises(ModelError, match="tensor 'grid' .* has no static shape"):  # the Range stays: refused as before
         Graph.load(range_model(), shapes={"x": (1, 6)})
     g = Graph.load(_constant_relu())
-    assert g.folding.error == "RuntimeError: boom" and len(g) == 2
+    assert g.folding.error == "RuntimeError: boom" and not g.folding.applied and len(g) == 2
 
 
 def _constant_relu() -> onnx.ModelProto:
@@ -177,7 +177,8 @@ def test_nothing_to_fold_is_not_handed_to_onnxslim(monkeypatch):
 
     monkeypatch.setattr(onnxslim, "slim", None)  # would raise if called
     g = Graph.load(if_model())
-    assert (g.folding.nodes_before, g.folding.nodes_after, g.folding.error) == (5, 5, None)
+    assert (g.folding.nodes_before, g.folding.nodes_after, g.folding.applied, g.folding.error) == (5, 5, False, None)
+    assert g.original_model is g.model  # no second copy of the weights where nothing was folded
 
 
 def test_if_is_one_node_reading_its_branches_outer_tensors():
