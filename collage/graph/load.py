@@ -126,16 +126,55 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
     _prune_and_sort(g, source)
     for vi in list(g.value_info):
         g.value_info.remove(vi)
-    try:
-        # on a skeleton: inferring on the full model serialises every weight twice (7 s for VGG-19)
-        inferred = shape_inference.infer_shapes(skeleton(model), strict_mode=True, data_prop=True)
-    except Exception as e:
-        raise ModelError(f"{source}: shape inference failed: {str(e).strip().splitlines()[0]}") from e
+    inferred = _infer(model, source)
+    carried = _loop_state_types(model, inferred)
+    if carried:  # ONNX leaves a Loop's carried state without a shape; one that keeps its shape has it
+        g.value_info.extend(carried)
+        inferred = _infer(model, source)
+        del g.value_info[:]
     g.value_info.extend(inferred.graph.value_info)
     del g.output[:]
     g.output.extend(inferred.graph.output)
     _check_channels(model, source)
     return Prepared(model, original if folding.applied else model, folding)
+
+
+def _infer(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
+    try:
+        # on a skeleton: inferring on the full model serialises every weight twice (7 s for VGG-19)
+        return shape_inference.infer_shapes(skeleton(model), strict_mode=True, data_prop=True)
+    except Exception as e:
+        raise ModelError(f"{source}: shape inference failed: {str(e).strip().splitlines()[0]}") from e
+
+
+def _loop_state_types(model: onnx.ModelProto, inferred: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """Types of the Loop outputs that are carried state keeping its shape (the body writes it with the static
+    shape it enters with) where ONNX's inference left them without a shape."""
+    known = {vi.name: vi for vi in list(inferred.graph.input) + list(inferred.graph.value_info)}
+    known.update({t.name: helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                  for t in model.graph.initializer})
+    out: list[onnx.ValueInfoProto] = []
+    for node in model.graph.node:
+        if node.op_type != "Loop" or node.domain not in ("", "ai.onnx"):
+            continue
+        body = next(a.g for a in node.attribute if a.name == "body")
+        for k, (init, res) in enumerate(zip(node.input[2:], node.output)):
+            if not init or not res or (res in known and _static(known[res])):
+                continue
+            entering, leaving = known.get(init), body.output[1 + k] if len(body.output) > 1 + k else None
+            if entering is not None and leaving is not None and _static(entering) and _static(leaving) \
+                    and _dims(entering) == _dims(leaving):
+                out.append(helper.make_tensor_value_info(res, entering.type.tensor_type.elem_type, _dims(entering)))
+    return out
+
+
+def _static(vi: onnx.ValueInfoProto) -> bool:
+    tt = vi.type.tensor_type
+    return vi.type.HasField("tensor_type") and tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
+
+
+def _dims(vi: onnx.ValueInfoProto) -> list[int]:
+    return [d.dim_value for d in vi.type.tensor_type.shape.dim]
 
 
 def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], source: str) -> onnx.ModelProto:

@@ -79,6 +79,19 @@ def if_model(else_op: str = "Sub") -> onnx.ModelProto:
                    numpy_helper.from_array(np.full((1, 4), 2.0, np.float32), "k")])
 
 
+def loop_model() -> onnx.ModelProto:
+    """A Loop of 3 iterations whose body adds the outer ``a`` (relu(x)) to its carried state (x at entry)."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc_in", "a"], ["acc_out"]), helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body", [helper.make_tensor_value_info("i", T.INT64, []), helper.make_tensor_value_info("cond_in", T.BOOL, []),
+                 helper.make_tensor_value_info("acc_in", T.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("cond_out", T.BOOL, []), helper.make_tensor_value_info("acc_out", T.FLOAT, [1, 4])])
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Loop", ["trip", "", "x"], ["acc"], body=body, name="loop"),
+             helper.make_node("Sigmoid", ["acc"], ["y"])]
+    return _model(nodes, "looped", [helper.make_tensor_value_info("x", T.FLOAT, [1, 4])],
+                  [helper.make_tensor_value_info("y", T.FLOAT, [1, 4])], [_i64(3, "trip")])
+
+
 def scalar_model() -> onnx.ModelProto:
     """y = relu(x) * gain, ``gain`` a 0-d float input (a VAD's sample rate, a temperature)."""
     nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "gain"], ["y"])]
@@ -207,6 +220,19 @@ def test_control_flow_is_a_candidate_of_its_own():
     whole = tuple(range(len(g)))
     assert with_if == {((i,), "onnxruntime"), ((i,), "openvino"), (whole, "onnxruntime"), (whole, "openvino")}
     assert any(len(c.nodes) > 1 and i not in c.nodes for c in cands)  # the other nodes still grow
+
+
+def test_loop_carrying_its_shape_loads_as_one_node():
+    # old code: ModelError "tensor 'acc' (output of node 'loop') has no static shape after inference" (ONNX leaves a
+    # Loop's carried state without a shape)
+    g = Graph.load(loop_model())
+    g.validate()
+    assert g.tensor("acc").shape == (1, 4) and g.is_control_flow(1) and set(g.reads(1)) - set(g.initializers) == {"x", "a"}
+    cands = enumerate_candidates(g, {"onnxruntime": {j: True for j in range(3)}}, Limits(max_nodes=3))
+    assert {c.nodes for c in cands} == {(0,), (1,), (2,), (0, 1, 2)}
+    x = np.array([[-1.0, 0.0, 1.0, 2.0]], np.float32)
+    got = _ort(g.extract([1]), {"x": x, "a": np.maximum(x, 0)})[0]
+    np.testing.assert_allclose(got, x + 3 * np.maximum(x, 0))
 
 
 def test_fingerprint_sees_inside_the_branches():

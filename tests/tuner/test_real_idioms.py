@@ -15,7 +15,7 @@ from collage.errors import CollageError
 from collage.search.candidates import Limits
 from collage.tuner.job import tune
 from tests.commands.test_bad_inputs import _cli
-from tests.graph.test_fold import flatten_model, if_model, range_model, scalar_model
+from tests.graph.test_fold import flatten_model, if_model, loop_model, range_model, scalar_model
 from tests.helpers import need_backends
 
 
@@ -56,6 +56,11 @@ def test_if_reading_outer_tensors_tunes_and_verifies(tmp_path):
         a = np.maximum(x, 0)
         want = 1 / (1 + np.exp(-(a * 2 if x.sum() > 0 else x - a)))
         np.testing.assert_allclose(art.run({"x": x})["y"], want, rtol=1e-5)
+
+
+def test_loop_reading_an_outer_tensor_tunes_and_verifies(tmp_path):
+    res = _quick(loop_model(), tmp_path / "out", tmp_path)
+    assert res.report["numerics"]["ok"]
 
 
 def test_scalar_input_tunes_and_runs_from_a_0d_npy(tmp_path):
