@@ -29,7 +29,8 @@ model (``graph.model``), and ``graph.original_model`` is the model as read with 
 
 A node with a subgraph (``If``, ``Loop``, ``Scan``: ``is_control_flow``) is one node: it reads the tensors
 of the outer graph its bodies use (``reads``), which are edges of the DAG and inputs of an extracted piece;
-the search makes it a candidate of its own, never part of a larger one.
+the search makes it a candidate of its own, never grown into a larger one (only the whole graph and
+the coarse ranges of :mod:`collage.search.ranges` hold it beside other nodes).
 """
 from __future__ import annotations
 

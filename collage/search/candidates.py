@@ -4,8 +4,8 @@ A *candidate* is a (node set, backend) pair. For each backend, :func:`enumerate_
 every convex, connected set of nodes that the backend supports entirely and that fits the
 :class:`Limits` (node count, longest path, number of heavy ops), plus -- always, whatever the
 limits -- every single supported node and the whole graph when the backend takes all of it. A node
-with a subgraph (If, Loop, Scan: ``Graph.is_control_flow``) is a candidate of its own only (and part
-of the whole graph): never grown into a larger set.
+with a subgraph (If, Loop, Scan: ``Graph.is_control_flow``) is a candidate of its own here, never
+grown into a larger set (the whole graph, and the tuner's coarse ranges, still hold it).
 
 How the sets are grown (all on ``int`` bitsets, see ``Graph.mask``):
 
