@@ -158,7 +158,7 @@ class TrtCompiled(Compiled):
             self._context.set_tensor_address(name, value.data_ptr())
             self._bound[name] = value
             return
-        src = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(value))
+        src = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.asarray(value, order="C"))
         if tuple(src.shape) != tuple(buf.shape):
             raise CollageError(f"tensorrt: input {name!r} has shape {tuple(src.shape)}, the engine expects "
                                f"{tuple(buf.shape)}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from collage.report.coverage import measured_line
+from collage.report.coverage import load_line, measured_line
 from collage.tuner.job import DEFAULT_BACKENDS, DEFAULT_TOLERANCE, tune
 from collage.tuner.sizes import MultiSizeResult, describe, parse_size_sets
 from collage.util import count_arg, duration_arg
@@ -120,3 +120,5 @@ def print_result(res: Any, heading: str | None = None) -> None:
     coverage = res.report.get("coverage")
     if coverage:
         print(measured_line(coverage))
+    if res.report.get("load"):
+        print(load_line(res.report["load"]))

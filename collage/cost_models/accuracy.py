@@ -217,7 +217,7 @@ def _digest(samples: Sequence[Mapping[str, np.ndarray]]) -> str:
     h = hashlib.sha256()
     for s in samples:
         for k in sorted(s):
-            a = np.ascontiguousarray(s[k])
+            a = np.asarray(s[k], order="C")
             h.update(repr((k, a.dtype.str, a.shape)).encode())
             h.update(a.tobytes())
     return h.hexdigest()[:24]
@@ -268,7 +268,7 @@ def load_calibration(graph: Graph, path: str | Path | None = None, *, seed: int 
         for name in graph.inputs:
             info, arr = graph.tensor(name), data[name]
             a = arr if tuple(arr.shape) == tuple(info.shape) else arr[k]
-            feed[name] = np.ascontiguousarray(a, dtype=info.dtype)
+            feed[name] = np.asarray(a, dtype=info.dtype, order="C")
         samples.append(feed)
     return Calibration(samples, _digest(samples), str(path), False)
 
@@ -342,7 +342,7 @@ class WeightHashes:
             if name not in self._by_name:
                 from onnx import numpy_helper
 
-                arr = np.ascontiguousarray(numpy_helper.to_array(self.graph.initializers[name]))
+                arr = np.asarray(numpy_helper.to_array(self.graph.initializers[name]), order="C")
                 self._by_name[name] = hashlib.sha256(arr.tobytes()).hexdigest()[:16]
             h.update(f"{name}:{self._by_name[name]};".encode())
         return h.hexdigest()[:16]

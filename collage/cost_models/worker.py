@@ -66,7 +66,7 @@ def make_feeds(model: onnx.ModelProto, seed: int = 0,
 
     given = given or {}
     drawn = seeded_inputs([s for s in input_specs(model) if s.name not in given], seed)
-    return {s.name: np.ascontiguousarray(given[s.name] if s.name in given else drawn[s.name])
+    return {s.name: np.asarray(given[s.name] if s.name in given else drawn[s.name], order="C")
             for s in input_specs(model)}
 
 

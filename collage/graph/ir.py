@@ -25,8 +25,14 @@ weight values nor tensor names, so structurally identical blocks share a fingerp
 sha256 of the whole model as the Graph holds it: what tells this model from another of the same structure
 (the cost DB keeps a failure the file caused, not its structure, under it).
 
-Reading the file and bringing the model into this form (shape overrides, constant folding, pruning,
-sorting, shape inference) is :mod:`collage.graph.load`.
+Reading the file and bringing the model into this form (shape overrides, folding what the fixed sizes
+make constant, pruning, sorting, shape inference) is :mod:`collage.graph.load`; node ids number the folded
+model (``graph.model``), and ``graph.original_model`` is the model as read with its sizes fixed.
+
+A node with a subgraph (``If``, ``Loop``, ``Scan``: ``is_control_flow``) is one node: it reads the tensors
+of the outer graph its bodies use (``reads``), which are edges of the DAG and inputs of an extracted piece;
+the search makes it a candidate of its own, never grown into a larger one (only the whole graph and
+the coarse ranges of :mod:`collage.search.ranges` hold it beside other nodes).
 """
 from __future__ import annotations
 
@@ -94,7 +100,13 @@ class Graph:
     def __init__(self, model: onnx.ModelProto, *, source: str = "<model>",
                  shapes: Mapping[str, Sequence[int]] | None = None) -> None:
         self.source = source
-        self.model = prepare_model(model, dict(shapes or {}), source)
+        prepared = prepare_model(model, dict(shapes or {}), source)
+        self.model = prepared.model
+        #: the model as read with the input sizes fixed, nothing folded: what the numerics are checked against
+        #: (``self.model`` itself where nothing was folded: ``self.folding.applied`` False)
+        self.original_model = prepared.original
+        #: what load-time folding did (``collage.graph.load.Folding``; report.json's ``load`` section)
+        self.folding = prepared.folding
         g = self.model.graph
         self.initializers: dict[str, onnx.TensorProto] = {t.name: t for t in g.initializer}
         self.inputs: list[str] = [i.name for i in g.input if i.name not in self.initializers]
@@ -200,6 +212,10 @@ class Graph:
     def reads(self, i: int) -> list[str]:
         """Tensors node ``i`` reads (its inputs, and outer-scope names its subgraphs use)."""
         return self._reads[i]
+
+    def is_control_flow(self, i: int) -> bool:
+        """Node ``i`` has a subgraph (If, Loop, Scan, or any op with a graph attribute): one node to the search."""
+        return has_subgraph(self.op(i))
 
     def producer(self, tensor: str) -> int | None:
         return self._producer.get(tensor)
@@ -410,12 +426,42 @@ def _tensor_info(vi: onnx.ValueInfoProto) -> TensorInfo | None:
     return TensorInfo(vi.name, np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)), tuple(dims))
 
 
+def has_subgraph(node: onnx.NodeProto) -> bool:
+    """True for a node with a graph attribute (If, Loop, Scan ...)."""
+    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
+
+
+def _subgraph_key(g: onnx.GraphProto) -> tuple:
+    """What of a subgraph (an If branch, a Loop body) determines latency, without tensor names: its inputs' and
+    outputs' types, each node's op, attributes (nested subgraphs likewise) and wiring (a name local to the subgraph
+    by where it was defined, an outer-scope name by the order of first use), and its small integer constants."""
+    local: dict[str, str] = {}
+    outer: dict[str, str] = {}
+    items: list[tuple] = []
+    for k, vi in enumerate(g.input):
+        local[vi.name] = f"in{k}"
+        items.append(("in", vi.type.SerializeToString()))
+    for k, t in enumerate(g.initializer):
+        local[t.name] = f"c{k}"
+        arr = numpy_helper.to_array(t)
+        small = arr.dtype.kind in "iub" and arr.size <= _SMALL_CONST
+        items.append(("const", arr.dtype.str, arr.shape, arr.ravel().tolist() if small else None))
+    for n, node in enumerate(g.node):
+        refs = [local.get(t) or outer.setdefault(t, f"outer{len(outer)}") if t else "" for t in node.input]
+        items.append(("node", node.domain, node.op_type, _attrs_key(node), tuple(refs)))
+        for j, t in enumerate(node.output):
+            local[t] = f"n{n}.{j}"
+    items.append(("out", tuple((local.get(o.name, "?"), o.type.SerializeToString()) for o in g.output)))
+    return tuple(items)
+
+
 def _attrs_key(node: onnx.NodeProto) -> tuple:
     items = []
     for a in sorted(node.attribute, key=lambda a: a.name):
-        if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-            g = a.g if a.HasField("g") else None
-            items.append((a.name, "graph", len(g.node) if g is not None else len(a.graphs)))
+        if a.type == onnx.AttributeProto.GRAPH:
+            items.append((a.name, "graph", _subgraph_key(a.g)))
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            items.append((a.name, "graphs", tuple(_subgraph_key(g) for g in a.graphs)))
         elif a.type == onnx.AttributeProto.TENSOR:
             arr = numpy_helper.to_array(a.t)
             items.append((a.name, arr.dtype.str, arr.shape, arr.ravel()[:_SMALL_CONST].tolist()))

@@ -11,13 +11,22 @@ name the file gives several nodes is suffixed on all but the first, so that no p
 for its names: ONNX Runtime rejects a model with two nodes of one name), and every tensor's shape inferred (on a
 ``skeleton`` of the model, so that the weights are not serialised). ``node_reads`` is the one rule for
 which tensors a node reads (its inputs, and the outer-scope names its subgraphs use).
+
+Once every input size is fixed, what an exporter computes from sizes (``Shape -> Gather -> Concat ->
+Reshape``, ``Range`` over a size, ``Pad`` with computed pads, an ``If`` on a size) is a constant: ``fold``
+folds it, with every other constant subgraph, before shape inference (:class:`Folding` says what it did).
+The model as read, with the sizes fixed and nothing folded, is kept (``Prepared.original``): the tuner's
+numerics are checked against ONNX Runtime running it, so a folding bug cannot pass.
 """
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -32,6 +41,41 @@ log = logging.getLogger(__name__)
 
 #: Operator domains collage knows how to hand to a backend.
 KNOWN_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
+
+#: onnxslim's passes ``fold`` leaves out (it runs constant folding only): its pattern fusions (Conv+BN, Gelu, Gemm
+#: ...) rewrite the exported ops into others, which the backends do themselves; dead-node and common-subexpression
+#: elimination and weight tying drop or merge nodes that are real work as exported (an Identity, two equal
+#: branches): the partitioner sees the model's own ops, less what the fixed sizes make constant.
+_FOLD_SKIPS = ["graph_fusion", "dead_node_elimination", "subexpression_elimination", "weight_tying"]
+
+
+@dataclass(frozen=True)
+class Folding:
+    """What ``fold`` did at load: ``tool`` (name and version), the node counts before and after, its seconds;
+    ``applied``: the folded model is used (False: nothing to fold, or folding failed); ``error``: folding failed
+    and the model is used as exported (the message says why)."""
+
+    tool: str
+    nodes_before: int
+    nodes_after: int
+    seconds: float
+    applied: bool = True
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """report.json's ``load`` section."""
+        return {"folded_by": self.tool, "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
+                "fold_s": round(self.seconds, 3), "applied": self.applied, "error": self.error}
+
+
+@dataclass
+class Prepared:
+    """``prepare_model``'s result: ``model`` as the Graph holds it (folded), ``original`` (the model as read with
+    the sizes fixed, nothing folded: the numerics reference) and what folding did."""
+
+    model: onnx.ModelProto
+    original: onnx.ModelProto
+    folding: Folding
 
 
 def read_model(source: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
@@ -76,9 +120,72 @@ def node_reads(node: onnx.NodeProto) -> list[str]:
     return seen
 
 
-def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], source: str) -> onnx.ModelProto:
+def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], source: str) -> Prepared:
     """The model as ``Graph`` holds it (module docstring): a copy, with ``shapes`` fixing symbolic input
-    dimensions, constants folded, dead nodes dropped, nodes in topological order, shapes inferred."""
+    dimensions, what the fixed sizes make constant folded, dead nodes dropped, nodes in topological order,
+    shapes inferred; beside it the model as read with the sizes fixed (``Prepared.original``)."""
+    original = fix_input_shapes(model, shapes, source)
+    model, folding = fold(original, source)  # nothing folded: ``original`` itself, prepared below (no second copy)
+    g = model.graph
+    _fold_constants(g)
+    # keep only the nodes that feed a graph output; reorder topologically (stable)
+    _prune_and_sort(g, source)
+    for vi in list(g.value_info):
+        g.value_info.remove(vi)
+    inferred = _infer(model, source)
+    carried = _loop_state_types(model, inferred)
+    if carried:  # ONNX leaves a Loop's carried state without a shape; one that keeps its shape has it
+        g.value_info.extend(carried)
+        inferred = _infer(model, source)
+        del g.value_info[:]
+    g.value_info.extend(inferred.graph.value_info)
+    del g.output[:]
+    g.output.extend(inferred.graph.output)
+    _check_channels(model, source)
+    return Prepared(model, original if folding.applied else model, folding)
+
+
+def _infer(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
+    try:
+        # on a skeleton: inferring on the full model serialises every weight twice (7 s for VGG-19)
+        return shape_inference.infer_shapes(skeleton(model), strict_mode=True, data_prop=True)
+    except Exception as e:
+        raise ModelError(f"{source}: shape inference failed: {str(e).strip().splitlines()[0]}") from e
+
+
+def _loop_state_types(model: onnx.ModelProto, inferred: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """Types of the Loop outputs that are carried state keeping its shape (the body writes it with the static
+    shape it enters with) where ONNX's inference left them without a shape."""
+    known = {vi.name: vi for vi in list(inferred.graph.input) + list(inferred.graph.value_info)}
+    known.update({t.name: helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                  for t in model.graph.initializer})
+    out: list[onnx.ValueInfoProto] = []
+    for node in model.graph.node:
+        if node.op_type != "Loop" or node.domain not in ("", "ai.onnx"):
+            continue
+        body = next(a.g for a in node.attribute if a.name == "body")
+        for k, (init, res) in enumerate(zip(node.input[2:], node.output)):
+            if not init or not res or (res in known and _static(known[res])):
+                continue
+            entering, leaving = known.get(init), body.output[1 + k] if len(body.output) > 1 + k else None
+            if entering is not None and leaving is not None and _static(entering) and _static(leaving) \
+                    and _dims(entering) == _dims(leaving):
+                out.append(helper.make_tensor_value_info(res, entering.type.tensor_type.elem_type, _dims(entering)))
+    return out
+
+
+def _static(vi: onnx.ValueInfoProto) -> bool:
+    tt = vi.type.tensor_type
+    return vi.type.HasField("tensor_type") and tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
+
+
+def _dims(vi: onnx.ValueInfoProto) -> list[int]:
+    return [d.dim_value for d in vi.type.tensor_type.shape.dim]
+
+
+def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], source: str) -> onnx.ModelProto:
+    """A copy of ``model`` whose graph inputs have the static sizes of ``shapes`` (or their own); a model from an
+    unknown domain or opset, a symbolic size no override fixes, or an empty input is refused, naming the input."""
     model = copy_model(model)
     g = model.graph
     check_names(g, source)
@@ -127,22 +234,72 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
                 f"{source}: input {inp.name!r} has symbolic dims [{','.join(dims)}] ({', '.join(sym) or 'no shape'}); "
                 f"fix them with --shape {inp.name}=" + ",".join("1" if x == "?" else x for x in dims))
     check_input_sizes(g, source)
-    _fold_constants(g)
-    # keep only the nodes that feed a graph output; reorder topologically (stable)
-    _prune_and_sort(g, source)
-    unique_node_names(g, source)
-    for vi in list(g.value_info):
-        g.value_info.remove(vi)
-    try:
-        # on a skeleton: inferring on the full model serialises every weight twice (7 s for VGG-19)
-        inferred = shape_inference.infer_shapes(skeleton(model), strict_mode=True, data_prop=True)
-    except Exception as e:
-        raise ModelError(f"{source}: shape inference failed: {str(e).strip().splitlines()[0]}") from e
-    g.value_info.extend(inferred.graph.value_info)
-    del g.output[:]
-    g.output.extend(inferred.graph.output)
-    _check_channels(model, source)
+    unique_node_names(g, source)  # the original too: the reference runs it on ONNX Runtime
     return model
+
+
+def fold(model: onnx.ModelProto, source: str) -> tuple[onnx.ModelProto, Folding]:
+    """A copy of ``model`` (every input size fixed) with its shape computations and constant subgraphs folded by
+    onnxslim (its constant folding alone: ``_FOLD_SKIPS``), and the :class:`Folding` record. Graph inputs and
+    outputs keep their names; an input the folded model no longer reads stays an input. With nothing to fold, or
+    should onnxslim fail (a warning, and ``Folding.error``), ``model`` itself is returned (``applied`` False)."""
+    import onnxslim
+
+    tool = f"onnxslim {getattr(onnxslim, '__version__', '?')}"
+    t0 = time.perf_counter()
+    n = len(model.graph.node)
+    if not _foldable(model.graph):  # folding would return the model as it is, in 0.3-2 s
+        return model, Folding(tool, n, n, time.perf_counter() - t0, applied=False)
+    try:
+        folded = onnxslim.slim(copy_model(model), skip_optimizations=_FOLD_SKIPS)
+        if folded is None:
+            raise RuntimeError("onnxslim returned no model")
+    except Exception as e:  # onnxslim runs ONNX Runtime and onnx-graphsurgeon over the model: anything can fail
+        error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else 'failed'}"
+        log.warning("%s: folding the model with %s failed (%s); using it as exported", source, tool, error)
+        return model, Folding(tool, n, n, time.perf_counter() - t0, applied=False, error=error)
+    _keep_inputs(model, folded)
+    _keep_order(model, folded)
+    folding = Folding(tool, n, len(folded.graph.node), time.perf_counter() - t0)
+    log.info("%s: folded with %s: %d -> %d nodes (%.2f s)", source, tool, folding.nodes_before,
+             folding.nodes_after, folding.seconds)
+    return folded, folding
+
+
+def _foldable(g: onnx.GraphProto) -> bool:
+    """Whether the graph has something to fold: a ``Shape`` or ``Size`` (static once the sizes are fixed), or a node
+    that reads constants only (initializers, ``Constant`` outputs, or what such a node writes)."""
+    consts = {t.name for t in g.initializer}
+    for node in g.node:
+        if node.op_type in ("Shape", "Size") and node.domain in ("", "ai.onnx"):
+            return True
+        if node.op_type == "Constant" or (node.input and all(not t or t in consts for t in node_reads(node))):
+            if node.op_type != "Constant":
+                return True
+            consts.update(node.output)
+    return False
+
+
+def _keep_order(model: onnx.ModelProto, folded: onnx.ModelProto) -> None:
+    """Put the folded model's nodes back in the model's order (onnxslim sorts them its own way), so that a model
+    with nothing to fold keeps its node ids; a node is known by its outputs' names, which folding keeps."""
+    where = {t: k for k, node in enumerate(model.graph.node) for t in node.output if t}
+    nodes = list(folded.graph.node)
+    order = sorted(range(len(nodes)), key=lambda k: (min((where.get(t, len(where)) for t in nodes[k].output if t),
+                                                         default=len(where)), k))
+    del folded.graph.node[:]
+    folded.graph.node.extend(nodes[k] for k in order)
+
+
+def _keep_inputs(model: onnx.ModelProto, folded: onnx.ModelProto) -> None:
+    """Put back (in the model's order) the graph inputs folding dropped because nothing reads them any more (an
+    input read only for its size): the folded model takes the same feeds as the model."""
+    inits = {t.name for t in model.graph.initializer}
+    have = {i.name: i for i in folded.graph.input}
+    inputs = [have.pop(i.name, i) for i in model.graph.input if i.name not in inits]
+    inputs += [i for i in have.values()]  # initializers listed as inputs, as the folded model has them
+    del folded.graph.input[:]
+    folded.graph.input.extend(inputs)
 
 
 def _static_dims(types: Mapping[str, onnx.ValueInfoProto], inits: Mapping[str, onnx.TensorProto],

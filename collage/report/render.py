@@ -45,6 +45,9 @@ optional; the report shows what is there)::
       "coverage": {"distinct": 242, "with_cost": 159, "unmeasured": 83, "budget_cut": true, ...,
                    "refinement": {"requested": 4, "ran": 0, "why_none": "..."}},   # collage.report.coverage
       "search_s": 0.4, "tune_s": 512.0,
+      "load": {"folded_by": "onnxslim 0.1.98", "nodes_before": 860, "nodes_after": 397, "fold_s": 1.2,
+               "applied": true, "error": null},        # load-time folding (collage.graph.load.Folding): node ids number the
+                                      # folded model; the numerics reference runs the model as read
       "precision": {                    # only under --accuracy (collage.tuner.precision.tuner.PrecisionTuner.report)
         "budget": {"min_cos": 0.999, "max_rel": 0.01}, "budget_text": "cos>=0.999, rel<=0.01",
         "calibration": {"source": "inputs.npz", "samples": 8, "hash": "...", "random": false},
@@ -79,7 +82,7 @@ from collage.runtime.artifact import artifact_dir, is_archive
 from collage.runtime.manifest import read_manifest, read_plan, read_report
 from collage.errors import ArtifactError
 from collage.extras import backend_extras
-from collage.report.coverage import estimates_line, measured_line, refinement_line
+from collage.report.coverage import estimates_line, load_line, measured_line, refinement_line
 from collage.report.svg import num as _num, op_summary as _op_summary, render_bars, render_svg
 
 # ---------------------------------------------------------------------- inputs
@@ -273,14 +276,21 @@ def _coverage(report: dict) -> dict | None:
 
 def _coverage_section(report: dict) -> Section | None:
     cov = _coverage(report)
+    load = report.get("load")
     if cov is None:
-        return None
+        return Section("What was measured", bullets=[_cap(load_line(load))]) if load else None
     bullets = [measured_line(cov)[0].upper() + measured_line(cov)[1:]]
     if cov.get("estimates"):
         bullets.append(estimates_line(cov["estimates"])[0].upper() + estimates_line(cov["estimates"])[1:])
     if cov.get("refinement"):
         bullets.append(refinement_line(cov)[0].upper() + refinement_line(cov)[1:])
+    if load:
+        bullets.append(_cap(load_line(load)))
     return Section("What was measured", bullets=bullets)
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def _precision_section(report: dict) -> Section | None:

@@ -191,7 +191,7 @@ class Artifact:
                                                         if arr.dtype != spec.dtype else ""))
             if not self.allow_nonfinite and arr.dtype.kind in "fc" and not np.isfinite(arr).all():
                 raise InputError(nonfinite_message(spec.name, arr))
-            out[spec.name] = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+            out[spec.name] = arr if arr.flags.c_contiguous else np.asarray(arr, order="C")
         return out
 
     def run(self, feeds: Mapping[str, Any], times: list[float] | None = None) -> dict[str, np.ndarray]:

@@ -3,7 +3,9 @@
 A *candidate* is a (node set, backend) pair. For each backend, :func:`enumerate_candidates` yields
 every convex, connected set of nodes that the backend supports entirely and that fits the
 :class:`Limits` (node count, longest path, number of heavy ops), plus -- always, whatever the
-limits -- every single supported node and the whole graph when the backend takes all of it.
+limits -- every single supported node and the whole graph when the backend takes all of it. A node
+with a subgraph (If, Loop, Scan: ``Graph.is_control_flow``) is a candidate of its own here, never
+grown into a larger set (the whole graph, and the tuner's coarse ranges, still hold it).
 
 How the sets are grown (all on ``int`` bitsets, see ``Graph.mask``):
 
@@ -191,9 +193,12 @@ def enumerate_candidates(graph: Graph, supports: Mapping[str, Mapping[int, bool]
     desc = [graph.desc_mask(i) for i in range(n)]
     anc = [graph.anc_mask(i) for i in range(n)]
     heavy = 0
+    atomic = 0  # control flow (If, Loop, Scan): a candidate of its own, never part of a larger one
     for i in range(n):
         if graph.op_type(i) in limits.heavy_ops:
             heavy |= 1 << i
+        if graph.is_control_flow(i):
+            atomic |= 1 << i
     out: list[Candidate] = []
     memo: dict[tuple[int, bool], list[int]] = {}
     for backend in sorted(supports):
@@ -207,7 +212,8 @@ def enumerate_candidates(graph: Graph, supports: Mapping[str, Mapping[int, bool]
         exempt = backend in limits.fuses_heavy
         key = (allowed, exempt)
         if key not in memo:
-            memo[key] = _grow(n, allowed, heavy, None if exempt else limits.max_heavy, limits, adj, desc, anc, preds)
+            memo[key] = _grow(n, allowed & ~atomic, heavy, None if exempt else limits.max_heavy, limits, adj, desc,
+                              anc, preds) + [1 << i for i in _bits(allowed & atomic)]
         masks = list(memo[key])
         if allowed == full and full not in masks:
             masks.append(full)

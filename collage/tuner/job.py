@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from collage.errors import BackendUnavailable, CollageError, UnsupportedError
 from collage.graph.ir import Graph
 from collage.plan import Plan
-from collage.report.coverage import (estimates_line, measured_line, measurement_coverage, refinement,
+from collage.report.coverage import (estimates_line, load_line, measured_line, measurement_coverage, refinement,
                                      refinement_line)
 from collage.tuner.arguments import check_sources
 from collage.tuner.options import DEFAULT_BACKENDS, DEFAULT_TOLERANCE, TuneOptions
@@ -343,7 +343,7 @@ class TuneJob:
 
         self.feeds = random_inputs(self.graph, seed=options.seed)  # an input none are drawn for: before the DB is made
         self.db = get_db(options.db)  # a bad model, backend or cost DB is refused before any progress line
-        self.say("%s: %d nodes", self.graph.name, len(self.graph))
+        self.say("%s: %d nodes; %s", self.graph.name, len(self.graph), load_line(self.graph.folding.as_dict()))
         self.precision = precision_strategy(self.graph, self.backends, options, self.db)
         for name, opts in self.precision.backend_options.items():  # e.g. the int8 variants' calibrated ranges
             self.backend_options.setdefault(name, {}).update(opts)
@@ -790,6 +790,7 @@ class TuneJob:
             "coverage": self.coverage,
             "search_s": search_s,
             "tune_s": time.monotonic() - self.t_start,
+            "load": self.graph.folding.as_dict(),
         }
         self.say("%s", refinement_line(self.coverage))
         if getattr(self, "tvm_run", None) is not None:

@@ -2,8 +2,8 @@
 
 * ``median_ms`` / ``measure_interleaved``: wall-clock medians, several configurations timed in
   interleaved rounds so that drift on a shared machine hits them alike.
-* ``check_numerics``: an artifact's outputs against the ONNX Runtime fp32 whole-model reference; on
-  failure it names the first partition that diverges on its own.
+* ``check_numerics``: an artifact's outputs against the ONNX Runtime fp32 whole-model reference (the model as
+  read, before load-time folding); on failure it names the first partition that diverges on its own.
 * ``stale_costs``: whether the cost DB's whole-model costs still agree with a fresh measurement.
 """
 from __future__ import annotations
@@ -59,10 +59,12 @@ def measure_interleaved(runners: Mapping[str, Callable[[], object]], *, rounds: 
 
 
 def _reference_outputs(graph: Graph, feeds: Mapping[str, np.ndarray], extra: Sequence[str] = ()) -> dict[str, np.ndarray]:
-    """ONNX Runtime fp32 run of the whole model (optionally exposing intermediate tensors)."""
+    """ONNX Runtime fp32 run of the whole model: the ORIGINAL model (as read, input sizes fixed, nothing folded:
+    ``graph.original_model``), so that a load-time folding bug fails the check; with ``extra`` intermediate tensors
+    exposed, the model as tuned (those tensors are the folded model's; used to find the partition that diverges)."""
     from collage.backends import reference_backend
 
-    model = graph.with_outputs(list(extra)) if extra else graph.model
+    model = graph.with_outputs(list(extra)) if extra else graph.original_model
     compiled = reference_backend().compile(model)
     return {k: np.array(v, copy=True) for k, v in compiled.run(dict(feeds)).items()}
 

@@ -111,7 +111,7 @@ class OrtCudaCompiled(Compiled):
             return
         if torch is not None and isinstance(value, torch.Tensor):
             value = value.numpy()
-        arr = np.ascontiguousarray(value, dtype=dtype)
+        arr = np.asarray(value, dtype=dtype, order="C")
         if arr.shape != shape:
             raise CollageError(f"onnxruntime-cuda: input {name!r} has shape {arr.shape}, the partition expects {shape}")
         if name in self._bound:  # a torch tensor was bound last time: go back to our own buffer
@@ -142,10 +142,10 @@ class OrtCudaCompiled(Compiled):
         torch, out = self._torch, self._out[name]
         if torch is not None:
             src = value if isinstance(value, torch.Tensor) else torch.from_numpy(
-                np.ascontiguousarray(value, dtype=self._in_dtypes[name]))
+                np.asarray(value, dtype=self._in_dtypes[name], order="C"))
             out.copy_(src.reshape(out.shape))
         else:
-            out.update_inplace(np.ascontiguousarray(value, dtype=self._in_dtypes[name]))
+            out.update_inplace(np.asarray(value, dtype=self._in_dtypes[name], order="C"))
 
     def save(self, directory: Path) -> dict[str, Any]:
         """Write the partition's ONNX model as given (ORT optimises it for the CUDA EP when loading)."""

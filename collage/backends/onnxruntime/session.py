@@ -210,7 +210,7 @@ class OrtCompiled(Compiled):
     def _bind(self, name: str, dtype: np.dtype, shape: tuple[int, ...], arr: Any) -> None:
         original = arr
         if not isinstance(arr, np.ndarray) or arr.dtype != dtype or not arr.flags.c_contiguous:
-            arr = np.ascontiguousarray(arr, dtype=dtype)
+            arr = np.asarray(arr, dtype=dtype, order="C")
         if arr.shape != shape:
             raise CollageError(f"onnxruntime: input {name!r} has shape {arr.shape}, the partition expects {shape}")
         value = self._ortvalue_from_numpy(arr)

@@ -160,7 +160,7 @@ class TorchCompiled(Compiled):
             t = value
         else:
             arr = np.asarray(value)
-            t = torch.from_numpy(np.ascontiguousarray(arr))
+            t = torch.from_numpy(np.asarray(arr, order="C"))
         if tuple(t.shape) != tuple(shape):
             raise CollageError(f"torch: input {name!r} has shape {tuple(t.shape)}, the partition expects {shape}")
         return t.to(device=self._program.device, dtype=dtype, non_blocking=t.device.type == "cpu" and t.is_pinned())

@@ -284,7 +284,7 @@ def _constant(node: OpNode) -> Fn:
     else:
         raise OpUnsupported(f"Constant: attribute {sorted(a)} is not handled")
     node.extra["value"] = value
-    tensor = torch.from_numpy(np.ascontiguousarray(value).copy())
+    tensor = torch.from_numpy(np.asarray(value, order="C").copy())
     return lambda: (tensor,)
 
 
