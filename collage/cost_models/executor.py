@@ -33,11 +33,12 @@ node) instead of measuring it.
 from __future__ import annotations
 
 import abc
+import contextlib
 import logging
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +47,7 @@ import numpy as np
 from collage.cost_models.db import Cost, CostDB, CostKey, key_for
 from collage.cost_models.connect import get_db
 from collage.cost_models.measurer import Measurement, Measurer
-from collage.errors import CollageError
+from collage.errors import ClusterUnreachable, CollageError
 
 if TYPE_CHECKING:
     from collage.backends.base import Backend
@@ -303,6 +304,53 @@ def ray_address(spec: str) -> str:
     return spec
 
 
+#: How long the address of ``--cluster`` may take to accept a TCP connection before the job is refused (``ray.init``
+#: itself, given a GCS address where nothing listens, retries 20 times 35 s: it would never seem to return).
+CONNECT_TIMEOUT_S = 10.0
+#: ``ray.init``'s own attempts at a GCS address that accepted the connection (``RAY_gcs_server_port_wait_time_s``,
+#: the number of ~1 s-apart tries of its GCS client; Ray's default is 20, each up to ~35 s when no GCS answers).
+GCS_CONNECT_ATTEMPTS = "1"
+
+
+def host_port(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of ``ray://HOST:PORT`` or ``HOST:PORT``; None for ``auto`` and what is not of that form."""
+    rest = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = rest.rstrip("/").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """``ClusterUnreachable`` unless something accepts a TCP connection at ``address`` within ``timeout_s``."""
+    hp = host_port(address)
+    if hp is None:
+        return
+    try:
+        with socket.create_connection(hp, timeout=timeout_s):
+            pass
+    except OSError as e:
+        why = (f"no answer within {timeout_s:.0f} s" if isinstance(e, TimeoutError)
+               else (e.strerror or str(e) or type(e).__name__).lower())
+        raise ClusterUnreachable(
+            f"cannot reach the Ray cluster at {address!r} ({why}); start it with "
+            "`ray start --head` (docs/CLUSTER.md), or give --cluster the head's HOST:6379 or ray://HOST:10001") from e
+
+
+@contextlib.contextmanager
+def _bounded_gcs_wait() -> Iterator[None]:
+    """``ray.init``'s GCS connection tried ``GCS_CONNECT_ATTEMPTS`` times, not 20 (unless the user set it)."""
+    name = "RAY_gcs_server_port_wait_time_s"
+    if name in os.environ:
+        yield
+        return
+    os.environ[name] = GCS_CONNECT_ATTEMPTS
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+
+
 #: ``ray.init`` attempts when the cluster answered but failed to start this connection's client server (Ray's
 #: proxy starts one per ``ray://`` connection: on a loaded 2-core machine it missed its gRPC timeout, and once
 #: its psutil read a zombie process's command line); an unreachable cluster fails at the first attempt.
@@ -328,10 +376,12 @@ class RayExecutor(Executor):
         self.lock, self.per_node, self.check_nodes = lock, max(1, int(per_node)), check_nodes
         self._owns = not ray.is_initialized()
         if self._owns:
+            check_reachable(self.address)
             for attempt in range(1, INIT_ATTEMPTS + 1):
                 try:
-                    ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING,
-                             configure_logging=False)
+                    with _bounded_gcs_wait():
+                        ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING,
+                                 configure_logging=False)
                     break
                 except Exception as e:  # noqa: BLE001 - Ray raises ConnectionError, ValueError, RuntimeError...
                     if attempt < INIT_ATTEMPTS and _server_side(e):
@@ -339,8 +389,10 @@ class RayExecutor(Executor):
                                     self.address, str(e).splitlines()[0])
                         time.sleep(INIT_PAUSE_S)
                         continue
-                    raise CollageError(f"cannot reach the Ray cluster at {self.address!r} ({e}); start it with "
-                                       "`ray start --head` (docs/CLUSTER.md) or pass --cluster ray://HOST:10001") from e
+                    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+                    raise ClusterUnreachable(f"cannot reach the Ray cluster at {self.address!r} ({first}); start it "
+                                             "with `ray start --head` (docs/CLUSTER.md) or pass --cluster "
+                                             "ray://HOST:10001") from e
         self.nodes = self.measurement_nodes()
         if not self.nodes:
             self.close()
