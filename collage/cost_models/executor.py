@@ -29,6 +29,13 @@ the target's key, so it is **refused**: ``RayExecutor.start`` asks every measure
 identity and stops the job with a message naming the nodes that differ and how; a node that joins
 later and differs answers each window with a refusal (the window comes back lost and goes to another
 node) instead of measuring it.
+
+**Nodes lost before or early.** A measurement node that dies before the job asks it who it is, or while it
+answers, is left out (``RayExecutor.start``); when windows come back from none and no measurement node is
+alive any more (asked every ``NODE_CHECK_S``), or when none is alive at the start but the cluster has dead
+nodes, the executor measures on this machine from then on (``LocalExecutor``, the driver being the target),
+the windows in flight included, and says so in one line. A cluster that never had a measurement node is
+refused. An address where nothing answers is refused within ``CONNECT_TIMEOUT_S`` (``check_reachable``).
 """
 from __future__ import annotations
 
@@ -60,6 +67,10 @@ RESOURCE = "collage_measure"
 DEFAULT_PER_NODE = 2
 #: Ray's retries of a window whose node (or Ray worker) died.
 DEFAULT_MAX_RETRIES = 3
+#: How long a measurement node may take to say who it is (``RayExecutor.start``) before it is left out.
+IDENTITY_TIMEOUT_S = 120.0
+#: While no window comes back, how often the driver asks Ray whether measurement nodes are still alive.
+NODE_CHECK_S = 2.0
 
 
 @dataclass
@@ -364,6 +375,16 @@ def _server_side(e: BaseException) -> bool:
     return "Initialization failure from server" in text or "Starting Ray client server failed" in text
 
 
+#: what ``RayExecutor._lost_nodes`` said already: the nodes lost, the cluster addresses given up for this machine
+#: (a tune makes one executor per measuring step)
+_said_lost: set[str] = set()
+
+
+def _node_name(node: Mapping[str, Any]) -> str:
+    """A ``ray.nodes()`` entry as people read it: its address and the start of its node id."""
+    return f"{node.get('NodeManagerAddress', '?')}/{str(node.get('NodeID', '?'))[:8]}"
+
+
 class RayExecutor(Executor):
     """Measurement windows as Ray tasks on the cluster's ``collage_measure`` nodes (module docstring)."""
 
@@ -393,16 +414,22 @@ class RayExecutor(Executor):
                     raise ClusterUnreachable(f"cannot reach the Ray cluster at {self.address!r} ({first}); start it "
                                              "with `ray start --head` (docs/CLUSTER.md) or pass --cluster "
                                              "ray://HOST:10001") from e
-        self.nodes = self.measurement_nodes()
-        if not self.nodes:
-            self.close()
-            raise CollageError(f"the Ray cluster at {self.address!r} has no node with the {RESOURCE!r} resource; "
-                               f"start measurement nodes with `ray start --address HEAD:6379 --resources "
-                               f"'{{\"{RESOURCE}\": 1}}'` (docs/CLUSTER.md)")
-        self._task = ray.remote(measure_on_node).options(num_cpus=0, resources={RESOURCE: 1},
-                                                         max_retries=max_retries, retry_exceptions=False)
         self._refs: dict[Any, Window] = {}
         self._db_url: str | None = None
+        self._local: LocalExecutor | None = None  # every measurement node died: this machine measures
+        self._last_node_check = time.monotonic()
+        self.nodes = self.measurement_nodes()
+        if not self.nodes:
+            dead = self.dead_nodes()
+            if not dead:
+                self.close()
+                raise CollageError(f"the Ray cluster at {self.address!r} has no node with the {RESOURCE!r} resource; "
+                                   f"start measurement nodes with `ray start --address HEAD:6379 --resources "
+                                   f"'{{\"{RESOURCE}\": 1}}'` (docs/CLUSTER.md)")
+            self._lost_nodes(f"no node of the Ray cluster at {self.address!r} offers {RESOURCE!r} now, and "
+                             f"{len(dead)} died: " + ", ".join(_node_name(n) for n in dead))
+        self._task = ray.remote(measure_on_node).options(num_cpus=0, resources={RESOURCE: 1},
+                                                         max_retries=max_retries, retry_exceptions=False)
 
     @staticmethod
     def measurement_nodes() -> list[dict[str, Any]]:
@@ -410,9 +437,19 @@ class RayExecutor(Executor):
         ray = _ray()
         return [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(RESOURCE, 0) >= 1]
 
+    @staticmethod
+    def dead_nodes() -> list[dict[str, Any]]:
+        """The cluster's nodes that died (``ray.nodes()`` keeps them, without their resources: a cluster with
+        none of its measurement nodes alive and some dead lost them, one without dead nodes never had any)."""
+        ray = _ray()
+        try:
+            return [n for n in ray.nodes() if not n.get("Alive")]
+        except Exception:  # noqa: BLE001 - no answer from Ray: none known
+            return []
+
     @property
     def capacity(self) -> int:
-        return self.per_node * len(self.nodes)
+        return 1 if self._local is not None else self.per_node * len(self.nodes)
 
     def start(self, db: CostDB, backends: Mapping[str, Backend]) -> None:
         from collage.cost_models.db import SQLiteCostDB
@@ -435,9 +472,25 @@ class RayExecutor(Executor):
 
         specs = {name: dict(b.options) for name, b in backends.items()}
         probe = ray.remote(node_identity)
-        refs = [probe.options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
-            n["NodeID"], soft=False)).remote(specs) for n in self.nodes]
-        idents: list[NodeIdentity] = ray.get(refs, timeout=600)
+        refs = {probe.options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+            n["NodeID"], soft=False)).remote(specs): n for n in self.nodes}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=IDENTITY_TIMEOUT_S)
+        idents: list[NodeIdentity] = []
+        gone: list[str] = []
+        for ref, n in refs.items():
+            try:
+                if ref not in ready:
+                    raise ray.exceptions.GetTimeoutError(f"no answer in {IDENTITY_TIMEOUT_S:.0f} s")
+                idents.append(ray.get(ref))
+            except ray.exceptions.RayError as e:  # the node died (TaskUnschedulableError) or does not answer
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=True)
+                gone.append(f"{_node_name(n)} ({type(e).__name__})")
+        if gone:
+            self.nodes = [n for n in self.nodes if any(i.node_id == n["NodeID"] for i in idents)]
+            self._lost_nodes(f"{len(gone)} of {len(refs)} measurement nodes did not answer: " + ", ".join(gone))
+            if self._local is not None:
+                return
         target = machine_id()
         want = {name: b.version() for name, b in backends.items()}
         bad = []
@@ -458,19 +511,59 @@ class RayExecutor(Executor):
                 "(docs/CLUSTER.md, 'When nodes differ')")
         log.info("Ray cluster %s: %d measurement nodes, all %s", self.address, len(idents), target)
 
+    def _lost_nodes(self, what: str) -> None:
+        """Go on with the measurement nodes left, or with this machine's workers when none is left (said in one
+        line, once per process); windows in flight on the cluster are measured again here."""
+        if self.nodes:
+            if what not in _said_lost:
+                log.warning("%s; measuring on the %d node(s) left", what, len(self.nodes))
+            _said_lost.add(what)
+            return
+        if self.address not in _said_lost:
+            log.warning("%s; no Ray measurement node is left: measuring on this machine from now on", what)
+        _said_lost.add(self.address)
+        ray = _ray()
+        self._local = LocalExecutor(lock=self.lock)
+        pending, self._refs = list(self._refs.items()), {}
+        for ref, w in pending:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+            self._local.submit(w)
+
+    def _nodes_alive(self) -> bool:
+        """Whether a measurement node is still up (asked of Ray at most every ``NODE_CHECK_S``); when none
+        is, the executor falls back to this machine (``_lost_nodes``)."""
+        now = time.monotonic()
+        if now - self._last_node_check < NODE_CHECK_S:
+            return True
+        self._last_node_check = now
+        alive = {n["NodeID"] for n in self.measurement_nodes()}
+        dead = [n for n in self.nodes if n["NodeID"] not in alive]
+        if dead:
+            self.nodes = [n for n in self.nodes if n["NodeID"] in alive]
+            self._lost_nodes(f"{len(dead)} Ray measurement node(s) died: " + ", ".join(_node_name(n) for n in dead))
+        return self._local is None
+
     def submit(self, window: Window) -> None:
+        if self._local is not None:
+            self._local.submit(window)
+            return
         w = window
         sent = Window(w.key, w.blob, w.backend, w.options, w.feeds, w.timeout_s, w.cap_s, w.warmup_s, w.probe,
                       w.slot, None, w.commit, w.retry_failed)  # without the caller's tag
         self._refs[self._task.remote(sent, self._db_url, self.lock)] = w
 
     def collect(self, timeout_s: float) -> list[Done]:
+        if self._local is not None:
+            return self._local.collect(timeout_s)
         if not self._refs:
             return []
         ray = _ray()
         refs = list(self._refs)
         ready, _ = ray.wait(refs, num_returns=1, timeout=max(0.0, timeout_s))
         if not ready:
+            if not self._nodes_alive():  # its windows wait for a node that will not come: measured here
+                return self._local.collect(timeout_s)
             return []
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         out = []
@@ -488,10 +581,14 @@ class RayExecutor(Executor):
         return out
 
     def in_flight(self) -> list[Window]:
+        if self._local is not None:
+            return self._local.in_flight()
         return list(self._refs.values())
 
     def close(self) -> None:
         ray = _ray()
+        if getattr(self, "_local", None) is not None:
+            self._local.close()
         for ref in list(getattr(self, "_refs", {})):
             try:
                 ray.cancel(ref)

@@ -326,7 +326,8 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
         try:
             runner.submit(w)
         except MeasurementError as e:  # the budget (or LOCK_WAIT_S) ran out waiting for another process's measurement
-            log.log(logging.INFO if budget_s is not None else logging.WARNING, "%s; stopping with the rest unmeasured", e)
+            log.log(logging.INFO if budget_s is not None else logging.WARNING, "%s; stopping with the rest unmeasured",
+                    e)
             active.insert(0, p)
             return False
         except BaseException:  # Ctrl-C or SIGTERM mid-window: the key goes back, and its claim is released below
