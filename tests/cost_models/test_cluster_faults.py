@@ -19,7 +19,7 @@ from collage.cost_models.connect import get_db
 from tests.cost_models.test_hangs import _collage, _finish
 
 #: what a tune may take here, killed node or not (a loaded 2-core machine)
-WITHIN_S = 300
+WITHIN_S = 180
 
 
 @pytest.fixture(scope="module")
