@@ -107,6 +107,18 @@ def _on_sigterm(signum: int, frame: object) -> None:  # noqa: ARG001 - signal ha
     raise Terminated()
 
 
+def _interrupted(command: str, e: KeyboardInterrupt) -> int:
+    """The one line (and exit code: 143 for SIGTERM, 130 for Ctrl-C) of an interrupted ``command``."""
+    kept = ("; finished measurements are kept in the cost database (the same command goes on from them), "
+            "temporary files removed") if command in MEASURING else ""
+    name = f"collage {command}" if command else "collage"
+    if isinstance(e, Terminated):
+        print(f"{name}: terminated (SIGTERM){kept}", file=sys.stderr)
+        return 143
+    print(f"{name}: interrupted{kept}", file=sys.stderr)
+    return 130
+
+
 def main(argv: list[str] | None = None) -> int:
     from collage.errors import CollageError
     from collage.extras import MissingExtra, missing_extra
@@ -127,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     except MissingExtra as e:
         print(f"collage {chosen}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:  # while the command's modules load (seconds on a busy machine)
+        return _interrupted(chosen or "", e)
     level = logging.ERROR if args.quiet and not args.verbose else logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -138,13 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"collage {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated)
-        kept = ("; finished measurements are kept in the cost database (the same command goes on from them), "
-                "temporary files removed") if args.command in MEASURING else ""
-        if isinstance(e, Terminated):
-            print(f"collage {args.command}: terminated (SIGTERM){kept}", file=sys.stderr)
-            return 143
-        print(f"collage {args.command}: interrupted{kept}", file=sys.stderr)
-        return 130
+        return _interrupted(args.command, e)
     except BrokenPipeError:  # `collage report OUT | head`
         sys.stderr.close()
         return 0

@@ -55,3 +55,7 @@ class ArtifactError(CollageError):
 
 class BackendUnavailable(CollageError):
     """A backend's runtime is not installed or cannot run on this machine."""
+
+
+class ClusterUnreachable(CollageError, ConnectionError):
+    """``--cluster`` names an address where no Ray cluster answers (a ConnectionError too, for Python callers)."""

@@ -29,15 +29,23 @@ the target's key, so it is **refused**: ``RayExecutor.start`` asks every measure
 identity and stops the job with a message naming the nodes that differ and how; a node that joins
 later and differs answers each window with a refusal (the window comes back lost and goes to another
 node) instead of measuring it.
+
+**Nodes lost before or early.** A measurement node that dies before the job asks it who it is, or while it
+answers, is left out (``RayExecutor.start``); when windows come back from none and no measurement node is
+alive any more (asked every ``NODE_CHECK_S``), or when none is alive at the start but the cluster has dead
+nodes, the executor measures on this machine from then on (``LocalExecutor``, the driver being the target),
+the windows in flight included, and says so in one line. A cluster that never had a measurement node is
+refused. An address where nothing answers is refused within ``CONNECT_TIMEOUT_S`` (``check_reachable``).
 """
 from __future__ import annotations
 
 import abc
+import contextlib
 import logging
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +54,7 @@ import numpy as np
 from collage.cost_models.db import Cost, CostDB, CostKey, key_for
 from collage.cost_models.connect import get_db
 from collage.cost_models.measurer import Measurement, Measurer
-from collage.errors import CollageError
+from collage.errors import ClusterUnreachable, CollageError
 
 if TYPE_CHECKING:
     from collage.backends.base import Backend
@@ -59,6 +67,10 @@ RESOURCE = "collage_measure"
 DEFAULT_PER_NODE = 2
 #: Ray's retries of a window whose node (or Ray worker) died.
 DEFAULT_MAX_RETRIES = 3
+#: How long a measurement node may take to say who it is (``RayExecutor.start``) before it is left out.
+IDENTITY_TIMEOUT_S = 120.0
+#: While no window comes back, how often the driver asks Ray whether measurement nodes are still alive.
+NODE_CHECK_S = 2.0
 
 
 @dataclass
@@ -306,6 +318,53 @@ def ray_address(spec: str) -> str:
     return spec
 
 
+#: How long the address of ``--cluster`` may take to accept a TCP connection before the job is refused (``ray.init``
+#: itself, given a GCS address where nothing listens, retries 20 times 35 s: it would never seem to return).
+CONNECT_TIMEOUT_S = 10.0
+#: ``ray.init``'s own attempts at a GCS address that accepted the connection (``RAY_gcs_server_port_wait_time_s``,
+#: the number of ~1 s-apart tries of its GCS client; Ray's default is 20, each up to ~35 s when no GCS answers).
+GCS_CONNECT_ATTEMPTS = "1"
+
+
+def host_port(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of ``ray://HOST:PORT`` or ``HOST:PORT``; None for ``auto`` and what is not of that form."""
+    rest = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = rest.rstrip("/").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """``ClusterUnreachable`` unless something accepts a TCP connection at ``address`` within ``timeout_s``."""
+    hp = host_port(address)
+    if hp is None:
+        return
+    try:
+        with socket.create_connection(hp, timeout=timeout_s):
+            pass
+    except OSError as e:
+        why = (f"no answer within {timeout_s:.0f} s" if isinstance(e, TimeoutError)
+               else (e.strerror or str(e) or type(e).__name__).lower())
+        raise ClusterUnreachable(
+            f"cannot reach the Ray cluster at {address!r} ({why}); start it with "
+            "`ray start --head` (docs/CLUSTER.md), or give --cluster the head's HOST:6379 or ray://HOST:10001") from e
+
+
+@contextlib.contextmanager
+def _bounded_gcs_wait() -> Iterator[None]:
+    """``ray.init``'s GCS connection tried ``GCS_CONNECT_ATTEMPTS`` times, not 20 (unless the user set it)."""
+    name = "RAY_gcs_server_port_wait_time_s"
+    if name in os.environ:
+        yield
+        return
+    os.environ[name] = GCS_CONNECT_ATTEMPTS
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+
+
 #: ``ray.init`` attempts when the cluster answered but failed to start this connection's client server (Ray's
 #: proxy starts one per ``ray://`` connection: on a loaded 2-core machine it missed its gRPC timeout, and once
 #: its psutil read a zombie process's command line); an unreachable cluster fails at the first attempt.
@@ -317,6 +376,16 @@ def _server_side(e: BaseException) -> bool:
     """Whether ``ray.init`` reached the cluster and its client server failed to start (worth another try)."""
     text = str(e)
     return "Initialization failure from server" in text or "Starting Ray client server failed" in text
+
+
+#: what ``RayExecutor._lost_nodes`` said already: the nodes lost, the cluster addresses given up for this machine
+#: (a tune makes one executor per measuring step)
+_said_lost: set[str] = set()
+
+
+def _node_name(node: Mapping[str, Any]) -> str:
+    """A ``ray.nodes()`` entry as people read it: its address and the start of its node id."""
+    return f"{node.get('NodeManagerAddress', '?')}/{str(node.get('NodeID', '?'))[:8]}"
 
 
 class RayExecutor(Executor):
@@ -332,10 +401,12 @@ class RayExecutor(Executor):
         self.lock, self.per_node, self.check_nodes = lock, max(1, int(per_node)), check_nodes
         self._owns = not ray.is_initialized()
         if self._owns:
+            check_reachable(self.address)
             for attempt in range(1, INIT_ATTEMPTS + 1):
                 try:
-                    ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING,
-                             configure_logging=False)
+                    with _bounded_gcs_wait():
+                        ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING,
+                                 configure_logging=False)
                     break
                 except Exception as e:  # noqa: BLE001 - Ray raises ConnectionError, ValueError, RuntimeError...
                     if attempt < INIT_ATTEMPTS and _server_side(e):
@@ -343,18 +414,26 @@ class RayExecutor(Executor):
                                     self.address, str(e).splitlines()[0])
                         time.sleep(INIT_PAUSE_S)
                         continue
-                    raise CollageError(f"cannot reach the Ray cluster at {self.address!r} ({e}); start it with "
-                                       "`ray start --head` (docs/CLUSTER.md) or pass --cluster ray://HOST:10001") from e
-        self.nodes = self.measurement_nodes()
-        if not self.nodes:
-            self.close()
-            raise CollageError(f"the Ray cluster at {self.address!r} has no node with the {RESOURCE!r} resource; "
-                               f"start measurement nodes with `ray start --address HEAD:6379 --resources "
-                               f"'{{\"{RESOURCE}\": 1}}'` (docs/CLUSTER.md)")
-        self._task = ray.remote(measure_on_node).options(num_cpus=0, resources={RESOURCE: 1},
-                                                         max_retries=max_retries, retry_exceptions=False)
+                    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+                    raise ClusterUnreachable(f"cannot reach the Ray cluster at {self.address!r} ({first}); start it "
+                                             "with `ray start --head` (docs/CLUSTER.md) or pass --cluster "
+                                             "ray://HOST:10001") from e
         self._refs: dict[Any, Window] = {}
         self._db_url: str | None = None
+        self._local: LocalExecutor | None = None  # every measurement node died: this machine measures
+        self._last_node_check = time.monotonic()
+        self.nodes = self.measurement_nodes()
+        if not self.nodes:
+            dead = self.dead_nodes()
+            if not dead:
+                self.close()
+                raise CollageError(f"the Ray cluster at {self.address!r} has no node with the {RESOURCE!r} resource; "
+                                   f"start measurement nodes with `ray start --address HEAD:6379 --resources "
+                                   f"'{{\"{RESOURCE}\": 1}}'` (docs/CLUSTER.md)")
+            self._lost_nodes(f"no node of the Ray cluster at {self.address!r} offers {RESOURCE!r} now, and "
+                             f"{len(dead)} died: " + ", ".join(_node_name(n) for n in dead))
+        self._task = ray.remote(measure_on_node).options(num_cpus=0, resources={RESOURCE: 1},
+                                                         max_retries=max_retries, retry_exceptions=False)
 
     @staticmethod
     def measurement_nodes() -> list[dict[str, Any]]:
@@ -362,9 +441,19 @@ class RayExecutor(Executor):
         ray = _ray()
         return [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(RESOURCE, 0) >= 1]
 
+    @staticmethod
+    def dead_nodes() -> list[dict[str, Any]]:
+        """The cluster's nodes that died (``ray.nodes()`` keeps them, without their resources: a cluster with
+        none of its measurement nodes alive and some dead lost them, one without dead nodes never had any)."""
+        ray = _ray()
+        try:
+            return [n for n in ray.nodes() if not n.get("Alive")]
+        except Exception:  # noqa: BLE001 - no answer from Ray: none known
+            return []
+
     @property
     def capacity(self) -> int:
-        return self.per_node * len(self.nodes)
+        return 1 if self._local is not None else self.per_node * len(self.nodes)
 
     def start(self, db: CostDB, backends: Mapping[str, Backend]) -> None:
         from collage.cost_models.db import SQLiteCostDB
@@ -387,9 +476,25 @@ class RayExecutor(Executor):
 
         specs = {name: dict(b.options) for name, b in backends.items()}
         probe = ray.remote(node_identity)
-        refs = [probe.options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
-            n["NodeID"], soft=False)).remote(specs) for n in self.nodes]
-        idents: list[NodeIdentity] = ray.get(refs, timeout=600)
+        refs = {probe.options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+            n["NodeID"], soft=False)).remote(specs): n for n in self.nodes}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=IDENTITY_TIMEOUT_S)
+        idents: list[NodeIdentity] = []
+        gone: list[str] = []
+        for ref, n in refs.items():
+            try:
+                if ref not in ready:
+                    raise ray.exceptions.GetTimeoutError(f"no answer in {IDENTITY_TIMEOUT_S:.0f} s")
+                idents.append(ray.get(ref))
+            except ray.exceptions.RayError as e:  # the node died (TaskUnschedulableError) or does not answer
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=True)
+                gone.append(f"{_node_name(n)} ({type(e).__name__})")
+        if gone:
+            self.nodes = [n for n in self.nodes if any(i.node_id == n["NodeID"] for i in idents)]
+            self._lost_nodes(f"{len(gone)} of {len(refs)} measurement nodes did not answer: " + ", ".join(gone))
+            if self._local is not None:
+                return
         target = machine_id()
         want = {name: b.version() for name, b in backends.items()}
         bad = []
@@ -410,18 +515,58 @@ class RayExecutor(Executor):
                 "(docs/CLUSTER.md, 'When nodes differ')")
         log.info("Ray cluster %s: %d measurement nodes, all %s", self.address, len(idents), target)
 
+    def _lost_nodes(self, what: str) -> None:
+        """Go on with the measurement nodes left, or with this machine's workers when none is left (said in one
+        line, once per process); windows in flight on the cluster are measured again here."""
+        if self.nodes:
+            if what not in _said_lost:
+                log.warning("%s; measuring on the %d node(s) left", what, len(self.nodes))
+            _said_lost.add(what)
+            return
+        if self.address not in _said_lost:
+            log.warning("%s; no Ray measurement node is left: measuring on this machine from now on", what)
+        _said_lost.add(self.address)
+        ray = _ray()
+        self._local = LocalExecutor(lock=self.lock)
+        pending, self._refs = list(self._refs.items()), {}
+        for ref, w in pending:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+            self._local.submit(w)
+
+    def _nodes_alive(self) -> bool:
+        """Whether a measurement node is still up (asked of Ray at most every ``NODE_CHECK_S``); when none
+        is, the executor falls back to this machine (``_lost_nodes``)."""
+        now = time.monotonic()
+        if now - self._last_node_check < NODE_CHECK_S:
+            return True
+        self._last_node_check = now
+        alive = {n["NodeID"] for n in self.measurement_nodes()}
+        dead = [n for n in self.nodes if n["NodeID"] not in alive]
+        if dead:
+            self.nodes = [n for n in self.nodes if n["NodeID"] in alive]
+            self._lost_nodes(f"{len(dead)} Ray measurement node(s) died: " + ", ".join(_node_name(n) for n in dead))
+        return self._local is None
+
     def submit(self, window: Window) -> None:
+        if self._local is not None:
+            self._local.submit(window)
+            return
         w = window
         sent = replace(w, lock_timeout_s=None, tag=None)  # without the caller's tag
         self._refs[self._task.remote(sent, self._db_url, self.lock)] = w
 
     def collect(self, timeout_s: float) -> list[Done]:
+        if self._local is not None:
+            return self._local.collect(timeout_s)
         if not self._refs:
             return []
         ray = _ray()
         refs = list(self._refs)
         ready, _ = ray.wait(refs, num_returns=1, timeout=max(0.0, timeout_s))
         if not ready:
+            if not self._nodes_alive():  # its windows wait for a node that will not come: measured here
+                return self._local.collect(timeout_s)
             return []
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         out = []
@@ -439,10 +584,14 @@ class RayExecutor(Executor):
         return out
 
     def in_flight(self) -> list[Window]:
+        if self._local is not None:
+            return self._local.in_flight()
         return list(self._refs.values())
 
     def close(self) -> None:
         ray = _ray()
+        if getattr(self, "_local", None) is not None:
+            self._local.close()
         for ref in list(getattr(self, "_refs", {})):
             try:
                 ray.cancel(ref)

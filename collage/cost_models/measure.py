@@ -331,10 +331,14 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
                    file=graph.digest() if runner.stores_costs else None, tag=p)
         try:
             runner.submit(w)
-        except MeasurementError as e:  # the budget ran out waiting for another process's measurement
-            log.info("%s", e)
+        except MeasurementError as e:  # the budget (or LOCK_WAIT_S) ran out waiting for another process's measurement
+            log.log(logging.INFO if budget_s is not None else logging.WARNING, "%s; stopping with the rest unmeasured",
+                    e)
             active.insert(0, p)
             return False
+        except BaseException:  # Ctrl-C or SIGTERM mid-window: the key goes back, and its claim is released below
+            active.insert(0, p)
+            raise
         return True
 
     def handle(d: Done) -> None:

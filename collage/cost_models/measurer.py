@@ -151,23 +151,72 @@ def combine_rounds(rounds: Sequence[Measurement]) -> Measurement:
                        probe_ms=float(np.mean(probes)) if probes else None, samples_ms=pooled.tolist())
 
 
+#: How long a wait for the machine lock may last when the caller sets no limit: the longest a sane measurement
+#: window of another process takes (its load allowance and timeout); then ``MeasurementError``, never a hang.
+LOCK_WAIT_S = DEFAULT_TIMEOUT_S + LOAD_TIMEOUT_S
+#: A wait for the machine lock longer than this is said (once per other process), so a slow job says why.
+LOCK_SAY_S = 1.0
+_said_waiting: set[str] = set()
+
+
+def _lock_holder(fd: int) -> str:
+    """What the lock file says of the process holding it ("pid N on HOST"), or "another process"."""
+    try:
+        text = os.pread(fd, 200, 0).decode(errors="replace").strip()
+    except OSError:
+        text = ""
+    return text or "another process"
+
+
+def _acquire(fd: int, deadline: float, path: os.PathLike, timeout_s: float) -> None:
+    """``flock`` ``fd`` exclusively, polling, until ``deadline``; then ``MeasurementError`` naming the holder."""
+    t0 = time.monotonic()
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            now = time.monotonic()
+            holder = _lock_holder(fd)
+            if now - t0 > LOCK_SAY_S and holder not in _said_waiting:
+                _said_waiting.add(holder)
+                log.warning("waiting for another measuring process (%s) to finish its measurement: one measurement "
+                            "at a time on this machine (%s)", holder, path)
+            if now > deadline:
+                raise MeasurementError(f"another measuring process ({holder}) held {path} for over {timeout_s:.0f} s;"
+                                       " is a measurement job stuck? (remove nothing: the lock frees itself when that "
+                                       "process ends)") from None
+            time.sleep(0.02)
+
+
 @contextlib.contextmanager
 def machine_lock(timeout_s: float | None = None) -> Iterator[None]:
-    """Exclusive lock so that no two measurements (in any process) overlap on this machine's cores."""
+    """Exclusive lock so that no two measurements (in any process) overlap on this machine's cores.
+
+    Waits up to ``timeout_s`` (None: ``LOCK_WAIT_S``) for the process holding it, then raises
+    ``MeasurementError``. Fair between processes: a waiter first takes a turnstile (``measure.lock.queue``)
+    and holds it until it has the lock, so the holder, going through the turnstile for its next window,
+    lets the waiter measure first instead of taking the lock back at once (two jobs alternate windows; a
+    job never waits on another's whole run). The lock file holds its holder's pid and host, said in the
+    waiting line."""
+    limit = LOCK_WAIT_S if timeout_s is None else timeout_s
+    deadline = time.monotonic() + limit
     path = cache_dir() / "measure.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    gate = os.open(cache_dir() / "measure.lock.queue", os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if deadline is not None and time.monotonic() > deadline:
-                    raise MeasurementError(f"another process held {path} for over {timeout_s:.0f} s; "
-                                           "is a measurement job stuck? (remove nothing: the lock frees itself "
-                                           "when that process ends)") from None
-                time.sleep(0.02)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        os.close(gate)
+        raise
+    try:
+        try:
+            _acquire(gate, deadline, path, limit)
+            _acquire(fd, deadline, path, limit)
+        finally:
+            os.close(gate)  # the turnstile: the next waiter's turn
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
         yield
     finally:
         os.close(fd)  # closing releases the lock
@@ -316,8 +365,8 @@ class Measurer:
         and combines them (``combine_rounds``); ``measure_candidates`` spreads the rounds over the job
         instead, which averages over slow periods of the machine. ``probe`` times the reference probe
         next to each window (``Measurement.probe_ms``).
-        Waits for the machine lock (another process measuring) up to ``lock_timeout_s`` (None: no
-        limit), then raises ``MeasurementError``; every other failure is returned as ``error``.
+        Waits for the machine lock (another process measuring) up to ``lock_timeout_s`` (None:
+        ``LOCK_WAIT_S``), then raises ``MeasurementError``; every other failure is returned as ``error``.
         """
         blob = model.SerializeToString()
         done = []

@@ -343,6 +343,10 @@ class TuneJob:
 
         self.feeds = random_inputs(self.graph, seed=options.seed)  # an input none are drawn for: before the DB is made
         self.db = get_db(options.db)  # a bad model, backend or cost DB is refused before any progress line
+        if isinstance(options.cluster, str) and options.cluster != "local":  # and a --cluster nothing answers at
+            from collage.cost_models.executor import check_reachable, ray_address
+
+            check_reachable(ray_address(options.cluster))
         self.say("%s: %d nodes; %s", self.graph.name, len(self.graph), load_line(self.graph.folding.as_dict()))
         self.precision = precision_strategy(self.graph, self.backends, options, self.db)
         for name, opts in self.precision.backend_options.items():  # e.g. the int8 variants' calibrated ranges

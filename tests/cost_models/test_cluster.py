@@ -293,6 +293,7 @@ def test_ray_init_is_tried_again_when_the_cluster_fails_to_start_a_client_server
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "shutdown", lambda: None)
     monkeypatch.setattr(executor, "INIT_PAUSE_S", 0.0)
+    monkeypatch.setattr(executor, "check_reachable", lambda address: None)  # ray.init alone is under test
     monkeypatch.setattr(executor.RayExecutor, "measurement_nodes", lambda self: [])
     with pytest.raises(CollageError, match="no node with the"):  # connected at the third attempt
         executor.RayExecutor("ray://127.0.0.1:1")
