@@ -295,6 +295,9 @@ def test_ray_init_is_tried_again_when_the_cluster_fails_to_start_a_client_server
     monkeypatch.setattr(executor, "INIT_PAUSE_S", 0.0)
     monkeypatch.setattr(executor, "check_reachable", lambda address: None)  # ray.init alone is under test
     monkeypatch.setattr(executor.RayExecutor, "measurement_nodes", lambda self: [])
+    # a cluster that never had a measurement node (not one that lost them: an earlier test's real cluster in this
+    # process lists its dead nodes, which would make the executor measure locally instead)
+    monkeypatch.setattr(executor.RayExecutor, "dead_nodes", staticmethod(lambda: []))
     with pytest.raises(CollageError, match="no node with the"):  # connected at the third attempt
         executor.RayExecutor("ray://127.0.0.1:1")
     assert len(calls) == 3
