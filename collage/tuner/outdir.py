@@ -247,14 +247,17 @@ def kept_line(where: OutputLocation, renamed: dict[str, str]) -> str | None:
     if not where.kept and not where.dropped:
         return None
     shown = [renamed.get(k, k) for k in where.kept]
-    text = f"{where.out}: kept {len(shown)} file(s) not part of the old artifact: {', '.join(shown[:8])}"
-    if len(shown) > 8:
-        text += f" and {len(shown) - 8} more"
-    if renamed:
-        text += f" ({', '.join(f'{k} as {v}' for k, v in renamed.items())}: the new artifact has that name)"
+    said = []
+    if shown:
+        text = f"kept {len(shown)} file(s) not part of the old artifact: {', '.join(shown[:8])}"
+        if len(shown) > 8:
+            text += f" and {len(shown) - 8} more"
+        if renamed:
+            text += f" ({', '.join(f'{k} as {v}' for k, v in renamed.items())}: the new artifact has that name)"
+        said.append(text)
     if where.dropped:
-        text += f"; dropped the old {', '.join(where.dropped)} (`collage report {where.out}` writes it anew)"
-    return text
+        said.append(f"dropped the old {', '.join(where.dropped)} (`collage report {where.out}` writes it anew)")
+    return f"{where.out}: " + "; ".join(said)
 
 
 # ---------------------------------------------------------------------------------------------- replacing

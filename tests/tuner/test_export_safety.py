@@ -145,3 +145,12 @@ def test_a_kept_file_the_new_artifact_also_has_is_kept_under_another_name(tmp_pa
     assert (new / "docs" / "a.md").read_text() == "a"
     line = kept_line(where, renamed)
     assert "kept 2 file(s)" in line and "plan.json as plan.json.kept" in line and "report.html" in line
+
+
+def test_the_kept_line_of_a_replaced_report_only_names_it():
+    """Re-tuning into an artifact with only its old report.html (no file of the user's): the line said
+    'kept 0 file(s) not part of the old artifact: ; dropped the old report.html'."""
+    from collage.tuner.outdir import OutputLocation, kept_line
+
+    line = kept_line(OutputLocation(Path("/x/out"), dropped=("report.html",), replaced=("report.html",)), {})
+    assert line.startswith("/x/out: dropped the old report.html") and "kept" not in line

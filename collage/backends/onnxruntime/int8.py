@@ -1,7 +1,7 @@
 """``onnxruntime-int8``: ONNX Runtime's CPU provider on a candidate quantized to QDQ with the ranges
 calibrated once for the model (:mod:`collage.backends.qdq`). ORT fuses the QDQ pairs into its int8
 kernels (QLinearConv, MatMulInteger: AMX-INT8 / VNNI on this CPU). A lower-precision variant: used only
-under an accuracy budget; available where the CPU has int8 dot-product instructions."""
+under an accuracy budget; available where the CPU has int8 multiply-add instructions (AVX2 and later)."""
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
