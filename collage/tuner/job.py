@@ -788,6 +788,10 @@ class TuneJob:
                              "unmeasured": getattr(raw, "unmeasured", None),
                              "measure_s": getattr(raw, "elapsed_s", None)},
             "coverage": self.coverage,
+            # each partition of the final plan timed alone in a worker: what the report shows where it has no
+            # measurement of the partition inside the plan (collage.report.render.measured_ms)
+            "alone_ms": [c.median_ms if (c := raw.get((p.nodes, p.backend))) is not None and c.ok else None
+                         for p in plan.partitions],
             "search_s": search_s,
             "tune_s": time.monotonic() - self.t_start,
         }
