@@ -329,6 +329,7 @@ class TuneJob:
     def __init__(self, model: str | os.PathLike | onnx.ModelProto, options: TuneOptions, work: Path) -> None:
         self.options, self.work = options, work
         self.t_start = time.monotonic()
+        self.t_wall = time.time()  # a cost the DB holds from before this is an earlier run's
         self.transition_s = 0.0
         self.whole_s = 0.0
         self.charges: dict[str, Any] = {}  # backend -> search_step.PartitionCharge, set by the search step
@@ -654,7 +655,7 @@ class TuneJob:
         verified = Verified(plan, plan_ms, artifact, timings, baselines, part_ms)
         if alt_ms and min(alt_ms.values()) < plan_ms:
             verified = self.take_whole_model_alternative(verified, alt_ms, measured)
-        self.note_baselines(verified, base)
+        self.note_baselines(verified, base, measured)
         return verified
 
     def whole_prediction(self, measured: Measured, name: str) -> float | None:
@@ -679,9 +680,14 @@ class TuneJob:
         artifact = self.load(self.export(plan, self.work / "plan-whole"))
         return Verified(plan, alt_ms[name], artifact, verified.timings, verified.baselines)
 
-    def note_baselines(self, verified: Verified, base: Baselines) -> None:
+    def note_baselines(self, verified: Verified, base: Baselines, measured: Measured) -> None:
         """6c. Notes on the baselines: a stale cost DB, baselines taken from the DB."""
-        stale = stale_costs(base.whole_ms, verified.timings)  # against the verification's numbers: warmest
+        # against the verification's numbers (warmest); only costs an earlier run stored: this run's own
+        # worker timings differ from the verification's by the machine's level, not by staleness
+        earlier = {b: c.created for b in base.whole_ms
+                   if (c := measured.raw.get((tuple(range(len(self.graph))), b))) is not None
+                   and c.created < self.t_wall}
+        stale = stale_costs({b: ms for b, ms in base.whole_ms.items() if b in earlier}, verified.timings, earlier)
         if stale:
             log.warning("%s", stale)
             verified.plan.notes.append(stale)
