@@ -417,8 +417,11 @@ class TuneJob:
         self.guided = None
 
         def measure(items: Sequence[tuple[tuple[int, ...], str]], within_s: float | None) -> Any:
+            # the whole model on each backend alone (measure_whole_first) counts backends, not candidates
+            whole = bool(items) and all(len(nodes) == len(self.graph) for nodes, _ in items)
+            label = {"what": "the whole model on each backend", "unit": "backend(s)"} if whole else {}
             return measure_candidates(self.graph, items, db=self.db, budget_s=within_s, progress=self.options.progress,
-                                      executor=self.options.cluster, backend_options=self.backend_options)
+                                      executor=self.options.cluster, backend_options=self.backend_options, **label)
 
         if self.options.measure_order == "guided" and self.options.tvm_budget_s is None and not self.precision.low:
             raw = self.measure_guided(cands)
