@@ -95,6 +95,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+class LineFormatter(logging.Formatter):
+    """collage's own warnings read like its progress lines (``collage: warning: ...``); other records (-v's
+    info and debug, other libraries' warnings) keep the level and the logger's name."""
+
+    def __init__(self) -> None:
+        super().__init__("%(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.levelno >= logging.WARNING and record.name.split(".")[0] == "collage":
+            return f"collage: {record.levelname.lower()}: {record.getMessage()}"
+        return super().format(record)
+
+
 _fork_hook = False
 
 
@@ -143,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
         return _interrupted(chosen or "", e)
     level = logging.ERROR if args.quiet and not args.verbose else logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # the one basicConfig made on stderr
+        if isinstance(handler, logging.StreamHandler) and handler.stream in (sys.stderr, sys.__stderr__):
+            handler.setFormatter(LineFormatter())
     try:
         try:
             return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)

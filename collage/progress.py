@@ -2,7 +2,8 @@
 
 - stderr is a terminal: a tqdm bar; with a deadline (the tune's budget), its ETA never reads past it.
 - stderr is a file or a pipe (CI logs): no bar; one summary line when the step ends
-  (``collage: measuring resnet50: 159/242 cand in 14.6 s, failed=0``), instead of a line per update.
+  (``collage: measuring resnet50: candidates: 159/242 cand (2 of them done before this step) in 14.6 s,
+  failed=0``), instead of a line per update.
 - disabled (``--quiet``, ``progress=False``): nothing.
 
     with progress_bar(total=len(todo), desc="measuring x", unit="cand", enabled=progress,
@@ -41,7 +42,7 @@ class _Bar:
     """What every kind of bar offers: update, set_postfix, close, a context manager."""
 
     def __init__(self, total: int | None, desc: str, unit: str, initial: int = 0) -> None:
-        self.total, self.desc, self.unit, self.n = total, desc, unit, initial
+        self.total, self.desc, self.unit, self.n, self.initial = total, desc, unit, initial, initial
         self.postfix: dict[str, Any] = {}
         self.t0 = time.monotonic()
         self.closed = False
@@ -70,8 +71,9 @@ class _SummaryLine(_Bar):
             return
         self.closed = True
         done = f"{self.n}/{self.total}" if self.total is not None else str(self.n)
+        done += f" {self.unit}" + (f" ({self.initial} of them done before this step)" if self.initial else "")
         extra = "".join(f", {k}={v}" for k, v in self.postfix.items())
-        print(f"collage: {self.desc}: {done} {self.unit} in {time.monotonic() - self.t0:.1f} s{extra}",
+        print(f"collage: {self.desc}: {done} in {time.monotonic() - self.t0:.1f} s{extra}",
               file=sys.stderr, flush=True)
 
 

@@ -69,11 +69,13 @@ def duration_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def say(progress: bool, msg: str, *args: object, logger: logging.Logger | None = None) -> None:
+def say(progress: bool, msg: str, *args: object, logger: logging.Logger | None = None, detail: bool = False) -> None:
     """One progress line: logged (lazy %-formatting) and, when ``progress``, printed to stderr as
-    ``collage: ...``."""
-    (logger or logging.getLogger("collage")).info(msg, *args)
-    if progress:
+    ``collage: ...``. A ``detail`` (the search's internals: levels, cut charges) is printed only where the
+    logger takes info records (``collage -v``); the default output stays in plain words."""
+    logger = logger or logging.getLogger("collage")
+    logger.info(msg, *args)
+    if progress and (not detail or logger.isEnabledFor(logging.INFO)):
         print("collage: " + (msg % args if args else msg), file=sys.stderr, flush=True)
 
 

@@ -187,7 +187,8 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
                        retry_failed: bool = False, claim_wait_s: float | None = None,
                        rounds: int = DEFAULT_ROUNDS, window: int = DEFAULT_WINDOW,
                        probe: bool = DEFAULT_PROBE, round_workers: bool = DEFAULT_ROUND_WORKERS,
-                       executor: None | str | Executor = None) -> CostTable:
+                       executor: None | str | Executor = None, what: str = "candidates",
+                       unit: str = "cand") -> CostTable:
     """Measure ``items`` (node ids, backend name) of ``graph``; return ``{(nodes, backend): Cost}``.
 
     Deduplicated by ``graph.fingerprint(nodes)``; a key already in ``db`` is reused, never re-measured
@@ -198,7 +199,8 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
     ``claim_wait_s``, default ``timeout_s``; a dead owner's claim is taken over at once). Keys are
     measured in the order of ``items``. At ``budget_s`` the job stops before starting another
     measurement window; unmeasured items are absent. Backend names may be registry names or
-    ``module:Class`` specs; ``backend_options`` maps a name to its constructor options.
+    ``module:Class`` specs; ``backend_options`` maps a name to its constructor options. ``what`` and ``unit``
+    name what the progress counter counts (``measuring NAME: what: 3/308 unit``).
 
     **Rounds**: each key is measured in ``rounds`` short windows (``cap_s / rounds`` of timing each, a
     compile each) spread over the job: up to ``window`` keys are in flight and measured round robin, so
@@ -241,7 +243,7 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
     owner = default_owner()
     ttl_s = timeout_s + LOAD_TIMEOUT_S + MAX_EXTENSION_S
     wait_s = timeout_s if claim_wait_s is None else claim_wait_s
-    bar = progress_bar(len(rep), f"measuring {graph.name}", "cand", enabled=progress, initial=len(known),
+    bar = progress_bar(len(rep), f"measuring {graph.name}: {what}", unit, enabled=progress, initial=len(known),
                        deadline=None if budget_s is None else t_start + budget_s)
     deferred: list[CostKey] = []
     deferred_since: dict[CostKey, float] = {}

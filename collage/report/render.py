@@ -44,6 +44,7 @@ optional; the report shows what is there)::
       "measurements": {"candidates": 812, "with_cost": 800, "failed": 12, ...},
       "coverage": {"distinct": 242, "with_cost": 159, "unmeasured": 83, "budget_cut": true, ...,
                    "refinement": {"requested": 4, "ran": 0, "why_none": "..."}},   # collage.report.coverage
+      "alone_ms": [31.2, 0.4],    # each partition of the final plan timed alone in a worker (null: not measured)
       "search_s": 0.4, "tune_s": 512.0,
       "load": {"folded_by": "onnxslim 0.1.98", "nodes_before": 860, "nodes_after": 397, "fold_s": 1.2,
                "applied": true, "error": null},        # load-time folding (collage.graph.load.Folding): node ids number the
@@ -58,10 +59,15 @@ optional; the report shows what is there)::
         "fallback_fp32": false, "notes": ["..."]}
     }
 
-A partition's "ms" is its cost as the search charged it (``cost_ms`` in the manifest: the median of a full
-call on its backend timed alone in a measurement worker, times that backend's level in a stitched plan, plus
-its cut charge after the first partition; or, for a plan the search's attempts ran, the call as it ran
-there); "share" is its part of the sum of those costs.
+A partition's "ms" is its MEASURED time (``measured_ms``): where the plan is one partition, the plan's
+end-to-end measurement; else its call inside the plan's verification runs (``searched_plan.in_plan_ms``), or
+its cost timed alone in a measurement worker (``alone_ms``: report.json's list, one per partition of the final
+plan); only where none is recorded its price, labelled "predicted". Its "predicted ms" is the price the search
+charged it (``cost_ms`` in the manifest: the median of a full call on its backend timed alone in a worker, times
+that backend's level in a stitched plan, plus its cut charge after the first partition; or, for a plan the
+search's attempts ran, the call as it ran there); "share" is its part of the sum of the ms. A prediction more
+than ``OFF_BY`` (25%) off its measurement is flagged under "Predicted vs measured", with why (``mispredictions``).
+Every ratio is ``ratio``: the chart's runner-up ratio is the table's.
 
 CLI: ``collage report OUT [--format md|html|csv|json]`` prints Markdown (or CSV, JSON) and writes
 ``OUT/report.html``.
@@ -139,21 +145,82 @@ def _verdict(s: dict) -> str:
 
 
 # ---------------------------------------------------------------------- tables
+#: a prediction this far from its measurement (either way) is flagged in the report, with why
+OFF_BY = 0.25
+
+
+def ratio(ms: float | None, other_ms: float | None) -> float | None:
+    """``other_ms / ms``: the one computation behind every "x times" in the report (the baselines table's
+    baseline ms / plan ms, the partitions' runner-up ratio, the chart's)."""
+    return other_ms / ms if ms and other_ms is not None else None
+
+
+def _searched_rows(manifest: dict, report: dict) -> list[dict] | None:
+    """report.json's ``searched_plan`` partitions where they are the manifest's (same nodes and backends)."""
+    rows = (report.get("searched_plan") or {}).get("partitions") or []
+    parts = manifest["partitions"]
+    same = len(rows) == len(parts) and all(r.get("backend") == p["backend"] and list(r.get("nodes") or []) ==
+                                           list(p["nodes"]) for r, p in zip(rows, parts))
+    return rows if same else None
+
+
+def measured_ms(manifest: dict, report: dict) -> list[tuple[float | None, str]]:
+    """Each partition's measured time and what it is: ``(plan_ms, "end to end")`` for a plan of one partition;
+    its call inside the plan's verification runs, ``"in plan"`` (report.json ``searched_plan.in_plan_ms``);
+    its cost timed alone in a worker, ``"alone"`` (``alone_ms``); else its predicted price (``cost_ms``),
+    ``"predicted"`` (an older report, or a manifest without one)."""
+    parts = manifest["partitions"]
+    plan_ms = _num(report.get("plan_ms"))
+    if len(parts) == 1 and plan_ms is not None:
+        return [(plan_ms, "end to end")]
+    searched = _searched_rows(manifest, report) or [{}] * len(parts)
+    alone = list(report.get("alone_ms") or [])
+    alone = alone if len(alone) == len(parts) else [None] * len(parts)
+    out = []
+    for p, row, a in zip(parts, searched, alone):
+        if _num(row.get("in_plan_ms")) is not None:
+            out.append((_num(row["in_plan_ms"]), "in plan"))
+        elif _num(a) is not None:
+            out.append((_num(a), "alone"))
+        else:
+            out.append((_num(p.get("cost_ms")), "predicted"))
+    return out
+
+
+def _runner_up(p: dict, ms: float | None, how: str, report: dict) -> tuple[str | None, float | None, float | None, str]:
+    """(runner-up backend, its ms, its ms / the chosen one's, what both are): where the plan is one partition
+    and the runner-up backend's whole model was measured beside it (its baseline), the two measurements (the
+    baselines table's numbers, so its ratio is the table's); else both predicted prices."""
+    ru = p.get("runner_up") or None
+    if not ru:
+        return None, None, None, ""
+    base = _num((report.get("baselines") or {}).get(ru[0]))
+    if how == "end to end" and base is not None:
+        return ru[0], base, ratio(ms, base), "measured"
+    return ru[0], _num(ru[1]), ratio(_num(p.get("cost_ms")), _num(ru[1])), "predicted"
+
+
 def partition_table(source: Any, report: dict | None = None) -> pd.DataFrame:
-    """One row per partition: index, backend, ops, op types, ms, runner-up and its ms, share (%)."""
+    """One row per partition: index, backend, ops, op types, ms (measured: ``ms_is`` says how, see
+    ``measured_ms``), runner-up, its ms and ``runner_up_ratio`` (both measured, ``ratio_of`` "measured", where
+    the plan is one partition and the runner-up's baseline ran; else both predicted), share (%) of the ms, and
+    ``predicted_ms``: the partition's price as the search charged it (``cost_ms``)."""
     manifest, report = _sources(source, report)
     rows = []
-    for p in manifest["partitions"]:
-        ru = p.get("runner_up") or None
+    for p, (ms, how) in zip(manifest["partitions"], measured_ms(manifest, report)):
         ops = list(p.get("ops") or [])
+        ru, ru_ms, ru_ratio, ratio_of = _runner_up(p, ms, how, report)
         rows.append({"partition": int(p["index"]), "backend": p["backend"], "ops": len(p["nodes"]),
-                     "op_types": _op_summary(ops) if ops else "", "ms": _num(p.get("cost_ms")),
-                     "runner_up": ru[0] if ru else None, "runner_up_ms": _num(ru[1]) if ru else None})
-    df = pd.DataFrame(rows, columns=["partition", "backend", "ops", "op_types", "ms", "runner_up", "runner_up_ms"])
-    df["ms"] = pd.to_numeric(df["ms"], errors="coerce")
-    df["runner_up_ms"] = pd.to_numeric(df["runner_up_ms"], errors="coerce")
+                     "op_types": _op_summary(ops) if ops else "", "ms": ms, "runner_up": ru, "runner_up_ms": ru_ms,
+                     "ms_is": how, "predicted_ms": _num(p.get("cost_ms")), "runner_up_ratio": ru_ratio,
+                     "ratio_of": ratio_of})
+    cols = ["partition", "backend", "ops", "op_types", "ms", "runner_up", "runner_up_ms", "ms_is", "predicted_ms",
+            "runner_up_ratio", "ratio_of"]
+    df = pd.DataFrame(rows, columns=cols)
+    for c in ("ms", "runner_up_ms", "predicted_ms", "runner_up_ratio"):
+        df[c] = pd.to_numeric(df[c], errors="coerce")
     total = df["ms"].sum(min_count=1)
-    df["share_pct"] = df["ms"] / total * 100.0 if total and total > 0 else float("nan")
+    df.insert(7, "share_pct", df["ms"] / total * 100.0 if total and total > 0 else float("nan"))
     prec = (report or {}).get("precision") or {}
     if prec.get("partitions"):  # precision + measured error per partition (collage.tuner.precision.tuner)
         by_index = {int(q["index"]): q for q in prec["partitions"]}
@@ -177,7 +244,8 @@ def baselines_table(source: Any, report: dict | None = None) -> pd.DataFrame:
         rows.append({"backend": "collage plan", "ms": plan_ms, "error": None})
     df = pd.DataFrame(rows, columns=["backend", "ms", "error"])
     df["ms"] = pd.to_numeric(df["ms"], errors="coerce")
-    df["plan_speedup"] = df["ms"] / plan_ms if plan_ms else float("nan")
+    df["plan_speedup"] = [ratio(plan_ms, ms) for ms in df["ms"]]  # the partitions' runner-up ratio alike
+    df["plan_speedup"] = pd.to_numeric(df["plan_speedup"], errors="coerce")
     if df["error"].isna().all():
         df = df.drop(columns="error")
     return df.sort_values("ms", na_position="last").reset_index(drop=True)
@@ -186,7 +254,7 @@ def baselines_table(source: Any, report: dict | None = None) -> pd.DataFrame:
 def summary(source: Any, report: dict | None = None) -> dict[str, Any]:
     """Headline figures: plan vs best baseline, predicted vs measured, overhead, numerics."""
     manifest, report = _sources(source, report)
-    parts = partition_table(manifest)
+    parts = partition_table(manifest, report)
     base = {k: _num(v) for k, v in (report.get("baselines") or {}).items()}
     base = {k: v for k, v in base.items() if v is not None}
     best = min(base.items(), key=lambda kv: kv[1]) if base else None
@@ -196,7 +264,7 @@ def summary(source: Any, report: dict | None = None) -> dict[str, Any]:
     return {
         "model": report.get("model") or manifest["model"].get("name"), "target": report.get("target") or manifest.get("target"),
         "partitions": len(parts), "backends": list(dict.fromkeys(parts["backend"])), "plan_ms": plan_ms,
-        "predicted_ms": _num(report.get("predicted_ms")), "sum_parts_ms": _num(parts["ms"].sum(min_count=1)),
+        "predicted_ms": _num(report.get("predicted_ms")), "sum_parts_ms": _num(parts["predicted_ms"].sum(min_count=1)),
         "best_baseline": best[0] if best else None, "best_baseline_ms": best[1] if best else None,
         "speedup": (best[1] / plan_ms) if best and plan_ms else None,
         "overhead_total_ms": total, "overhead_per_boundary_ms": per,
@@ -213,8 +281,9 @@ def summary(source: Any, report: dict | None = None) -> dict[str, Any]:
 COLUMN_NAMES = {"partition": "#", "backend": "backend", "ops": "ops", "op_types": "op types", "ms": "ms",
                 "runner_up": "runner-up", "runner_up_ms": "runner-up ms", "share_pct": "share of time %",
                 "precision": "precision", "rel_err": "rel. error", "cos": "cosine", "error": "error",
-                "plan_speedup": "baseline ms / plan ms"}
-_DIGITS = {"share_pct": 1, "plan_speedup": 2, "cos": 6}
+                "plan_speedup": "baseline ms / plan ms", "ms_is": "ms measured", "predicted_ms": "predicted ms",
+                "runner_up_ratio": "runner-up / chosen", "ratio_of": "runner-up ms"}
+_DIGITS = {"share_pct": 1, "plan_speedup": 2, "cos": 6, "runner_up_ratio": 2}
 
 
 @dataclass
@@ -330,6 +399,66 @@ def _speed_words(s: dict) -> str:
     return f" (the plan is {sp:.2f}x faster)" if sp > 1 else f" (the plan is {1 / sp:.2f}x slower)"
 
 
+#: what the partitions table's columns are
+PARTITIONS_TEXT = ("ms: the partition's measured time (\"ms measured\" says which: end to end, where the plan is "
+                   "one partition; in plan, its call inside the plan's verification runs; alone, its cost timed alone "
+                   "in a measurement worker; predicted, where nothing was measured); predicted ms: its price as the "
+                   "search charged it; runner-up: the next best backend for the same nodes, its ms and ratio measured "
+                   "where it ran the whole model beside a one-partition plan (the baselines below), else both "
+                   "predicted")
+
+
+def _off(predicted: float | None, measured: float | None) -> bool:
+    return bool(predicted and measured) and abs(predicted / measured - 1.0) > OFF_BY
+
+
+def _why(backend: str, predicted: float, measured: float, alone: float | None, report: dict, first: bool,
+         as_ran: bool) -> str:
+    """Why a partition's (or a one-partition plan's) prediction is off its measurement, from what report.json
+    records: the backend's partition charges (level, cut charge) and its cost timed alone."""
+    if as_ran:
+        return ("the prediction is its time as it ran in one of the search's attempts; the verification measured it "
+                "again later: the machine's speed moved between the two")
+    charge = (report.get("partition_charges") or {}).get(backend) or {}
+    level, cut = _num(charge.get("level")), _num(charge.get("cut_ms")) or 0.0
+    if level is None:
+        return "report.json records no partition charges to tell why"
+    text = (f"the prediction charged {backend}'s cost timed alone in a measurement worker"
+            + (f" ({alone:.3f} ms)" if alone is not None else "") + f" at its level {level:.3f} (its calls from an "
+            "artifact against the worker's, measured before the search)"
+            + ("" if first or not cut else f" plus a cut charge of {cut:.3f} ms"))
+    if alone:
+        now = (measured - (0.0 if first else cut)) / alone
+        text += (f"; in the verification it ran at level {now:.3f}: the machine's level moved between the two "
+                 "measurements (other work on the machine, or costs from an earlier run)")
+    return text
+
+
+def mispredictions(manifest: dict, report: dict) -> list[str]:
+    """A line for the plan, and for each partition measured in the plan, whose prediction is more than ``OFF_BY``
+    off its measurement, saying why (``_why``)."""
+    parts = manifest["partitions"]
+    rows = _searched_rows(manifest, report) or [{}] * len(parts)
+    alone = list(report.get("alone_ms") or [])
+    alone = alone if len(alone) == len(parts) else [None] * len(parts)
+    out = []
+    predicted, plan_ms = _num(report.get("predicted_ms")), _num(report.get("plan_ms"))
+    if _off(predicted, plan_ms):
+        line = f"**predicted {predicted:.3f} ms, measured {plan_ms:.3f} ms** end to end ({predicted / plan_ms:.2f}x)"
+        if len(parts) == 1:
+            as_ran = rows[0].get("searched_cost_ms") not in (None, rows[0].get("cost_ms"))
+            line += ": " + _why(parts[0]["backend"], predicted, plan_ms, _num(alone[0]), report, True, as_ran)
+        out.append(line)
+    for p, (ms, how), row, a in zip(parts, measured_ms(manifest, report), rows, alone):
+        cost = _num(p.get("cost_ms"))
+        if how == "in plan" and _off(cost, ms):
+            as_ran = row.get("searched_cost_ms") not in (None, row.get("cost_ms"))
+            out.append(f"**partition {p['index']} on {p['backend']}: predicted {cost:.3f} ms, measured {ms:.3f} ms** "
+                       f"in the plan ({cost / ms:.2f}x): " + _why(p["backend"], cost, ms, _num(a), report,
+                                                                  0 in p["nodes"], as_ran))
+    return out
+
+
 def document(source: Any, report: dict | None = None) -> tuple[str, list[Section]]:
     """The report as (title, sections): the one source both renderers walk."""
     manifest, report = _sources(source, report)
@@ -347,10 +476,7 @@ def document(source: Any, report: dict | None = None) -> tuple[str, list[Section
     cov = _coverage_section(report)
     if cov:
         sections.append(cov)
-    sections.append(Section("Partitions", table=display(parts),
-                            text=["ms: the partition's cost as the search charged it (timed alone in a worker, at its "
-                                  "backend's level in a stitched plan and with its cut charge; or as it ran in the "
-                                  "search's attempt); runner-up: the next best backend for the same nodes"]))
+    sections.append(Section("Partitions", table=display(parts), text=[PARTITIONS_TEXT]))
     sections.append(Section("Graph, coloured by backend", pictures=[render_svg(manifest)]))
     if parts["runner_up_ms"].notna().any() or len(parts) > 1:
         sections.append(Section("Time per partition against the runner-up",
@@ -362,7 +488,7 @@ def document(source: Any, report: dict | None = None) -> tuple[str, list[Section
     sections.append(Section("Whole model on one backend", table=display(base) if len(base) else None,
                             text=[] if len(base) else ["(no baselines recorded)"]))
     pvm = [f"predicted by the search (parts + transitions): {_fmt(s['predicted_ms'])} ms",
-           f"sum of partition costs (as charged): {_fmt(s['sum_parts_ms'])} ms",
+           f"sum of the partitions' predicted prices (as charged): {_fmt(s['sum_parts_ms'])} ms",
            f"measured end to end (stitched artifact): {_fmt(s['plan_ms'])} ms"]
     if s["overhead_per_boundary_ms"] is not None and not s["boundaries"]:
         pvm.append("stitching overhead: none (a single partition)")
@@ -370,7 +496,7 @@ def document(source: Any, report: dict | None = None) -> tuple[str, list[Section
         pvm.append(f"stitching overhead: {_fmt(s['overhead_per_boundary_ms'])} ms per boundary over "
                    f"{s['boundaries']} boundaries" + (f" ({_fmt(s['overhead_total_ms'])} ms in all)"
                                                      if s["overhead_total_ms"] is not None else ""))
-    sections.append(Section("Predicted vs measured", bullets=pvm))
+    sections.append(Section("Predicted vs measured", bullets=pvm + mispredictions(manifest, report)))
     if s["max_abs_err"] is not None:
         num = Section("Numerics (vs ONNX Runtime fp32 reference)",
                       bullets=[f"max abs error {s['max_abs_err']:.3g}" + _verdict(s)])

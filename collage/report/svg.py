@@ -343,16 +343,25 @@ def render_svg(manifest: dict, max_width: int = 1100) -> str:
 
 
 # ---------------------------------------------------------------------- bar chart
+def _chosen_ms(r: Mapping[str, Any]) -> float | None:
+    """The chosen backend's ms that its runner-up is weighed against: the partition's predicted price where the
+    runner-up's ms is a predicted one (``ratio_of``), else its (measured) ms."""
+    return num(r.get("predicted_ms")) if r.get("ratio_of") == "predicted" else num(r.get("ms"))
+
+
 def render_bars(rows: Sequence[Mapping[str, Any]], width: int = 900) -> str:
     """Time per partition (its backend's colour) against the runner-up backend's time for the same nodes
-    (grey), one pair of bars per partition. ``rows``: dicts with partition, backend, ms, runner_up, runner_up_ms.
+    (grey), one pair of bars per partition. ``rows``: dicts with partition, backend, ms, runner_up, runner_up_ms,
+    and as ``collage.report.render.partition_table`` gives them, ``ratio_of`` ("measured": both bars measured;
+    "predicted": both the search's prices, the chosen one ``predicted_ms``) and ``runner_up_ratio`` (shown as
+    it is: the table's number).
 
     The labels' column is as wide as the widest '#k backend' (up to 260 px; a longer one takes two lines,
     cut with '…', the whole in the bar's tooltip), the bars' as wide as ``width`` leaves once the longest
     text after a bar fits (``width`` grows when that leaves under 300 px), by
     :func:`collage.report.textfit.text_width`."""
     rows = list(rows)
-    vals = [v for r in rows for v in (num(r.get("ms")), num(r.get("runner_up_ms"))) if v is not None]
+    vals = [v for r in rows for v in (_chosen_ms(r), num(r.get("runner_up_ms"))) if v is not None]
     top = max(vals, default=0.0) or 1.0
     bar_h, gap, margin = 12, 12, 16
     heads = [f"#{r['partition']} {r['backend']}" for r in rows]
@@ -361,14 +370,15 @@ def render_bars(rows: Sequence[Mapping[str, Any]], width: int = 900) -> str:
     right = 4 + margin + max((text_width(t, 11) for pair in after for t in pair), default=0.0)
     width = max(float(width), left + right + 300)
     span = width - left - right
-    title = wrap("Time per partition (ms, measured alone) against the runner-up backend", width - 2 * margin, 13)
+    title = wrap("Time per partition (ms) against the runner-up backend's for the same nodes: both measured, or "
+                 "both predicted where the runner-up never ran them", width - 2 * margin, 13)
     y = margin + 20 + 17 * (len(title) - 1)
     height = y + len(rows) * (2 * bar_h + gap) + margin
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height}" '
            f'viewBox="0 0 {width:.0f} {height}" style="max-width:100%;height:auto" font-family="sans-serif" '
            'font-size="11" role="img">', svg_text(margin, margin + 4, title, 17, 'font-size="13" font-weight="bold"')]
     for r, head, (value, runner_up) in zip(rows, heads, after):
-        ms, ru_ms = num(r.get("ms")), num(r.get("runner_up_ms"))
+        ms, ru_ms = _chosen_ms(r), num(r.get("runner_up_ms"))
         fill, _ = colour_pair(str(r["backend"]))
         out.append(svg_text(left - 8, y + bar_h - 2, wrap(head, left - 8 - margin, 11, 2), 13, 'text-anchor="end"'))
         w = 0 if ms is None else max(1.0, span * ms / top)
@@ -389,9 +399,11 @@ def render_bars(rows: Sequence[Mapping[str, Any]], width: int = 900) -> str:
 
 def _after_bars(r: Mapping[str, Any]) -> tuple[str, str]:
     """The texts after a row's bars: its ms, and the runner-up's name, ms and ratio (or that none was measured)."""
-    ms, ru_ms = num(r.get("ms")), num(r.get("runner_up_ms"))
-    value = "unknown" if ms is None else f"{ms:.3f} ms"
+    ms, ru_ms = _chosen_ms(r), num(r.get("runner_up_ms"))
+    how = {"predicted": " predicted", "measured": " measured"}.get(str(r.get("ratio_of")), "")
+    value = "unknown" if ms is None else f"{ms:.3f} ms{how}"
     if ru_ms is None or not r.get("runner_up"):
         return value, "no runner-up measured"
-    ratio = f" ({ru_ms / ms:.2f}× the chosen)" if ms else ""
-    return value, f"runner-up {r['runner_up']} {ru_ms:.3f} ms{ratio}"
+    times = num(r.get("runner_up_ratio")) if "runner_up_ratio" in r else (ru_ms / ms if ms else None)
+    ratio = f" ({times:.2f}× the chosen)" if times is not None else ""
+    return value, f"runner-up {r['runner_up']} {ru_ms:.3f} ms{how}{ratio}"

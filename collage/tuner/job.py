@@ -329,6 +329,7 @@ class TuneJob:
     def __init__(self, model: str | os.PathLike | onnx.ModelProto, options: TuneOptions, work: Path) -> None:
         self.options, self.work = options, work
         self.t_start = time.monotonic()
+        self.t_wall = time.time()  # a cost the DB holds from before this is an earlier run's
         self.transition_s = 0.0
         self.whole_s = 0.0
         self.charges: dict[str, Any] = {}  # backend -> search_step.PartitionCharge, set by the search step
@@ -420,8 +421,11 @@ class TuneJob:
         self.guided = None
 
         def measure(items: Sequence[tuple[tuple[int, ...], str]], within_s: float | None) -> Any:
+            # the whole model on each backend alone (measure_whole_first) counts backends, not candidates
+            whole = bool(items) and all(len(nodes) == len(self.graph) for nodes, _ in items)
+            label = {"what": "the whole model on each backend", "unit": "backend(s)"} if whole else {}
             return measure_candidates(self.graph, items, db=self.db, budget_s=within_s, progress=self.options.progress,
-                                      executor=self.options.cluster, backend_options=self.backend_options)
+                                      executor=self.options.cluster, backend_options=self.backend_options, **label)
 
         if self.options.measure_order == "guided" and self.options.tvm_budget_s is None and not self.precision.low:
             raw = self.measure_guided(cands)
@@ -658,7 +662,7 @@ class TuneJob:
         verified = Verified(plan, plan_ms, artifact, timings, baselines, part_ms)
         if alt_ms and min(alt_ms.values()) < plan_ms:
             verified = self.take_whole_model_alternative(verified, alt_ms, measured)
-        self.note_baselines(verified, base)
+        self.note_baselines(verified, base, measured)
         return verified
 
     def whole_prediction(self, measured: Measured, name: str) -> float | None:
@@ -683,9 +687,14 @@ class TuneJob:
         artifact = self.load(self.export(plan, self.work / "plan-whole"))
         return Verified(plan, alt_ms[name], artifact, verified.timings, verified.baselines)
 
-    def note_baselines(self, verified: Verified, base: Baselines) -> None:
+    def note_baselines(self, verified: Verified, base: Baselines, measured: Measured) -> None:
         """6c. Notes on the baselines: a stale cost DB, baselines taken from the DB."""
-        stale = stale_costs(base.whole_ms, verified.timings)  # against the verification's numbers: warmest
+        # against the verification's numbers (warmest); only costs an earlier run stored: this run's own
+        # worker timings differ from the verification's by the machine's level, not by staleness
+        earlier = {b: c.created for b in base.whole_ms
+                   if (c := measured.raw.get((tuple(range(len(self.graph))), b))) is not None
+                   and c.created < self.t_wall}
+        stale = stale_costs({b: ms for b, ms in base.whole_ms.items() if b in earlier}, verified.timings, earlier)
         if stale:
             log.warning("%s", stale)
             verified.plan.notes.append(stale)
@@ -792,6 +801,10 @@ class TuneJob:
                              "unmeasured": getattr(raw, "unmeasured", None),
                              "measure_s": getattr(raw, "elapsed_s", None)},
             "coverage": self.coverage,
+            # each partition of the final plan timed alone in a worker: what the report shows where it has no
+            # measurement of the partition inside the plan (collage.report.render.measured_ms)
+            "alone_ms": [c.median_ms if (c := raw.get((p.nodes, p.backend))) is not None and c.ok else None
+                         for p in plan.partitions],
             "search_s": search_s,
             "tune_s": time.monotonic() - self.t_start,
             "load": self.graph.folding.as_dict(),

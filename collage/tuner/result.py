@@ -7,7 +7,8 @@
      "baselines": {"onnxruntime": 0.117, "openvino": 0.115},   # whole model on one backend (median ms)
      "best_single": {"backend": "openvino", "ms": 0.115},     # null when no baseline ran
      "speedup": 1.0,                         # best single backend ms / plan ms
-     "partitions": [{"index": 0, "backend": "openvino", "nodes": 40, "ms": 0.144}],
+     "partitions": [{"index": 0, "backend": "openvino", "nodes": 40, "ms": 0.115, "ms_is": "end to end",
+                     "predicted_ms": 0.144}],    # ms: measured, as ``collage report`` shows it (ms_is says how)
      "coverage": {...},                      # collage.report.coverage (measured of distinct, budget cut, refinement)
      "numerics": {...},                      # max_abs_err, tolerance, ok (null under lower precision)
      "notes": ["never worse: ..."]}
@@ -27,13 +28,18 @@ def tune_summary(res: Any) -> dict[str, Any]:
     base = {k: _ms(v) for k, v in (res.baselines or {}).items()}
     ok = {k: v for k, v in base.items() if v is not None}
     best = min(ok.items(), key=lambda kv: kv[1]) if ok else None
+    from collage.report.render import measured_ms
+
+    parts = [{"index": k, "backend": p.backend, "nodes": list(p.nodes), "cost_ms": _ms(p.cost_ms)}
+             for k, p in enumerate(res.plan.partitions)]
+    measured = measured_ms({"partitions": parts}, {**report, "plan_ms": _ms(res.plan_ms)})
     return {
         "artifact": str(res.out_dir), "model": report.get("model"), "target": report.get("target"),
         "backends": list(report.get("backends") or []), "plan_ms": _ms(res.plan_ms),
         "predicted_ms": _ms(res.plan.predicted_ms), "baselines": base,
         "best_single": {"backend": best[0], "ms": best[1]} if best else None,
         "speedup": best[1] / res.plan_ms if best and res.plan_ms else None,
-        "partitions": [{"index": k, "backend": p.backend, "nodes": len(p.nodes), "ms": _ms(p.cost_ms)}
-                       for k, p in enumerate(res.plan.partitions)],
+        "partitions": [{"index": p["index"], "backend": p["backend"], "nodes": len(p["nodes"]), "ms": ms, "ms_is": how,
+                        "predicted_ms": p["cost_ms"]} for p, (ms, how) in zip(parts, measured)],
         "coverage": report.get("coverage"), "numerics": report.get("numerics"), "notes": list(res.plan.notes),
     }

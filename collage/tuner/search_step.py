@@ -23,6 +23,7 @@ progress lines go through ``collage.util.say``.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +38,8 @@ from collage.graph.ir import Graph
 from collage.plan import Partition, Plan
 from collage.util import machine_id, say, sha256_bytes
 from collage.tuner.verify import VERIFY_ROUNDS, measure_interleaved
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -130,7 +133,7 @@ def calibrate_partition_charges(graph: Graph, costs: Mapping[Any, float], transi
                 cuts[name] = stored["cut"].fixed_ms
             if keys["level"] or keys["cut"]:
                 say(progress, "%s: level %s, %s ms per cut (measured before: the cost DB)", name,
-                    _fmt(levels.get(name)), _fmt(cuts.get(name)))
+                    _fmt(levels.get(name)), _fmt(cuts.get(name)), logger=log, detail=True)
             continue
         runners = {}
         if whole_ms is not None:
@@ -163,7 +166,8 @@ def calibrate_partition_charges(graph: Graph, costs: Mapping[Any, float], transi
         say(progress, "%s: whole model %s ms vs %s ms alone (level %s); %s", name, _fmt(timed.get("whole")),
             _fmt(whole_ms), _fmt(levels.get(name)),
             "no chain of its own" if chain is None else
-            f"a {len(chain.partitions)}-partition chain {timed['chain']:.3f} ms: {cuts[name]:.3f} ms per cut")
+            f"a {len(chain.partitions)}-partition chain {timed['chain']:.3f} ms: {cuts[name]:.3f} ms per cut",
+            logger=log, detail=True)
     level_fb = statistics.median(levels.values()) if levels else 1.0
     cut_fb = statistics.median(cuts.values()) if cuts else 0.0
     return {name: PartitionCharge(levels.get(name, 1.0 if name in cuts else level_fb), cuts.get(name, cut_fb))

@@ -120,8 +120,12 @@ def _diverging_partition(graph: Graph, plan: Plan, feeds, tolerance, backend_opt
 STALE_RATIO = 1.5
 
 
-def stale_costs(db_ms: Mapping[str, float], now_ms: Mapping[str, float]) -> str | None:
-    """A warning when the cost DB's whole-model costs disagree with this run's fresh measurement.
+def stale_costs(db_ms: Mapping[str, float], now_ms: Mapping[str, float],
+                created: Mapping[str, float] | None = None) -> str | None:
+    """A warning when the cost DB's whole-model costs, stored by an EARLIER run, disagree with this run's fresh
+    measurement (the caller passes only those: a cost this run measured differs from the verification's
+    in-process timing by the machine's level, which the partition charges measure, not by staleness).
+    ``created``: when each was measured (the DB's timestamp, seconds since the epoch), said in the warning.
 
     Costs are cached for good: ones taken while the machine was busy (another job, a build) stay in the
     DB and mislead every later search on it. The whole model on each backend is measured anew in every
@@ -131,6 +135,9 @@ def stale_costs(db_ms: Mapping[str, float], now_ms: Mapping[str, float]) -> str 
            and not (1 / STALE_RATIO <= db_ms[k] / now_ms[k] <= STALE_RATIO)}
     if not off:
         return None
-    what = ", ".join(f"{k} {a:.3f} ms in the DB vs {b:.3f} ms now" for k, (a, b) in off.items())
-    return (f"cost DB disagrees with this run by more than {STALE_RATIO}x ({what}): its costs were probably "
-            "measured while the machine was busy; the plan may be off. Re-tune with a fresh --db on a quiet machine")
+    when = {k: time.strftime(" (measured %Y-%m-%d %H:%M UTC)", time.gmtime(t))
+            for k, t in (created or {}).items() if t}
+    what = ", ".join(f"{k} {a:.3f} ms in the DB{when.get(k, '')} vs {b:.3f} ms now" for k, (a, b) in off.items())
+    return (f"the cost DB's whole-model costs from an earlier run disagree with this run by more than {STALE_RATIO}x "
+            f"({what}): that run probably measured while the machine was busy; the plan may be off. Re-tune with a "
+            "fresh --db on a quiet machine")
