@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto as T
@@ -60,6 +61,30 @@ def test_if_branch_outputs_take_the_fixed_sizes() -> None:
     g = Graph.load(_dynamo_if(), shapes={"x": [3, 4]})
     assert g.tensor("y").shape == (3, 1)
     assert g.tensor("c").shape == ()   # the 0-d condition keeps its shape
+
+
+def test_untuned_size_of_an_input_declared_minus_one(tmp_path) -> None:
+    """Paddle2ONNX declares a dynamic size as -1 (ppocr-cls: ``[-1, 3, '?', '?']``): the multi-size artifact
+    runs a size not tuned on the original model (it was refused: "the model takes shape [-1, 3, 'H', 8]")."""
+    w = np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")], "paddle_like",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [-1, 3, "H", 8])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, ["N", 4, "H", 8])],
+                          [onnx.numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    proc = _cli(tmp_path, ["tune", "m.onnx", "-o", "out", "--shape", "x=1,3,{8,16},8", "--backends", "onnxruntime",
+                           "--budget", "1s", "--db", str(tmp_path / "costs.sqlite"), "-q"])
+    assert proc.returncode == 0, proc.stderr
+    x = np.random.default_rng(1).standard_normal((2, 3, 12, 8)).astype(np.float32)   # batch and height not tuned
+    art = collage.load(tmp_path / "out")
+    try:
+        got = art.run({"x": x})["y"]
+    finally:
+        art.close()
+    want = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, atol=1e-5)
 
 
 # ------------------------------------------------------------------------------------------- slow: PyPI
