@@ -211,6 +211,7 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
     if unknown:
         raise ModelError(f"{source}: --shape names no graph input: {sorted(unknown)} "
                          f"(inputs are {[i.name for i in real_inputs]})")
+    named = _named_sizes(real_inputs, shapes)
     for inp in real_inputs:
         tt = inp.type.tensor_type
         if inp.name in shapes:
@@ -234,8 +235,38 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
                 f"{source}: input {inp.name!r} has symbolic dims [{','.join(dims)}] ({', '.join(sym) or 'no shape'}); "
                 f"fix them with --shape {inp.name}=" + ",".join("1" if x == "?" else x for x in dims))
     check_input_sizes(g, source)
+    _name_sizes_in_subgraphs(g, named)
     unique_node_names(g, source)  # the original too: the reference runs it on ONNX Runtime
     return model
+
+
+def _named_sizes(inputs: Sequence[onnx.ValueInfoProto], shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
+    """The size ``--shape`` gives each symbolic dimension name of the inputs (``batch`` -> 1); a name given two
+    different sizes is left out. ONNX's names mean one size throughout a graph."""
+    seen: dict[str, set[int]] = {}
+    for inp in inputs:
+        dims = inp.type.tensor_type.shape.dim
+        if inp.name in shapes and len(dims) == len(shapes[inp.name]):
+            for d, size in zip(dims, shapes[inp.name]):
+                if d.dim_param:
+                    seen.setdefault(d.dim_param, set()).add(int(size))
+    return {k: v.pop() for k, v in seen.items() if len(v) == 1}
+
+
+def _name_sizes_in_subgraphs(g: onnx.GraphProto, named: Mapping[str, int]) -> None:
+    """Write the sizes fixed by ``--shape`` into the control-flow bodies' declared types: a torch dynamo ``If``
+    declares its branches' outputs ``[batch, 1]``, which ONNX's inference keeps symbolic (the If's outputs with
+    no static shape) though ``batch`` is fixed outside."""
+    if not named:
+        return
+    for node in g.node:
+        for a in node.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                for vi in list(sub.input) + list(sub.output) + list(sub.value_info):
+                    for d in vi.type.tensor_type.shape.dim:
+                        if d.dim_param in named:
+                            d.dim_value = named[d.dim_param]  # clears dim_param (a oneof)
+                _name_sizes_in_subgraphs(sub, named)
 
 
 def fold(model: onnx.ModelProto, source: str) -> tuple[onnx.ModelProto, Folding]:

@@ -227,7 +227,8 @@ class MultiSizeArtifact:
                 raise CollageError(f"missing input {name!r}: expected shape {spec['shape']} {spec['dtype']}")
             arr = np.ascontiguousarray(feeds[name])
             dims = spec.get("shape")
-            fixed_ok = dims is None or (len(dims) == arr.ndim and all(not isinstance(d, int) or d == n
+            # a name, null or a negative size (Paddle2ONNX writes -1) is any size
+            fixed_ok = dims is None or (len(dims) == arr.ndim and all(not isinstance(d, int) or d < 0 or d == n
                                                                       for d, n in zip(dims, arr.shape)))
             if arr.dtype != np.dtype(spec["dtype"]) or not fixed_ok:
                 raise CollageError(f"input {name!r}: the model takes shape {dims} {spec['dtype']} (a name: any "
