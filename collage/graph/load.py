@@ -211,11 +211,12 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
     if unknown:
         raise ModelError(f"{source}: --shape names no graph input: {sorted(unknown)} "
                          f"(inputs are {[i.name for i in real_inputs]})")
+    shapes = {name: check_dims(name, dims, f"shape for input {name!r}") for name, dims in shapes.items()}
     named = _named_sizes(real_inputs, shapes)
     for inp in real_inputs:
         tt = inp.type.tensor_type
         if inp.name in shapes:
-            dims = check_dims(inp.name, shapes[inp.name], f"shape for input {inp.name!r}")
+            dims = shapes[inp.name]
             if tt.HasField("shape") and len(tt.shape.dim) not in (0, len(dims)):
                 raise ModelError(f"{source}: --shape {inp.name} has {len(dims)} dims, the input has "
                                  f"{len(tt.shape.dim)}")

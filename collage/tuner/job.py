@@ -154,7 +154,7 @@ def tune(model: str | os.PathLike | onnx.ModelProto, out_dir: str | os.PathLike,
     """
     check_sources(model, out_dir)
     sets = None
-    if shapes is not None and not isinstance(shapes, (Mapping, str, bytes)):  # size sets (collage.tuner.sizes)
+    if isinstance(shapes, Sequence) and not isinstance(shapes, (str, bytes)):  # size sets (collage.tuner.sizes)
         from collage.tuner.sizes import size_sets
 
         sets = size_sets(shapes)

@@ -125,11 +125,11 @@ def test_waiting_for_a_stuck_measurement_is_bounded(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_two_budgeted_tunes_sharing_a_cache_both_end(tmp_path):
     """Two 3 s-budget tunes of one model on one COLLAGE_CACHE (one cost DB, one machine lock), beside a third
-    process that measures for their first 20 s (long enough for both to reach their measuring on a loaded
-    machine: with 8 s they were once still loading the model when it let go): both end with a plan, and say
-    that they waited."""
+    process that measures for their first 45 s (long enough for both to reach their measuring on a loaded
+    machine: with 8 s and 20 s they were once still loading the model when it let go): both end with a plan, and
+    say that they waited."""
     cache = tmp_path / "cache"
-    holder = _holder(cache, 20, 20)
+    holder = _holder(cache, 45, 45)
     args = ["--budget", "3s", "--max-nodes", "1", "--no-ranges", "--backends", "onnxruntime,openvino"]
     tunes = [_collage(cache, "tune", "zoo:tiny-resnet", "-o", str(tmp_path / f"out{i}"), *args) for i in (1, 2)]
     try:
