@@ -775,7 +775,7 @@ class TuneJob:
         runners.update({name: (lambda c=c: c.run(self.feeds)) for name, c in base.singles.items()})
         alts = self.precision.whole_model_alternatives(plan)
         runners.update({f"whole:{name}": (lambda c=c: c.run(self.feeds)) for name, c in alts.items()})
-        rounds = self.rounds_for(base, share=0.5, artifacts=0)
+        rounds = self.rounds_for(base, share=0.8, artifacts=0)  # the last timed step: numerics and export are short
         self.say("verifying: %s vs %s, interleaved, %d round(s)%s", f"the plan ({same} alone)" if same else "plan",
                  ", ".join([n for n in [*base.singles, *alts] if n != same]) or "nothing", rounds,
                  f", {self.clock.left():.0f} s left of the budget" if self.clock.budgeted else "")
