@@ -609,7 +609,12 @@ class TuneJob:
         from collage.tuner.guided import GuidedMeasuring
 
         t0 = time.monotonic()
-        transition = transition_model(self.names, self.db, backend_options=self.backend_options)
+        left = self.budget_left()
+        pairs = len(self.names) * (len(self.names) - 1) // 2
+        # a missing pair's small-piece fit takes 5-15 s (35 s on a loaded 2-core machine): measured where about
+        # 15 s a pair fits half of what is left for measuring, else those switches cost 0 (a warning says so)
+        transition = transition_model(self.names, self.db, measure_missing=left is None or 15.0 * pairs <= left / 2,
+                                      backend_options=self.backend_options)
         self.transition_s = time.monotonic() - t0
         runner = get_executor(self.options.cluster)  # one set of workers for every round
 
@@ -618,7 +623,10 @@ class TuneJob:
                                       budget_s=left, progress=False, executor=runner,
                                       backend_options=self.backend_options)
 
-        deadline = time.monotonic() + (self.budget_left() or 0.0)
+        from collage.tuner.clock import baselines_s
+
+        # at least what the whole models take (estimated): the baselines need them, even past the budget
+        deadline = time.monotonic() + max(self.budget_left() or 0.0, baselines_s(*self.model_size(), len(self.names)))
         self.say("guided measuring: %d candidates, %.0f s left of the budget", len(cands), deadline - time.monotonic())
         try:
             self.guided = GuidedMeasuring(self.graph, cands, self.backends, self.db, measure=measure,
