@@ -533,7 +533,10 @@ class TuneJob:
         left = self.clock.left()
         if left is None:
             return None
-        return max(0.5, left - self.reserve_s(whole, left))
+        # a candidate started before the cut runs to its end (a resnet50 range: seconds): one compile less; under
+        # a second is none (the local executor measures a first candidate before it looks at the clock)
+        avail = left - self.reserve_s(whole, left) - (self.compile_s(whole) if whole else 0.0)
+        return avail if avail >= 1.0 else 0.0
 
     def whole_costs_ms(self, whole: Mapping[Any, Any] | None) -> list[float]:
         """The fp32 backends' measured whole-model ms in ``whole`` (a measure_candidates result)."""
