@@ -605,6 +605,9 @@ def test_the_kept_plan_gets_back_what_its_own_search_left(monkeypatch, tmp_path)
     job.graph, job.precision, job.names, job.feeds, job.work = graph, Prec(), BACKENDS, {}, tmp_path
     job.options = type("O", (), {"target": "cpu", "progress": False})()
     job.transition, job.backend_options, job.db = None, {}, None
+    from collage.tuner.clock import Deadline
+
+    job.clock = Deadline(None)  # no budget: the tune's clock cuts nothing
     plan, _, info = job.search(Measured({}, {}, 0), Baselines({}, {}, {}, 5.0))
     assert plan.parts() == a.parts() and info["searched_plan"]["best_single_ms"] == 1.0
     assert job.precision.state == "rounds of A"
