@@ -27,9 +27,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="MetaSchedule tuning time for TVM inside the tune (e.g. 10m), spent on the candidates whose "
                         "vendor cost is farthest above a roofline estimate; implies tvm.tuning=metaschedule; the "
                         "tuning database is shared across candidates and tunes (report.json: tvm_tuning)")
-    p.add_argument("--budget", default=None, type=duration_arg, help="time limit for measuring candidates: 90, 30s, 10m, 1h30m, 1.5h (default: none, measure every "
-                        "candidate; every backend's whole model is measured outside it: the baselines need it); what it cuts is "
-                        "said on the terminal and in the report; with several size sets (--shape) split evenly over them")
+    p.add_argument("--budget", default=None, type=duration_arg, help="wall-clock limit of the whole tune: 90, 30s, 10m, 1h30m, 1.5h (default: none, measure every "
+                        "candidate); loading, the baselines (every backend's whole model), measuring, search, "
+                        "verification and export all count, the tune ends within about 10%% of it, each step's "
+                        "share said on the terminal; a budget too small for the baselines is refused, naming an "
+                        "estimate of the least that works; what it cuts is said on the terminal and in the report; "
+                        "with several size sets (--shape) split evenly over them")
     p.add_argument("--measure-order", default="enumeration", choices=["enumeration", "guided"],
                    help="under --budget, what is measured first: the candidates in enumeration order (default), or "
                         "'guided': a cost model learned from the cost DB prices the rest and the measuring goes to "
@@ -84,16 +87,18 @@ def limits_from(args: argparse.Namespace) -> Limits | None:
 
 def run(args: argparse.Namespace) -> int:
     from collage.backends import parse_backend_options
+    from collage.tuner.clock import counting_from, process_start
 
     limits = limits_from(args)
-    res = tune(args.model, args.output, target=args.target,
-               backends=[b.strip() for b in args.backends.split(",") if b.strip()],
-               budget=args.budget, db=args.db, refine_trials=args.refine_trials,
-               shapes=parse_size_sets(args.shape), limits=limits, archive=args.archive,
-               tolerance={"atol": args.atol, "rtol": args.rtol},
-               accuracy=args.accuracy, calibration=args.calibration, progress=not args.quiet, cluster=args.cluster,
-               backend_options=parse_backend_options(args.backend_option), tvm_budget=args.tvm_budget,
-               measure_order=args.measure_order)
+    with counting_from(process_start()):  # --budget counts from the command's start (importing the runtimes too)
+        res = tune(args.model, args.output, target=args.target,
+                   backends=[b.strip() for b in args.backends.split(",") if b.strip()],
+                   budget=args.budget, db=args.db, refine_trials=args.refine_trials,
+                   shapes=parse_size_sets(args.shape), limits=limits, archive=args.archive,
+                   tolerance={"atol": args.atol, "rtol": args.rtol},
+                   accuracy=args.accuracy, calibration=args.calibration, progress=not args.quiet,
+                   cluster=args.cluster, backend_options=parse_backend_options(args.backend_option),
+                   tvm_budget=args.tvm_budget, measure_order=args.measure_order)
     if args.json:
         print(res.to_json(indent=2))
         return 0

@@ -16,6 +16,7 @@ module (``collage.tune``) stays cheap.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import tempfile
 import time
@@ -30,6 +31,7 @@ from collage.plan import Plan
 from collage.report.coverage import (estimates_line, load_line, measured_line, measurement_coverage, refinement,
                                      refinement_line)
 from collage.tuner.arguments import check_sources
+from collage.tuner.clock import Deadline
 from collage.tuner.options import DEFAULT_BACKENDS, DEFAULT_TOLERANCE, TuneOptions
 from collage.tuner.verify import check_numerics, measure_interleaved, stale_costs
 from collage.util import parse_duration, say
@@ -45,6 +47,9 @@ log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_BACKENDS", "DEFAULT_TOLERANCE", "SLOW_BASELINE_FACTOR", "TuneJob", "TuneOptions", "TuneResult",
            "load_model_graph", "parse_budget", "resolve_backends", "tune"]
+
+#: the share of the estimated time of the steps after measuring that is kept for them (collage.tuner.clock)
+RESERVE_SHARE = 0.6
 
 #: single backends slower than this factor x the fastest (by their measured whole-model cost) are not
 #: re-run in the interleaved verification
@@ -136,7 +141,8 @@ def tune(model: str | os.PathLike | onnx.ModelProto, out_dir: str | os.PathLike,
     """Tune ``model`` (an ONNX path, ``zoo:NAME`` or ModelProto) for ``target`` over ``backends`` and write
     the artifact to ``out_dir``.
 
-    ``budget``: time for measuring candidates, a duration (``"30s"``, ``"10m"``, ``"1h30m"``) or seconds
+    ``budget``: the wall-clock limit of the whole tune (loading, baselines, measuring, search, verification and
+    export; :mod:`collage.tuner.clock`; one too small for the baselines is an OptionError), a duration (``"30s"``, ``"10m"``, ``"1h30m"``) or seconds
     (``budget_s=`` is the older spelling, in seconds). The other keywords are :class:`TuneOptions`' fields
     (documented there). ``backend_options``: constructor options per backend (``{"tvm": {"tuning":
     "metaschedule", "trials": 64}}``); ``tvm_budget``: a duration of MetaSchedule tuning spent on the candidates
@@ -307,6 +313,9 @@ class Baselines:
     from_db: dict[str, float]
     whole_ms: dict[str, float]
     best_single_ms: float
+    #: seconds one artifact of the model takes to compile (the whole models' measured compile time; the tune's
+    #: budget plans its later steps with it)
+    compile_s: float = 1.0
 
 
 @dataclass
@@ -330,6 +339,7 @@ class TuneJob:
         self.options, self.work = options, work
         self.t_start = time.monotonic()
         self.t_wall = time.time()  # a cost the DB holds from before this is an earlier run's
+        self.clock = Deadline(options.budget_s)  # --budget: the whole tune's wall clock (from the command's start)
         self.transition_s = 0.0
         self.whole_s = 0.0
         self.charges: dict[str, Any] = {}  # backend -> search_step.PartitionCharge, set by the search step
@@ -348,6 +358,8 @@ class TuneJob:
             from collage.cost_models.executor import check_reachable, ray_address
 
             check_reachable(ray_address(options.cluster))
+        if self.clock.budgeted:
+            self.check_budget()  # a budget too small is refused before any progress line too
         self.say("%s: %d nodes; %s", self.graph.name, len(self.graph), load_line(self.graph.folding.as_dict()))
         self.precision = precision_strategy(self.graph, self.backends, options, self.db)
         for name, opts in self.precision.backend_options.items():  # e.g. the int8 variants' calibrated ranges
@@ -359,20 +371,54 @@ class TuneJob:
     def run(self, out_dir: Path) -> TuneResult:
         """The steps: supports -> candidates -> measured costs -> baselines -> search -> verify -> refine ->
         never worse -> numerics -> artifact."""
-        supports = self.check_supports()
-        cands, counts = self.candidates(supports)
-        measured = self.measure(cands)
+        clock, say = self.clock, self.say
+        clock.phases["loading"] = clock.spent()  # with the command line's start-up (collage.tuner.clock)
+        if clock.budgeted:
+            say("time: loading %.1f s of %.0f s", clock.phases["loading"], clock.total_s)
+        with clock.phase("support checks", say):
+            supports = self.check_supports()
+        with clock.phase("candidates", say):
+            cands, counts = self.candidates(supports)
+        with clock.phase("measuring", say):
+            measured = self.measure(cands)
         self.precision.work = self.work
-        base = self.baselines(supports, measured)
-        plan, charged, search_info = self.search(measured, base)
-        verified = self.verify(plan, measured, base, search_info["searched_plan"])
-        verified = self.refine(verified, charged, base)
-        verified = self.never_worse(verified, measured)
-        artifact = verified.artifact or self.load(self.export(verified.plan, self.work / "final"))
-        numerics = self.numerics(verified.plan, artifact)
-        report = self.report(verified, numerics, artifact, counts=counts, measured=measured,
-                             n_cands=len(cands), **search_info)
-        return self.write(out_dir, verified, artifact, report)
+        with clock.phase("baselines", say):
+            base = self.baselines(supports, measured)
+        with clock.phase("search", say):
+            plan, charged, search_info = self.search(measured, base)
+        with clock.phase("verification", say):
+            verified = self.verify(plan, measured, base, search_info["searched_plan"])
+        with clock.phase("refinement", say):
+            verified = self.refine(verified, charged, base)
+            verified = self.never_worse(verified, measured)
+        with clock.phase("numerics", say):
+            artifact = verified.artifact or self.load(self.export(verified.plan, self.work / "final"))
+            numerics = self.numerics(verified.plan, artifact)
+        with clock.phase("export", say):
+            report = self.report(verified, numerics, artifact, counts=counts, measured=measured,
+                                 n_cands=len(cands), **search_info)
+            return self.write(out_dir, verified, artifact, report)
+
+    def check_budget(self) -> None:
+        """Under --budget: a budget too small for loading and every backend's whole model (the baselines) is
+        refused before any measuring, naming an estimate of the least that works (collage.tuner.clock); one
+        under the estimated least of a whole tune is warned about (the steps after measuring then overrun it)."""
+        from collage.errors import OptionError
+        from collage.tuner.clock import baselines_s, least_budget_s
+
+        graph, total = self.graph, self.clock.total_s or 0.0
+        gflops, weight_mb = self.model_size()
+        loading = time.monotonic() - self.t_start  # this tune's own loading (not the interpreter's start)
+        least = loading + baselines_s(gflops, weight_mb, len(self.names))
+        if total < least:
+            raise OptionError(f"--budget {total:g}s is too small for {graph.name} on {len(self.names)} backend(s): "
+                              f"loading and every backend's whole model (the baselines) need about {math.ceil(least)} s "
+                              f"(an estimate from its {gflops:.2f} GFLOPs and {weight_mb:.0f} MB of weights); give "
+                              f"--budget {math.ceil(least)}s or more")
+        whole = least_budget_s(gflops, weight_mb, len(self.names), self.clock.spent())
+        if total < whole:
+            log.warning("--budget %gs: %s's whole tune needs about %d s (an estimate: the baselines, one verification "
+                        "round and the export); it may end past the budget", total, graph.name, math.ceil(whole))
 
     # ------------------------------------------------------------------ steps
     def check_supports(self) -> dict[str, dict[int, bool]]:
@@ -409,8 +455,8 @@ class TuneJob:
         return self.precision.prescreen(cands), counts
 
     def measure(self, cands: Sequence[Candidate]) -> Measured:
-        """3. Measured costs (cached in the DB), within what is left of the budget, every backend's whole model
-        first and outside it (:meth:`measure_whole_first`). With a TVM tuning budget,
+        """3. Measured costs (cached in the DB), within what is left of the budget once the later steps are
+        reserved for, every backend's whole model first (:meth:`measure_whole_first`). With a TVM tuning budget,
         the vendor candidates first (those on the nodes of a TVM candidate small enough to tune before the rest,
         within half the budget), then TVM tuning where it can change the plan (3b), then the tuned TVM
         candidates; the other TVM candidates are not measured (untuned, they cannot win)."""
@@ -466,32 +512,103 @@ class TuneJob:
         return Measured(raw, costs, failures)
 
     def measure_whole_first(self, measure: Callable[..., Any], cands: Sequence[Candidate]) -> Any:
-        """Every backend's whole model first, outside the budget (the baselines, the partition charges' levels
-        and a whole-model plan's prediction need its worker cost: a budget that setting up or the precision
-        prescreen used up would otherwise leave a plan with nothing to predict it from, and on a slow machine
-        level the whole models of a BERT-sized model took 90 of a 240 s budget, leaving 27 s for the pieces
-        a mix is made of), then all candidates within the budget. TVM's whole model is left to the budget
-        (untuned it cannot win; under a TVM tuning budget it would tune every workload)."""
+        """Every backend's whole model first, unbudgeted but inside the tune's clock (the baselines, the partition
+        charges' levels and a whole-model plan's prediction need its worker cost: a budget that setting up or the
+        precision prescreen used up would otherwise leave a plan with nothing to predict it from; on a slow
+        machine the whole models of a BERT-sized model took 90 of a 240 s budget, leaving 27 s for the pieces a
+        mix is made of), then the switch costs where they fit (:meth:`measure_switches`), then all candidates
+        within what is left for them (:meth:`budget_left`). TVM's whole model is left to the budget (untuned it
+        cannot win; under a TVM tuning budget it would tune every workload)."""
         n = len(self.graph)
         whole = [(c.nodes, c.backend) for c in cands if len(c.nodes) == n and c.backend != "tvm"]
         t0 = time.monotonic()
         first = measure(whole, None) if whole and self.options.budget_s is not None else None
         self.whole_s = time.monotonic() - t0
-        raw = measure([(c.nodes, c.backend) for c in cands], self.budget_left())
+        if first is not None:
+            self.say("time: whole models %.1f s of %.0f s", self.whole_s, self.clock.total_s)
+            self.measure_switches(first)
+        raw = measure([(c.nodes, c.backend) for c in cands], self.budget_left(first))
         if first is not None and getattr(first, "measured", 0):
             raw.measured += first.measured  # measured now, not reused: the second call found them in the DB
             raw.reused -= first.measured
         return raw
 
-    def budget_left(self) -> float | None:
-        """Seconds left of the measuring budget (None: no budget); the TVM tuning budget, measuring the switch
-        costs between backends (once per machine, before guided measuring) and measuring the whole models
-        (``measure_whole_first``) are not counted in it."""
-        if self.options.budget_s is None:
+    def budget_left(self, whole: Mapping[Any, Any] | None = None) -> float | None:
+        """Seconds left for measuring candidates (None: no budget): what is left of the whole tune's clock
+        (``--budget``: loading, the whole models, the switch costs and a TVM tuning budget's time are spent from
+        it) less the reserve for the steps after measuring (:meth:`reserve_s`; ``whole``: the whole models'
+        measured costs)."""
+        left = self.clock.left()
+        if left is None:
             return None
-        tvm_s = self.tvm_run.spent_s if getattr(self, "tvm_run", None) is not None else 0.0
-        spent = time.monotonic() - self.t_start - tvm_s - self.transition_s - self.whole_s
-        return max(1.0, self.options.budget_s - spent)
+        # a candidate started before the cut runs to its end (a resnet50 range: seconds): one compile less; under
+        # a second is none (the local executor measures a first candidate before it looks at the clock)
+        avail = left - self.reserve_s(whole, left) - (self.compile_s(whole) if whole else 0.0)
+        return avail if avail >= 1.0 else 0.0
+
+    def whole_costs_ms(self, whole: Mapping[Any, Any] | None) -> list[float]:
+        """The fp32 backends' measured whole-model ms in ``whole`` (a measure_candidates result)."""
+        low = self.precision.low
+        return [c.median_ms for (nodes, b), c in (whole or {}).items() if c.ok and b not in low]
+
+    def reserve_s(self, whole: Mapping[Any, Any] | None, left: float) -> float:
+        """Seconds kept for the steps after measuring (collage.tuner.clock.after_measuring_s): with full rounds
+        and attempts where that is at most half of ``left``, else with one attempt and 3 rounds (those steps
+        then cut their rounds to what is left). A compile is the whole models' measured time each, or an
+        estimate from the model's size."""
+        from collage.tuner.clock import after_measuring_s
+
+        whole_ms = self.whole_costs_ms(whole)
+        if whole_ms and self.whole_s > 0:
+            compile_s = self.compile_s(whole)
+        else:
+            gflops, weight_mb = self.model_size()
+            compile_s, whole_ms = 1.0 + 0.1 * weight_mb, [1e3 * gflops / 5.0] * len(self.names)
+        full = after_measuring_s(compile_s, whole_ms, backends=len(self.names))
+        if full > left / 2:
+            full = after_measuring_s(compile_s, whole_ms, backends=len(self.names), attempts=1, rounds=3)
+        # the estimate came out about twice what those steps took in squeezenet and mobilenetv2 tunes under 30 s
+        # and 1 m budgets (each step then cuts its rounds to what is left): results/tune-time.md
+        return RESERVE_SHARE * full
+
+    def compile_s(self, whole: Mapping[Any, Any]) -> float:
+        """Seconds to compile one artifact of the model: the whole models' mean measured compile, plus 0.2 s
+        of export (else the whole models' measuring time each, its worker's start-up included)."""
+        times = [c.compile_s for c in whole.values() if c.ok and c.compile_s]
+        return sum(times) / len(times) + 0.2 if times else self.whole_s / max(1, len(whole))
+
+    def model_size(self) -> tuple[float, float]:
+        """(GFLOPs, MB of weights) of the model (collage.graph.stats' FLOPs estimate)."""
+        import numpy as np
+
+        from collage.graph.stats import node_flops
+
+        graph = self.graph
+        gflops = sum(node_flops(graph, i) for i in range(len(graph))) / 1e9
+        weight_mb = sum(int(np.prod(t.dims, dtype=np.int64)) * 4 for t in graph.initializers.values()) / 1e6
+        return gflops, weight_mb
+
+    def measure_switches(self, whole: Mapping[Any, Any]) -> None:
+        """Under --budget, right after the whole models: the switch costs on the model's own pieces
+        (collage.cost_models.transitions.model_transition_model, stored in the DB for the baselines step), where
+        their estimated time fits half of what is left for the candidates; else the baselines step prices the
+        switches from what the DB holds (a squeezenet tune on a fresh DB spent 34 s of a 30 s budget here)."""
+        from collage.cost_models.transitions import MODEL_PIECES, model_transition_model
+
+        fp32 = {b: c.median_ms for (nodes, b), c in whole.items() if c.ok and b not in self.precision.low}
+        if len(fp32) < 2:
+            return
+        compile_s = self.compile_s(whole)
+        estimate = 4 * compile_s + 4 * 2.0 * len(fp32) + MODEL_PIECES * 0.5
+        left = self.budget_left(whole) or 0.0
+        if estimate > left / 2:
+            self.say("time: switch costs not measured (about %.0f s; %.0f s left for measuring): the DB's are used",
+                     estimate, left)
+            return
+        t0 = time.monotonic()
+        model_transition_model(self.graph, self.names, self.db, whole_ms=fp32, slow_factor=SLOW_BASELINE_FACTOR,
+                               backend_options=self.backend_options)
+        self.say("time: switch costs %.1f s of %.0f s", time.monotonic() - t0, self.clock.total_s)
 
     def measure_guided(self, cands: Sequence[Candidate]) -> Any:
         """3a. Under a budget: measure what can change the plan first, the learned cost model pricing the rest
@@ -503,7 +620,12 @@ class TuneJob:
         from collage.tuner.guided import GuidedMeasuring
 
         t0 = time.monotonic()
-        transition = transition_model(self.names, self.db, backend_options=self.backend_options)
+        left = self.budget_left()
+        pairs = len(self.names) * (len(self.names) - 1) // 2
+        # a missing pair's small-piece fit takes 5-15 s (35 s on a loaded 2-core machine): measured where about
+        # 15 s a pair fits half of what is left for measuring, else those switches cost 0 (a warning says so)
+        transition = transition_model(self.names, self.db, measure_missing=left is None or 15.0 * pairs <= left / 2,
+                                      backend_options=self.backend_options)
         self.transition_s = time.monotonic() - t0
         runner = get_executor(self.options.cluster)  # one set of workers for every round
 
@@ -512,7 +634,10 @@ class TuneJob:
                                       budget_s=left, progress=False, executor=runner,
                                       backend_options=self.backend_options)
 
-        deadline = time.monotonic() + (self.budget_left() or 0.0)
+        from collage.tuner.clock import baselines_s
+
+        # at least what the whole models take (estimated): the baselines need them, even past the budget
+        deadline = time.monotonic() + max(self.budget_left() or 0.0, baselines_s(*self.model_size(), len(self.names)))
         self.say("guided measuring: %d candidates, %.0f s left of the budget", len(cands), deadline - time.monotonic())
         try:
             self.guided = GuidedMeasuring(self.graph, cands, self.backends, self.db, measure=measure,
@@ -559,7 +684,11 @@ class TuneJob:
         from collage.cost_models.transitions import model_transition_model, transition_model
 
         fp32_whole = {k: v for k, v in whole_ms.items() if k not in low and all(supports[k].values())}
-        if len(fp32_whole) > 1:
+        if self.clock.budgeted:  # measured in the measuring step where they fitted (measure_switches)
+            self.transition = transition_model(self.names, self.db, measure_missing=False,
+                                               backend_options=self.backend_options,
+                                               graph_fingerprint=self.graph.fingerprint(range(n)))
+        elif len(fp32_whole) > 1:
             self.transition = model_transition_model(self.graph, self.names, self.db, whole_ms=fp32_whole,
                                                      slow_factor=SLOW_BASELINE_FACTOR,
                                                      backend_options=self.backend_options)
@@ -580,8 +709,14 @@ class TuneJob:
                 from_db[b.name] = whole_ms[b.name]
                 continue
             singles[b.name] = b.compile(self.graph.model)
-        first = measure_interleaved({k: (lambda c=c: c.run(self.feeds)) for k, c in singles.items()}, rounds=3)
-        return Baselines(singles, from_db, whole_ms, min(first.values(), default=float("inf")))
+        from collage.tuner.clock import WARMUP_S, round_s
+
+        rounds = self.clock.rounds(3, round_s([whole_ms.get(k, 0.0) for k in singles]),
+                                   WARMUP_S * len(singles), share=0.1)
+        first = measure_interleaved({k: (lambda c=c: c.run(self.feeds)) for k, c in singles.items()}, rounds=rounds)
+        whole = {k: c for k, c in measured.raw.items() if len(k[0]) == n and c.ok}
+        return Baselines(singles, from_db, whole_ms, min(first.values(), default=float("inf")),
+                         self.compile_s(whole) if whole else 1.0)
 
     def search(self, measured: Measured, base: Baselines) -> tuple[Plan, dict[Any, float], dict[str, Any]]:
         """5. Search with measured partition charges (level, cost per cut), corrected where the stitched plan says so."""
@@ -593,11 +728,20 @@ class TuneJob:
         )
 
         graph, prec, opts = self.graph, self.precision, self.options
-        self.charges = calibrate_partition_charges(graph, measured.costs, self.transition, self.names, self.feeds,
-                                                   self.work, whole_costs={b: measured.whole(len(graph), b)
-                                                                           for b in self.names},
-                                                   target=opts.target, progress=opts.progress,
-                                                   backend_options=self.backend_options, db=self.db)
+        if self.charges_fit(base):
+            self.charges = calibrate_partition_charges(graph, measured.costs, self.transition, self.names,
+                                                       self.feeds, self.work,
+                                                       whole_costs={b: measured.whole(len(graph), b)
+                                                                    for b in self.names},
+                                                       target=opts.target, progress=opts.progress,
+                                                       backend_options=self.backend_options, db=self.db,
+                                                       rounds=self.rounds_for(base, share=0.25, artifacts=2))
+        else:
+            from collage.tuner.search_step import PartitionCharge
+
+            self.say("time: partition charges not measured (%.0f s left of the budget): level 1, no cost per cut",
+                     self.clock.left() or 0.0)
+            self.charges = {b: PartitionCharge() for b in self.names}
         calibrated = {b: c.to_dict() for b, c in self.charges.items()}
 
         searched: list[Plan] = []
@@ -613,7 +757,8 @@ class TuneJob:
         plan, charged, attempts, searched_for, single_ms = search_checked(
             graph, measured.costs, self.charges, do_search, self.feeds, self.work, base.best_single_ms,
             target=opts.target, progress=opts.progress, backend_options=self.backend_options,
-            singles={name: (lambda c=c: c.run(self.feeds)) for name, c in base.singles.items()})
+            singles={name: (lambda c=c: c.run(self.feeds)) for name, c in base.singles.items()},
+            attempts=self.attempts_for(base), rounds=self.rounds_for(base, share=0.2))
         self.searched_for = searched_for or plan
         prec.restore_search(states[plan.parts()])  # the kept plan may be an earlier attempt's
         if single_ms is None:
@@ -649,9 +794,11 @@ class TuneJob:
         runners.update({name: (lambda c=c: c.run(self.feeds)) for name, c in base.singles.items()})
         alts = self.precision.whole_model_alternatives(plan)
         runners.update({f"whole:{name}": (lambda c=c: c.run(self.feeds)) for name, c in alts.items()})
-        self.say("verifying: %s vs %s, interleaved", f"the plan ({same} alone)" if same else "plan",
-                 ", ".join([n for n in [*base.singles, *alts] if n != same]) or "nothing")
-        timings = measure_interleaved(runners, warmed=clock.clear)  # the warm-up calls are not kept
+        rounds = self.rounds_for(base, share=0.8, artifacts=0)  # the last timed step: numerics and export are short
+        self.say("verifying: %s vs %s, interleaved, %d round(s)%s", f"the plan ({same} alone)" if same else "plan",
+                 ", ".join([n for n in [*base.singles, *alts] if n != same]) or "nothing", rounds,
+                 f", {self.clock.left():.0f} s left of the budget" if self.clock.budgeted else "")
+        timings = measure_interleaved(runners, rounds=rounds, warmed=clock.clear)  # the warm-up calls are not kept
         plan_ms = timings[same] if same else timings.pop("plan")
         alt_ms = {name: timings.pop(f"whole:{name}") for name in alts}
         part_ms = clock.medians() if clock.runs and len(plan.partitions) > 1 else None
@@ -664,6 +811,43 @@ class TuneJob:
             verified = self.take_whole_model_alternative(verified, alt_ms, measured)
         self.note_baselines(verified, base, measured)
         return verified
+
+    def rounds_for(self, base: Baselines, share: float, artifacts: int = 1) -> int:
+        """Interleaved rounds (at most VERIFY_ROUNDS) of a plan beside the baselines that fit ``share`` of what is
+        left of the budget after compiling ``artifacts`` per backend (a compile: the whole models' measured
+        time each)."""
+        from collage.tuner.clock import WARMUP_S, round_s
+        from collage.tuner.verify import VERIFY_ROUNDS
+
+        singles = list(base.whole_ms.values())
+        per = round_s(singles) + round_s([max(singles, default=0.0)])
+        compile_s = base.compile_s
+        fixed = artifacts * len(self.names) * compile_s + WARMUP_S * (1 + len(singles))
+        return self.clock.rounds(VERIFY_ROUNDS, per, fixed, share)
+
+    def charges_fit(self, base: Baselines) -> bool:
+        """Whether the partition charges' two artifacts a backend, warmed up and timed, fit what is left of the
+        budget once the verification, numerics and export are kept for (always without a budget)."""
+        left = self.clock.left()
+        if left is None:
+            return True
+        from collage.tuner.clock import WARMUP_S, round_s
+
+        compile_s = base.compile_s
+        timed = 2 * round_s([max(base.whole_ms.values(), default=0.0)])
+        need = len(self.names) * (2 * compile_s + 2 * WARMUP_S + timed)
+        return need <= left - (3 * compile_s + 2.0)
+
+    def attempts_for(self, base: Baselines) -> int:
+        """The search's plan attempts (at most 3) whose artifact and rounds fit half of what is left."""
+        left = self.clock.left()
+        if left is None:
+            return 3
+        from collage.tuner.clock import round_s
+
+        singles = list(base.whole_ms.values())
+        one = base.compile_s + 3 * (round_s(singles) + round_s(singles[:1]))
+        return max(1, min(3, int((left - (3 * base.compile_s + 2.0)) / max(one, 1e-3))))
 
     def whole_prediction(self, measured: Measured, name: str) -> float | None:
         """The predicted ms of ``name`` on the whole model: its measured cost at that backend's level."""
@@ -721,6 +905,14 @@ class TuneJob:
             return verified
         if trials <= 0:
             return verified
+        fit = self.trials_for(base, trials)
+        if fit < trials:
+            plan.notes.append(f"refinement cut by the budget: {fit} of {trials} trial(s) fitted what was left")
+            self.say("%s", plan.notes[-1])
+            if fit == 0:
+                self.coverage["refinement"] = refinement(trials, 0, plan.notes[-1])
+                return verified
+            trials = fit
         from collage.search.refine import refine
         from collage.tuner.search_step import fill_boundaries
 
@@ -740,6 +932,18 @@ class TuneJob:
                                        **{k: (lambda c=c: c.run(self.feeds)) for k, c in base.singles.items()}})
         plan_ms = timings.pop("plan")
         return Verified(plan, plan_ms, artifact, timings, {**timings, **base.from_db})
+
+    def trials_for(self, base: Baselines, trials: int) -> int:
+        """Refinement trials (at most ``trials``) that fit half of what is left of the budget, each an artifact
+        and 3 rounds, with the re-verification of a faster plan kept (``trials`` without a budget)."""
+        left = self.clock.left()
+        if left is None:
+            return trials
+        from collage.tuner.clock import round_s
+
+        compile_s = base.compile_s
+        one = compile_s + 3 * round_s([max(base.whole_ms.values(), default=0.0)])
+        return max(0, min(trials, int((left / 2 - compile_s) / max(one, 1e-3))))
 
     def evaluate(self, plan: Plan) -> float:
         """A refinement trial: ``plan`` exported, loaded and measured (3 rounds)."""
@@ -808,6 +1012,8 @@ class TuneJob:
             "search_s": search_s,
             "tune_s": time.monotonic() - self.t_start,
             "load": self.graph.folding.as_dict(),
+            # --budget: the whole tune's clock and each step's seconds (the export's own is not in it yet)
+            "time": self.clock.report(),
         }
         self.say("%s", refinement_line(self.coverage))
         if getattr(self, "tvm_run", None) is not None:
@@ -830,6 +1036,8 @@ class TuneJob:
         from collage.tuner.export import export
 
         compiled = {p.index: p.compiled for p in artifact.partitions}
+        self.say("exporting the artifact to %s (%d partition(s))%s", out_dir, len(verified.plan.partitions),
+                 f", {self.clock.left():.0f} s left of the budget" if self.clock.budgeted else "")
         final = export(self.graph, verified.plan, out_dir, target=self.options.target, report=report,
                        archive=self.options.archive, compiled=compiled, backend_options=self.backend_options)
         self.say("wrote %s: plan %.3f ms vs %s", final, verified.plan_ms,

@@ -34,8 +34,9 @@ class TuneOptions:
     """One tuning job's settings.
 
     target: the device every backend must run on ("cpu" | "cuda"). backends: registry names, in order.
-    budget_s: seconds for measuring candidates (None: measure them all). db: the cost database (None: the
-    default file; a path, a ``sqlite:///`` or ``postgresql://`` URL, or a CostDB). refine_trials: measured
+    budget_s: wall-clock seconds of the whole tune (collage.tuner.clock; None: measure every candidate).
+    db: the cost database (None: the default file; a path, a ``sqlite:///`` or ``postgresql://`` URL, or a
+    CostDB). refine_trials: measured
     Optuna trials around the DP's plan (0: none). shapes: fixed sizes for symbolic input dimensions.
     limits: the candidate enumeration's limits (None: ``Limits()``). archive: also write OUT.tar.gz.
     tolerance: ``atol``/``rtol`` of the artifact's outputs against the ONNX Runtime fp32 reference.

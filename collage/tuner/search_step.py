@@ -80,7 +80,7 @@ def calibrate_partition_charges(graph: Graph, costs: Mapping[Any, float], transi
                                 whole_costs: Mapping[str, float | None] | None = None,
                                 target: str = "cpu", progress: bool = True,
                                 backend_options: Mapping[str, Mapping[str, Any]] | None = None,
-                                db: CostDB | None = None) -> dict[str, PartitionCharge]:
+                                db: CostDB | None = None, rounds: int = VERIFY_ROUNDS) -> dict[str, PartitionCharge]:
     """Each backend's ``PartitionCharge``, measured on this model.
 
     Each candidate is timed alone, in a loop: its weights are hot and the runtime's threads awake. In a
@@ -100,7 +100,8 @@ def calibrate_partition_charges(graph: Graph, costs: Mapping[Any, float], transi
     With ``db``, both figures are stored in its transition table (``(b, b)`` rows, settings
     ``charge_settings``: the model, the backend's version and options, and for the cut that chain's
     partitions and prediction; this machine) and a later tune takes them from there instead of compiling
-    and running the artifacts again (a warm re-tune of ResNet-50 spent 9 of its 17 s here).
+    and running the artifacts again (a warm re-tune of ResNet-50 spent 9 of its 17 s here). ``rounds``: the
+    interleaved rounds (fewer where the tune's budget leaves no time for more).
     """
     from collage.search.exact import search_exact as search
 
@@ -143,7 +144,7 @@ def calibrate_partition_charges(graph: Graph, costs: Mapping[Any, float], transi
             runners["chain"] = artifact_runner(graph, chain, work / f"chain-{name}", feeds, target, backend_options)
         # with 3 rounds, a level on this machine came out 1.37 where the plan then measured at ~1.1 (the level
         # multiplies the whole prediction; ~2 s a backend)
-        timed = measure_interleaved(runners, rounds=VERIFY_ROUNDS)
+        timed = measure_interleaved(runners, rounds=rounds)
         if whole_ms is not None:
             levels[name] = timed["whole"] / whole_ms
         if chain is not None:
@@ -268,7 +269,8 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
                    best_single_ms: float, *, target: str = "cpu", attempts: int = 3,
                    progress: bool = True,
                    backend_options: Mapping[str, Mapping[str, Any]] | None = None,
-                   singles: Mapping[str, Callable[[], object]] | None = None) -> Checked:
+                   singles: Mapping[str, Callable[[], object]] | None = None,
+                   rounds: int = VERIFY_ROUNDS) -> Checked:
     """Search, stitch and measure the plan; where it loses to the best single backend, or measures outside
     ``MISPREDICTED`` of the search's prediction either way, price it as it ran and search again (module doc).
 
@@ -294,7 +296,8 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
     as the search priced it in that attempt, and the returned plan's notes say both; ``single_ms`` is the best
     single backend in that attempt's rounds (what the plan's predicted gain is against). Where the plan kept is
     an earlier attempt's, what the search left for the report (a budgeted search's rounds and notes) is the
-    last attempt's: the caller keeps each attempt's and puts the kept plan's back.
+    last attempt's: the caller keeps each attempt's and puts the kept plan's back. ``rounds``: each attempt's
+    interleaved rounds (fewer where the tune's budget leaves no time for more).
     """
     from collage.runtime.artifact import PartitionTimes
 
@@ -331,7 +334,7 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
             # attempt's 2-partition plan 3.94 ms, and the excess charged from the first left the plan shipped
             # predicted at 1.19x its measurement
             timed = measure_interleaved({"p": clock, **{f"single:{b}": fn for b, fn in (singles or {}).items()}},
-                                        rounds=VERIFY_ROUNDS, warmed=clock.clear)
+                                        rounds=rounds, warmed=clock.clear)
             plan_ms = timed.pop("p")
             seen[shape] = _Run(plan_ms, min(timed.values(), default=best_single_ms),
                                in_plan_costs(plan, clock.medians(), plan_ms), plan,

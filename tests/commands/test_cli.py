@@ -92,7 +92,7 @@ def tuned(tmp_path_factory):
 def test_tune_log_without_a_terminal_is_short(tuned):
     _, _, log = tuned
     lines = log.replace("\r", "\n").splitlines()
-    assert len(lines) < 20, log
+    assert len(lines) < 35, log  # under --budget each step's share is a line (issue 40): 12 of them
     assert "\r" not in log and "it/s" not in log and "cand/s" not in log  # no progress bar updates
 
 

@@ -144,7 +144,7 @@ def test_a_budget_used_up_before_measuring_still_measures_every_whole_model(tmp_
     # models got a cost, and the verification's faster whole-model bf16 plan had nothing to be predicted from
     from collage.tuner.job import TuneJob
 
-    monkeypatch.setattr(TuneJob, "budget_left", lambda self: 0.0)
+    monkeypatch.setattr(TuneJob, "budget_left", lambda self, *whole: 0.0)
     db = str(tmp_path / "costs.sqlite")
     res = tune("zoo:tiny-resnet", tmp_path / "out", backends=BACKENDS, db=db, budget="30s",
                limits=Limits(max_nodes=1), progress=False)
@@ -155,16 +155,20 @@ def test_a_budget_used_up_before_measuring_still_measures_every_whole_model(tmp_
     assert [len(p["nodes"]) for p in res.report["searched_plan"]["partitions"]] == [n]
 
 
-def test_measuring_the_whole_models_is_not_counted_in_the_budget():
-    # on a slow machine level bert-base-masked's 7 whole models took 90 s of its 240 s budget
+def test_measuring_the_whole_models_is_counted_in_the_budget():
+    # issue 40: --budget is the whole tune's wall clock, the whole models' measuring inside it (before, it was
+    # left out: on a slow machine level bert-base-masked's 7 whole models took 90 s of its 240 s budget, and a
+    # 60 s resnet50 tune took 4 min); the candidates get what is left less the later steps' reserve
     import time
 
     from collage.search.candidates import Candidate
+    from collage.tuner.clock import Deadline
     from collage.tuner.job import TuneJob
 
     job = object.__new__(TuneJob)
     job.graph = zoo.load_graph("zoo:tiny-resnet")
-    job.options = type("O", (), {"budget_s": 10.0})()
+    job.options = type("O", (), {"budget_s": 10.0, "progress": False})()
+    job.clock, job.names, job.precision = Deadline(10.0), list(BACKENDS), type("P", (), {"low": set()})()
     job.t_start, job.transition_s, job.whole_s, job.tvm_run = time.monotonic(), 0.0, 0.0, None
     n = len(job.graph)
     cands = [Candidate(tuple(range(n)), b) for b in BACKENDS] + [Candidate((0,), b) for b in BACKENDS]
@@ -181,7 +185,7 @@ def test_measuring_the_whole_models_is_not_counted_in_the_budget():
 
     job.measure_whole_first(measure, cands)
     assert given[0] == (len(BACKENDS), None) and given[1][0] == len(cands)
-    assert given[1][1] > 9.5  # the second call gets the whole budget: the second spent on the whole models is not in it
+    assert given[1][1] <= 9.0  # the second call gets what is left: the second spent on the whole models is in it
 
 
 def test_op_no_backend_takes_is_named(tmp_path):
@@ -601,6 +605,9 @@ def test_the_kept_plan_gets_back_what_its_own_search_left(monkeypatch, tmp_path)
     job.graph, job.precision, job.names, job.feeds, job.work = graph, Prec(), BACKENDS, {}, tmp_path
     job.options = type("O", (), {"target": "cpu", "progress": False})()
     job.transition, job.backend_options, job.db = None, {}, None
+    from collage.tuner.clock import Deadline
+
+    job.clock = Deadline(None)  # no budget: the tune's clock cuts nothing
     plan, _, info = job.search(Measured({}, {}, 0), Baselines({}, {}, {}, 5.0))
     assert plan.parts() == a.parts() and info["searched_plan"]["best_single_ms"] == 1.0
     assert job.precision.state == "rounds of A"
