@@ -739,7 +739,7 @@ class TuneJob:
         else:
             from collage.tuner.search_step import PartitionCharge
 
-            self.say("time: partition charges not measured (%.0f s left of the budget): level 1, no cost per cut",
+            self.say("time: partition charges not measured (%.0f s left of the budget): each piece priced as timed alone",
                      self.clock.left() or 0.0)
             self.charges = {b: PartitionCharge() for b in self.names}
         calibrated = {b: c.to_dict() for b, c in self.charges.items()}

@@ -31,7 +31,7 @@ from collage.tuner.export import export
 from tests.commands.test_bad_inputs import _assert_one_line, _cli, _conv_model
 from tests.helpers import need_backends
 
-TUNE = ["--backends", "onnxruntime", "--budget", "2s"]
+TUNE = ["--backends", "onnxruntime", "--budget", "6s"]
 USER_FILES = {"index.html": "<h1>my web app</h1>\n", "static/app.js": "console.log(1)\n"}
 ADDED = {"NOTES.md": "tuned on the quiet box\n", "inputs/x.npy": None, "partitions/000-onnxruntime/mine.txt": "x\n"}
 
@@ -132,7 +132,7 @@ def test_api_refuses_foreign_manifest(scene, tmp_path):
     before = _tree(out)
     with pytest.raises(ArtifactError, match="not a collage artifact"):
         collage.tune(str(scene / "static.onnx"), out, backends=["onnxruntime"], db=tmp_path / "c.sqlite",
-                     budget="2s", progress=False)
+                     budget="6s", progress=False)
     assert _tree(out) == before and not (tmp_path / "c.sqlite").exists()
 
 

@@ -75,7 +75,7 @@ def test_untuned_size_of_an_input_declared_minus_one(tmp_path) -> None:
     m.ir_version = 8
     onnx.save(m, str(tmp_path / "m.onnx"))
     proc = _cli(tmp_path, ["tune", "m.onnx", "-o", "out", "--shape", "x=1,3,{8,16},8", "--backends", "onnxruntime",
-                           "--budget", "1s", "--db", str(tmp_path / "costs.sqlite"), "-q"])
+                           "--budget", "8s", "--db", str(tmp_path / "costs.sqlite"), "-q"])
     assert proc.returncode == 0, proc.stderr
     x = np.random.default_rng(1).standard_normal((2, 3, 12, 8)).astype(np.float32)   # batch and height not tuned
     art = collage.load(tmp_path / "out")
@@ -105,7 +105,7 @@ def _env(d: Path) -> dict[str, str]:
 
 def _tune(d: Path, name: str, shapes: list[str]) -> Path:
     out = d / f"out-{name}"
-    argv = ["tune", f"zoo:{name}", "-o", str(out), "--backends", "onnxruntime", "--budget", "2s",
+    argv = ["tune", f"zoo:{name}", "-o", str(out), "--backends", "onnxruntime", "--budget", "12s",
             "--max-nodes", "1", "--no-ranges", "--db", str(d / "costs.sqlite"), "-q"]
     for s in shapes:
         argv += ["--shape", s]
