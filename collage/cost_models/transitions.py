@@ -248,6 +248,7 @@ def transition_model(backends: list[str], db: None | str | CostDB = None, measur
     opts = {k: dict(v) for k, v in (backend_options or {}).items()}
     inst = {name: resolve_backend(name, opts.get(name, {})) for name in backends}
     table: dict[tuple[str, str], tuple[float, float]] = {}
+    unpriced: list[str] = []
     for a, b in itertools.combinations(sorted(backends), 2):
         settings = pair_settings(inst[a], inst[b])
         for src, dst in ((a, b), (b, a)):
@@ -260,11 +261,13 @@ def transition_model(backends: list[str], db: None | str | CostDB = None, measur
                 measure_transition(a, b, store, backend_options=opts, sizes=sizes, cap_s=cap_s)
                 t = store.get_transition(src, dst, settings, machine_id())
             if t is None:
-                log.warning("no transition cost for %s -> %s on this machine: counted as 0 ms "
-                            "(run with measure_missing=True to measure it)", src, dst)
+                unpriced.append(f"{src} -> {dst}")
                 table[(src, dst)] = (0.0, 0.0)
             else:
                 table[(src, dst)] = (t.fixed_ms, t.per_byte_ms)
+    if unpriced:  # one line, not one a pair (a first tune of four backends printed twelve)
+        log.warning("no switch cost measured on this machine yet for %s: counted as 0 ms (a tune with more time "
+                    "measures them once and keeps them in the cost DB)", ", ".join(unpriced))
 
     def cost(src: str, dst: str, nbytes: int) -> float:
         if src == dst:

@@ -526,3 +526,16 @@ def test_model_transitions_on_own_pieces(tmp_path):
     assert again.chains == {} and again.switch_ms == pytest.approx(fit.switch_ms)
     assert again.switch_by_direction == pytest.approx(fit.switch_by_direction)
     assert again.overhead_ms == pytest.approx(fit.overhead_ms)
+
+
+def test_switch_costs_missing_from_the_db_are_said_in_one_line(tmp_path, caplog):
+    """A first tune of four backends on a fresh DB with no time to measure switches printed twelve warnings, one
+    a pair, each saying 'run with measure_missing=True' (an argument a CLI user cannot give): one line now."""
+    from collage.cost_models.transitions import transition_model
+
+    with caplog.at_level("WARNING", logger="collage.cost_models.transitions"):
+        cost = transition_model(["onnxruntime", "openvino", "openvino-bf16"], SQLiteCostDB(str(tmp_path / "c.sqlite")),
+                                measure_missing=False)
+    lines = [r.getMessage() for r in caplog.records if "switch cost" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].count("->") == 6 and "measure_missing" not in lines[0], caplog.text
+    assert cost("onnxruntime", "openvino", 1000) == 0.0
