@@ -52,7 +52,7 @@ import numpy as np
 from benchmarks._common import header, md_table, write_report
 from benchmarks.cost_model import model_fingerprints
 from collage import zoo
-from collage.cost_models.connect import get_db
+from collage.measure.connect import get_db
 from collage.cost_models.features import FEATURES_KIND
 from collage.search.candidates import Limits, enumerate_candidates
 from collage.search.ranges import range_candidates

@@ -22,7 +22,7 @@ from benchmarks._common import header, md_table, write_report
 
 
 def pieces_of(graph, shape: str) -> list[tuple[int, ...]]:
-    from collage.cost_models.transitions import contiguous_pieces
+    from collage.measure.transitions import contiguous_pieces
 
     n = len(graph)
     if shape.startswith("t"):
@@ -34,7 +34,7 @@ def pieces_of(graph, shape: str) -> list[tuple[int, ...]]:
 
 def run_model(model: str, backends: list[str], shapes: list[str], rounds: int, work: Path) -> list[list[object]]:
     from collage import zoo
-    from collage.cost_models.measure import measure_candidates
+    from collage.measure.schedule import measure_candidates
     from collage.graph.inputs import random_inputs
     from collage.plan import Partition, Plan
     from collage.tuner.search_step import artifact_runner, fill_boundaries

@@ -34,7 +34,7 @@ import numpy as np
 
 from benchmarks._common import header, md_table, write_report
 from collage import zoo
-from collage.cost_models.connect import get_db
+from collage.measure.connect import get_db
 from collage.cost_models.features import FEATURES_KIND, features_by_fingerprint
 from collage.cost_models.learned import LearnedCosts, ape, variant_of
 from collage.search.candidates import Limits, enumerate_candidates

@@ -82,7 +82,7 @@ class LocalCluster:
 
 def run_job(graph, db_path: Path, executor, opts=SLEEP_OPTS, cap_s: float = 0.5):
     """Measure every node of ``graph`` on the sleep backend; (wall s, windows' own s, table)."""
-    from collage.cost_models.measure import measure_candidates
+    from collage.measure.schedule import measure_candidates
 
     t0 = time.perf_counter()
     table = measure_candidates(graph, [((i,), SLEEP) for i in range(len(graph))], db=str(db_path), cap_s=cap_s,
@@ -96,7 +96,7 @@ def overhead_rows(tmp: Path, n: int, repeats: int = 3) -> list[dict]:
     """Part 1: per-candidate time beyond the window itself, local vs Ray (one node), ``repeats`` interleaved runs."""
     import statistics
 
-    from collage.cost_models.executor import LocalExecutor, RayExecutor
+    from collage.measure.executor import LocalExecutor, RayExecutor
 
     opts = {"ms_per_node": 1.0, "compile_s": 0.0}
     names = ["local (worker process on this machine)", "Ray, 1 node, per_node=1", "Ray, 1 node, per_node=2"]
@@ -130,7 +130,7 @@ def overhead_rows(tmp: Path, n: int, repeats: int = 3) -> list[dict]:
 
 def throughput_rows(tmp: Path, node_counts: list[int], per_size: int) -> list[dict]:
     """Part 2: the same job on 1, 2, 4, 8 simulated nodes."""
-    from collage.cost_models.executor import RayExecutor
+    from collage.measure.executor import RayExecutor
 
     n = per_size * max(node_counts)
     rows = []
@@ -159,7 +159,7 @@ def real_window_s(tmp: Path, count: int) -> tuple[float, dict]:
     the tuner enumerates (default ``Limits``: up to 12 nodes), ONNX Runtime and OpenVINO, collage's default cap."""
     from collage import zoo
     from collage.backends import get_backend
-    from collage.cost_models.measure import measure_candidates
+    from collage.measure.schedule import measure_candidates
     from collage.search.candidates import Limits, enumerate_candidates
 
     g = zoo.load_graph("zoo:squeezenet")

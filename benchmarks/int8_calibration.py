@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from collage import zoo
     from collage.backends import get_backend, qdq
-    from collage.cost_models.accuracy import load_calibration, reference_runs, run_error
+    from collage.measure.accuracy import load_calibration, reference_runs, run_error
 
     command = "python -m benchmarks.int8_calibration " + " ".join(sys.argv[1:] if argv is None else argv)
     lines = ["# INT8 calibration: min/max vs percentile vs entropy, core vs all ops", "", f"Command: `{command}`", "",

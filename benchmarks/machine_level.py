@@ -7,7 +7,7 @@ Two runs of collage's measurement disagree by a median ~10% (results/noise.md). 
 what floor the machine itself sets, with no compile, no worker process and no candidate changing: the
 same few partitions (a 3x3 convolution and a BERT-sized MatMul through collage's ONNX Runtime and
 OpenVINO backends, the ORT convolution also on one thread) plus the reference probe the measurer can
-time next to a window (``collage.cost_models.worker.reference_probe``) and a 64 MB memory copy, taken
+time next to a window (``collage.measure.worker.reference_probe``) and a 64 MB memory copy, taken
 round robin in slices of ``--slice`` seconds (a measurement window's length), each slice's median of
 single calls kept with its time. Reported per workload:
 
@@ -39,7 +39,7 @@ from tqdm import tqdm
 
 from benchmarks.noise import cpu_snapshot
 from collage.backends import get_backend, unavailable_reason
-from collage.cost_models.worker import reference_probe
+from collage.measure.worker import reference_probe
 from collage.util import machine_id, physical_cores
 
 from benchmarks._common import write_atomic

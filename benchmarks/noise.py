@@ -92,7 +92,7 @@ PROTOCOLS: dict[str, dict] = {
 
 def run_one(graph: Graph, subs, backends: list[str], cap_s: float, protocol: str, db: str) -> list[dict]:
     """One run: ``measure_candidates`` on a fresh DB; one row per (subgraph, backend)."""
-    from collage.cost_models.measure import measure_candidates
+    from collage.measure.schedule import measure_candidates
 
     items = [(nodes, b) for nodes, _ in subs for b in backends]
     table = measure_candidates(graph, items, db=db, cap_s=cap_s, progress=True, **PROTOCOLS[protocol])
@@ -248,7 +248,7 @@ def end_to_end(run: list[dict], graphs: dict[str, Graph], stat) -> list[tuple[st
 def write(out: Path, args, backends, models, cap_s, max_nodes, above, protocols, runs, durations, counts, cpu,
           elapsed) -> None:
     cmd = "python -m benchmarks.noise" + (" " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
-    from collage.cost_models import measure as M
+    from collage.measure import schedule as M
 
     cpu0, cpu1 = cpu
     steal = (f"{(cpu1['steal'] - cpu0['steal']) / max(1, cpu1['total'] - cpu0['total']):.2%} of CPU time"

@@ -5,10 +5,10 @@
     python -m benchmarks.onnx_conformance --plans tvm --tvm-every 4        # TVM: a subset (compiles are slow)
 
 Each case of ``onnx.backend.test.BackendTest`` (node, simple, pytorch-converted, pytorch-operator and the
-shipped "light" models; the ``_cpu`` variants) is prepared with ``collage.onnx_backend`` (a plan built by
+shipped "light" models; the ``_cpu`` variants) is prepared with ``collage.conformance.backend`` (a plan built by
 hand, exported as an artifact, loaded with ``collage.load``) and ends as one of: **pass**; **refused** (a
 CollageError naming the op, dtype or feature: BackendTest counts it as skipped), grouped by reason;
-**excluded** (collage/onnx_conformance_exclusions.py, with its reason); **wrong** (outputs differ from ONNX's
+**excluded** (collage/conformance/exclusions.py, with its reason); **wrong** (outputs differ from ONNX's
 expected ones: must be 0); **error** (an exception that is not a CollageError: a bug, not a wrong result).
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from collage.onnx_backend import CATEGORIES, conformance_cases, parse_plan, run_case
+from collage.conformance.backend import CATEGORIES, conformance_cases, parse_plan, run_case
 
 OUT = Path("results/onnx-conformance.md")
 
@@ -92,7 +92,7 @@ def render(results: list[dict], command: str) -> str:
     commands = list(dict.fromkeys(r.get("command", command) for r in results))
     lines = [*(f"`{c}`" for c in commands), "", f"# ONNX backend test suite through collage ({datetime.date.today()})", "",
              f"Versions: {_versions()}. Each case: the model exported as a collage artifact and run through "
-             "`collage.load` (`collage.onnx_backend`); categories node, simple, pytorch-converted, pytorch-operator "
+             "`collage.load` (`collage.conformance.backend`); categories node, simple, pytorch-converted, pytorch-operator "
              "and the shipped light models, `_cpu` variants. **wrong** = outputs differ from ONNX's expected "
              "ones; **error** = an exception that is not a clean CollageError. Both must be 0.", "",
              "| plan | cases run | pass | refused | wrong | error | excluded | time |",
@@ -121,7 +121,7 @@ def render(results: list[dict], command: str) -> str:
     for r in results:
         for name, reason in r["excluded"].items():
             excluded.setdefault(reason, set()).add(name)
-    lines += ["## Excluded (collage/onnx_conformance_exclusions.py)", "", "| cases | reason |", "|---:|---|"]
+    lines += ["## Excluded (collage/conformance/exclusions.py)", "", "| cases | reason |", "|---:|---|"]
     for reason, names in sorted(excluded.items(), key=lambda kv: -len(kv[1])):
         lines.append(f"| {len(names)} | {reason} ({', '.join(sorted(names)[:4])}{', ...' if len(names) > 4 else ''}) |")
     return "\n".join(lines) + "\n"

@@ -61,7 +61,7 @@ def one_model(model: str, rounds: int, work: Path) -> dict:
         return load(export(graph, plan, work / f"{model}-{name}"))
 
     # what the tune would price each piece at: measured alone in measurement workers (a fresh cost DB)
-    from collage.cost_models.measure import measure_candidates
+    from collage.measure.schedule import measure_candidates
 
     whole = tuple(range(n))
     costs = measure_candidates(graph, [(p, b) for b in BACKENDS for p in [*pieces, whole]],

@@ -78,7 +78,7 @@ def _bench_model(name: str, accuracy: str, out: Path, *, max_nodes: int, budget_
                  rounds: int, int8: bool = False) -> dict:
     from collage import zoo
     from collage.backends import get_backend
-    from collage.cost_models.accuracy import load_calibration, parse_accuracy, reference_runs, run_error
+    from collage.measure.accuracy import load_calibration, parse_accuracy, reference_runs, run_error
     from collage.errors import CollageError
     from collage.runtime.artifact import load
     from collage.search.candidates import Limits

@@ -41,7 +41,7 @@ def sweep(name: str, accuracy: str, rounds: int, out: Path, command: str, confir
     from benchmarks.chain_tables import Chain
     from collage import zoo
     from collage.backends import get_backend
-    from collage.cost_models.accuracy import load_calibration, parse_accuracy, reference_runs, run_error
+    from collage.measure.accuracy import load_calibration, parse_accuracy, reference_runs, run_error
     from collage.search.ranges import narrow_cuts
     from collage.tuner.verify import measure_interleaved
 

@@ -22,7 +22,7 @@ DEFAULT = ["shufflenet", "squeezenet", "mobilenetv2", "resnet50", "bert-base"]
 def measure(name: str, rounds: int) -> dict:
     from collage import zoo
     from collage.backends import get_backend
-    from collage.cost_models.accuracy import load_calibration, reference_runs, run_error
+    from collage.measure.accuracy import load_calibration, reference_runs, run_error
     from collage.tuner.verify import measure_interleaved
 
     graph = zoo.load_graph(f"zoo:{name}")

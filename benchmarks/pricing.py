@@ -4,7 +4,7 @@
 
 The search prices a plan as the sum of its partitions' own costs (each measured alone, back to back, in a
 measurement worker) plus the hand-overs between backends. For each model (cut into ``N`` contiguous pieces of
-its topological order, ``collage.cost_models.transitions.contiguous_pieces``) and each setting, on a fresh
+its topological order, ``collage.measure.transitions.contiguous_pieces``) and each setting, on a fresh
 cost DB: every piece is measured on ONNX Runtime and OpenVINO the way the tuner measures candidates
 (``measure_candidates``), then the chains all-ORT, all-OV and the two alternating ones are run end to end in
 one worker, interleaved (``measure_model_transitions``). The table says, per chain, measured vs the sum of
@@ -31,8 +31,8 @@ from benchmarks.switch_cost import SETTINGS
 
 def run(model: str, pieces: int, setting: str, cap_s: float) -> dict:
     from collage import zoo
-    from collage.cost_models.db import SQLiteCostDB
-    from collage.cost_models.transitions import contiguous_pieces, measure_model_transitions
+    from collage.measure.db import SQLiteCostDB
+    from collage.measure.transitions import contiguous_pieces, measure_model_transitions
 
     graph = zoo.load_graph(f"zoo:{model}")
     with tempfile.TemporaryDirectory(prefix="collage-pricing-") as tmp:

@@ -7,7 +7,7 @@
 
 Without --switch, writes results/transitions-small.md (results/transitions-quick.md with --quick):
 
-1. Per backend pair, fixed and per-byte transition cost (``collage.cost_models.transitions``: real
+1. Per backend pair, fixed and per-byte transition cost (``collage.measure.transitions``: real
    alternation A, B, A, ... of small Add+Relu pieces minus the same-backend chains), with the fast
    hand-over settings (ONNX Runtime spin off, OpenVINO pinning off: collage's defaults) and with the
    runtimes' own defaults (spin on, pinning on).
@@ -31,10 +31,10 @@ from pathlib import Path
 
 from collage import zoo
 from collage.backends import unavailable_reason
-from collage.cost_models.db import SQLiteCostDB
-from collage.cost_models.measure import measure_candidates
-from collage.cost_models.measurer import Measurer
-from collage.cost_models.transitions import (FAST_HANDOVER, QUICK_SIZES, SIZES, SLOW_HANDOVER,
+from collage.measure.db import SQLiteCostDB
+from collage.measure.schedule import measure_candidates
+from collage.measure.measurer import Measurer
+from collage.measure.transitions import (FAST_HANDOVER, QUICK_SIZES, SIZES, SLOW_HANDOVER,
                                              handovers, measure_model_transitions, measure_transition,
                                              transition_model)
 from collage.errors import CollageError
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     feeds = zoo.random_inputs(graph)
     print(f"timing {len(chains)} chains of {len(pieces)} pieces ...", file=sys.stderr)
     with Measurer() as m:
-        measured = m.call("collage.cost_models.transitions:chain_timings",
+        measured = m.call("collage.measure.transitions:chain_timings",
                           {"pieces": blobs, "chains": {n: list(enumerate(bs)) for n, bs in chains.items()},
                            "feeds": feeds, "cap_s": cap * 4}, timeout_s=1800)
     check = []

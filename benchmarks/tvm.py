@@ -32,7 +32,7 @@ CLASSES = ("depthwise conv", "3x3 conv", "1x1 conv", "odd conv", "matmul+activat
 
 def run_model(spec: str, args: argparse.Namespace) -> list[dict]:
     from collage.backends import get_backend
-    from collage.cost_models.measure import measure_candidates
+    from collage.measure.schedule import measure_candidates
     from collage.search.candidates import Limits, enumerate_candidates
     from collage.tuner.job import load_model_graph
     from collage.tuner.tvm_budget import Ranked, candidate_class, machine_peak, rank, roofline_ms

@@ -9,7 +9,7 @@ Public API (imported lazily so that loading an artifact does not import the tune
     collage.__version__           (collage.version: a leaf the deploy path reads)
 
 The package's layout (a folder per idea, layers that point one way, checked by import-linter: see
-pyproject.toml and the README's "Layout"): graph <- backends <- cost_models; graph <- search; the tuner
+pyproject.toml and the README's "Layout"): graph <- backends <- measure <- cost_models; graph <- search; the tuner
 composes them; runtime imports backends, util, errors, inputs and plan only; commands import everything
 and nothing imports commands.
 """

@@ -6,7 +6,7 @@ Set COLLAGE_TEST_CACHE to reuse a cache between local runs (the zoo's bert-base 
 `make test` runs the tests on two pytest-xdist workers (``-n 2 --dist loadfile --no-loadscope-reorder``): most
 of the suite's time is tunes timing things for a fixed wall time, which two can do at once. Each worker is its
 own process with its own cache directory (under COLLAGE_TEST_CACHE: a folder per worker), so its measurement
-lock (``collage.cost_models.measurer.machine_lock``, a file in the cache) never makes one worker's tune wait
+lock (``collage.measure.measurer.machine_lock``, a file in the cache) never makes one worker's tune wait
 for the other's. A test file is one unit of work (its module-scoped fixtures, a tune or a Ray cluster, are
 made once), handed out in collection order, which the hook below sets: files with slow tests first.
 (``--dist loadgroup`` would spread a file's tests over both workers, but its groups are lost with pytest 9.2:

@@ -106,7 +106,7 @@ def synthetic_precision(monkeypatch, errs: dict[tuple[int, ...], float], n: int 
     ``prefixes``: every prefix of the chain is a candidate too (as range candidates are).
     Returns (a PrecisionTuner with measure_errors / OutputErrors.measure / end_to_end faked, costs)."""
     from collage.backends import get_backend
-    from collage.cost_models.accuracy import Budget, Calibration, ErrorMeasure
+    from collage.measure.accuracy import Budget, Calibration, ErrorMeasure
     from collage.graph.ir import Graph
     from collage.search.candidates import Candidate, Limits, enumerate_candidates
     from collage.tuner.precision import tuner as P

@@ -75,8 +75,8 @@ def _items(graph, names: list[str], what: str, max_nodes: int | None,
 
 
 def run(args: argparse.Namespace) -> int:
-    from collage.cost_models.connect import get_db
-    from collage.cost_models.measure import measure_candidates
+    from collage.measure.connect import get_db
+    from collage.measure.schedule import measure_candidates
     from collage.graph.ir import parse_shapes
 
     names = [b.strip() for b in args.backends.split(",") if b.strip()]

@@ -47,7 +47,7 @@ from collage.cost_models.features import FEATURES_KIND, feature_matrix
 from collage.errors import CollageError
 
 if TYPE_CHECKING:
-    from collage.cost_models.db import CostDB, CostKey
+    from collage.measure.db import CostDB, CostKey
 
 log = logging.getLogger(__name__)
 

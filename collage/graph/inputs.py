@@ -1,5 +1,5 @@
 """Seeded random inputs of a Graph or an ONNX model: its input specs (name, shape, dtype, index range) and
-the one rule of :mod:`collage.inputs` applied to them.
+the one rule of :mod:`collage.seeded_inputs` applied to them.
 
 ``random_inputs(graph_or_model, seed)`` is what the zoo, the tuner, the cost worker and the tests call; an
 artifact draws the same values from its manifest (``Artifact.random_inputs``), without this module.
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from collage.inputs import DEFAULT_INT_HIGH, InputSpec, seeded_inputs
+from collage.seeded_inputs import DEFAULT_INT_HIGH, InputSpec, seeded_inputs
 
 if TYPE_CHECKING:
     import onnx
@@ -84,5 +84,5 @@ def input_specs(source: Graph | onnx.ModelProto) -> list[InputSpec]:
 
 def random_inputs(source: Graph | onnx.ModelProto, seed: int = 0, *,
                   int_high: int = DEFAULT_INT_HIGH) -> dict[str, np.ndarray]:
-    """Seeded feeds for every input of ``source`` (a Graph or an ONNX model); the rule: :mod:`collage.inputs`."""
+    """Seeded feeds for every input of ``source`` (a Graph or an ONNX model); the rule: :mod:`collage.seeded_inputs`."""
     return seeded_inputs(input_specs(source), seed, int_high=int_high)

@@ -38,7 +38,7 @@ import numpy as np
 
 from collage.runtime.manifest import MANIFEST, PLAN_FILE, REPORT_FILE, read_manifest
 from collage.errors import ArtifactError, BackendUnavailable, CollageError, InputError, InputTypeError
-from collage.inputs import InputSpec, seeded_inputs
+from collage.seeded_inputs import InputSpec, seeded_inputs
 from collage.util import sha256_file, timed_runs
 
 log = logging.getLogger(__name__)
@@ -227,7 +227,7 @@ class Artifact:
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         """Seeded random feeds of the right shapes, dtypes and index ranges: the one rule of
-        :mod:`collage.inputs`, so they equal ``collage.graph.inputs.random_inputs(graph, seed)`` of the tuned
+        :mod:`collage.seeded_inputs`, so they equal ``collage.graph.inputs.random_inputs(graph, seed)`` of the tuned
         model (for artifacts whose manifest records index ranges)."""
         return seeded_inputs([InputSpec(s.name, s.shape, s.dtype, s.high) for s in self.inputs], seed)
 

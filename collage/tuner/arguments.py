@@ -127,9 +127,9 @@ def backend_options(value: object) -> dict[str, dict[str, Any]]:
 def check_types(o: Any) -> None:
     """Every field of ``o`` (a :class:`collage.tuner.options.TuneOptions`, which calls this from its
     ``__post_init__``) of the kind it documents (OptionTypeError naming the field otherwise)."""
-    from collage.cost_models.accuracy import Budget
-    from collage.cost_models.db import CostDB
-    from collage.cost_models.executor import Executor
+    from collage.measure.accuracy import Budget
+    from collage.measure.db import CostDB
+    from collage.measure.executor import Executor
     from collage.search.candidates import Limits
 
     require(isinstance(o.target, str), "target", f"one of {', '.join(TARGETS)}", o.target)

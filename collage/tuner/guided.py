@@ -35,14 +35,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from collage.cost_models.db import Cost, CostKey, key_for
+from collage.measure.db import Cost, CostKey, key_for
 from collage.cost_models.features import FEATURES_KIND, features_by_fingerprint
 from collage.cost_models.learned import Estimate, LearnedCosts, Variant, error_summary, training_rows, variant_of
-from collage.cost_models.measure import CostTable
+from collage.measure.schedule import CostTable
 from collage.search.candidates import Candidate
 
 if TYPE_CHECKING:
-    from collage.cost_models.db import CostDB
+    from collage.measure.db import CostDB
     from collage.graph.ir import Graph
     from collage.plan import Plan
 

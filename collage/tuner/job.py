@@ -39,8 +39,8 @@ from collage.util import parse_duration, say
 if TYPE_CHECKING:
     import onnx
 
-    from collage.cost_models.accuracy import Budget
-    from collage.cost_models.db import CostDB
+    from collage.measure.accuracy import Budget
+    from collage.measure.db import CostDB
     from collage.search.candidates import Candidate, Limits
 
 log = logging.getLogger(__name__)
@@ -348,14 +348,14 @@ class TuneJob:
         self.backend_options = options.all_backend_options()
         self.backends = resolve_backends(list(options.backends), options.target, self.backend_options)
         self.names = [b.name for b in self.backends]
-        from collage.cost_models.connect import get_db
+        from collage.measure.connect import get_db
         from collage.graph.inputs import random_inputs
         from collage.tuner.precision.strategy import precision_strategy
 
         self.feeds = random_inputs(self.graph, seed=options.seed)  # an input none are drawn for: before the DB is made
         self.db = get_db(options.db)  # a bad model, backend or cost DB is refused before any progress line
         if isinstance(options.cluster, str) and options.cluster != "local":  # and a --cluster nothing answers at
-            from collage.cost_models.executor import check_reachable, ray_address
+            from collage.measure.executor import check_reachable, ray_address
 
             check_reachable(ray_address(options.cluster))
         if self.clock.budgeted:
@@ -460,7 +460,7 @@ class TuneJob:
         the vendor candidates first (those on the nodes of a TVM candidate small enough to tune before the rest,
         within half the budget), then TVM tuning where it can change the plan (3b), then the tuned TVM
         candidates; the other TVM candidates are not measured (untuned, they cannot win)."""
-        from collage.cost_models.measure import measure_candidates
+        from collage.measure.schedule import measure_candidates
 
         budget_s = self.options.budget_s
         self.tvm_run = None
@@ -590,10 +590,10 @@ class TuneJob:
 
     def measure_switches(self, whole: Mapping[Any, Any]) -> None:
         """Under --budget, right after the whole models: the switch costs on the model's own pieces
-        (collage.cost_models.transitions.model_transition_model, stored in the DB for the baselines step), where
+        (collage.measure.transitions.model_transition_model, stored in the DB for the baselines step), where
         their estimated time fits half of what is left for the candidates; else the baselines step prices the
         switches from what the DB holds (a squeezenet tune on a fresh DB spent 34 s of a 30 s budget here)."""
-        from collage.cost_models.transitions import MODEL_PIECES, model_transition_model
+        from collage.measure.transitions import MODEL_PIECES, model_transition_model
 
         fp32 = {b: c.median_ms for (nodes, b), c in whole.items() if c.ok and b not in self.precision.low}
         if len(fp32) < 2:
@@ -613,9 +613,9 @@ class TuneJob:
     def measure_guided(self, cands: Sequence[Candidate]) -> Any:
         """3a. Under a budget: measure what can change the plan first, the learned cost model pricing the rest
         while it guides (collage.tuner.guided); every cost the later search uses is measured."""
-        from collage.cost_models.executor import get_executor
-        from collage.cost_models.measure import measure_candidates
-        from collage.cost_models.transitions import transition_model
+        from collage.measure.executor import get_executor
+        from collage.measure.schedule import measure_candidates
+        from collage.measure.transitions import transition_model
         from collage.search.exact import search_exact
         from collage.tuner.guided import GuidedMeasuring
 
@@ -651,7 +651,7 @@ class TuneJob:
     def tune_tvm(self, tvm_cands: Sequence[Candidate], vendor_raw: Any) -> set[Candidate]:
         """3b. The TVM tuning budget (collage.tuner.tvm_budget): rank the TVM candidates by their vendor cost over
         a roofline estimate, tune them in that order into the shared tuning database; the candidates to measure."""
-        from collage.cost_models.db import key_for
+        from collage.measure.db import key_for
         from collage.tuner.tvm_budget import machine_peak, rank, tune_within_budget
 
         tvm = next(b for b in self.backends if b.name == "tvm")
@@ -681,7 +681,7 @@ class TuneJob:
         fastest = min((v for k, v in whole_ms.items() if k not in low), default=None)
         # the switch between runtimes priced on this model's own pieces, per direction (fp32 backends near the
         # fastest); the other pairs by the small-piece fit, measured only for them (about 5 s a pair)
-        from collage.cost_models.transitions import model_transition_model, transition_model
+        from collage.measure.transitions import model_transition_model, transition_model
 
         fp32_whole = {k: v for k, v in whole_ms.items() if k not in low and all(supports[k].values())}
         if self.clock.budgeted:  # measured in the measuring step where they fitted (measure_switches)

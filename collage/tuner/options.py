@@ -18,8 +18,8 @@ from collage.tuner import arguments
 from collage.tuner.arguments import check_types, require
 
 if TYPE_CHECKING:
-    from collage.cost_models.accuracy import Budget
-    from collage.cost_models.db import CostDB
+    from collage.measure.accuracy import Budget
+    from collage.measure.db import CostDB
     from collage.search.candidates import Limits
 
 DEFAULT_BACKENDS = ("onnxruntime", "openvino")
@@ -43,7 +43,7 @@ class TuneOptions:
     seed: of the random inputs (verification, calibration without --calibration). progress: one line per
     step on stderr. accuracy: the accuracy budget that lets lower-precision backends in (e.g.
     ``"cos=0.999,rel=0.01"``; None: fp32 only). calibration: the inputs (.npz) that budget is judged on.
-    cluster: where candidates are measured (collage.cost_models.executor.get_executor): None for this machine,
+    cluster: where candidates are measured (collage.measure.executor.get_executor): None for this machine,
     ``"auto"`` or ``"ray://HOST:PORT"``. backend_options: constructor options per backend name (``{"tvm":
     {"tuning": "metaschedule", "trials": 64}}``), used wherever the backend is built (measurement workers,
     baselines, export) and part of its cost key. tvm_budget_s: seconds of MetaSchedule tuning inside the tune,

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from collage.cost_models.db import CostDB, canonical_json
+from collage.measure.db import CostDB, canonical_json
 from collage.errors import CollageError
 from collage.graph.ir import Graph
 from collage.plan import Partition, Plan
@@ -202,7 +202,7 @@ def charge_settings(graph: Graph, chain: Plan | None, name: str, options: Mappin
     the model, the backend's version and options; for a cut the chain it was measured on (one backend's
     cheapest chain of ``graph``; partitions and prediction: other costs give another chain, measured anew);
     for a level the whole model's worker cost it is relative to (measured again: a new level)."""
-    from collage.cost_models.worker import resolve_backend
+    from collage.measure.worker import resolve_backend
 
     backend = resolve_backend(name, dict(options))
     on = {"model": graph.fingerprint(range(len(graph))),

@@ -335,12 +335,12 @@ def test_onnxruntime_residual_routing_only_where_it_applies():
 
 
 def test_node_forms_each_runtime_computes_wrongly_are_named():
-    """The rule tables (onnxruntime/known_wrong.py, openvino/exact.py): the first matching node is named, with
+    """The rule tables (onnxruntime/known_wrong.py, openvino/inexact.py): the first matching node is named, with
     its reason, in the error a compile raises; other forms of the same op pass."""
     from onnx import helper
 
     from collage.backends.onnxruntime.known_wrong import check_known_wrong, known_wrong_node
-    from collage.backends.openvino.exact import inexact_node
+    from collage.backends.openvino.inexact import inexact_node
     from collage.errors import UnsupportedError
 
     def model(*nodes):
@@ -362,7 +362,7 @@ def test_node_forms_each_runtime_computes_wrongly_are_named():
 
 #: ONNX backend tests whose parameter inputs, made constants as real models hold them, OpenVINO's CPU plugin
 #: computed wrongly (another output size, or values off by 0.005-0.53), where results/onnx-conformance.md (inputs
-#: left as graph inputs) saw them refused: openvino/exact.py refuses each form now.
+#: left as graph inputs) saw them refused: openvino/inexact.py refuses each form now.
 OV_WRONG_WITH_CONSTANTS = [
     "test_lstm_with_peepholes", "test_resize_downsample_scales_linear_antialias",
     "test_resize_downsample_sizes_cubic_antialias", "test_resize_upsample_scales_cubic_A_n0p5_exclude_outside",

@@ -1,10 +1,10 @@
-"""ONNX's own backend test suite (``onnx.backend.test.BackendTest``) through ``collage.onnx_backend``: each
+"""ONNX's own backend test suite (``onnx.backend.test.BackendTest``) through ``collage.conformance.backend``: each
 model exported as an artifact and run with ``collage.load`` (the deploy path), for the plans onnxruntime,
 openvino and mixed (node ranges alternating onnxruntime / openvino).
 
 Every case must end as a pass or a clean refusal (a CollageError, counted as skipped): a wrong result
 ("wrong") or an exception that is not a CollageError ("error") fails the test. Exclusions (random ops,
-tolerance artefacts of the tests themselves) are data with a reason: collage/onnx_conformance_exclusions.py.
+tolerance artefacts of the tests themselves) are data with a reason: collage/conformance/exclusions.py.
 
 Fast tier: ONNX's simple and pytorch-operator models plus every 16th node case (about 180 cases per plan).
 Slow tier: every case but the shipped "light" real models (about 1,990 per plan), which take most of the
@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from collage.backends import unavailable_reason
-from collage.onnx_backend import conformance_cases, parse_plan, run_case
+from collage.conformance.backend import conformance_cases, parse_plan, run_case
 
 PLANS = ["onnxruntime", "openvino", "mixed"]
 FAST_CATEGORIES = ("SimpleModel", "PyTorchOperatorModel")
@@ -87,7 +87,7 @@ def test_mixed_plan_alternates_and_crosses_every_boundary_kind():
     from onnx import TensorProto as T
     from onnx import helper
 
-    from collage.onnx_backend import CollageBackend
+    from collage.conformance.backend import CollageBackend
 
     nodes = [helper.make_node(op, [src], [dst], name=dst) for op, src, dst in
              [("Relu", "x", "a"), ("Neg", "a", "b"), ("Abs", "b", "c"), ("Sigmoid", "c", "y")]]

@@ -342,7 +342,7 @@ def test_tamper_unlisted_tvm_library_runs_no_code(scene, tmp_path):
 
 def test_read_only_db_is_named_clearly(scene, tmp_path, monkeypatch):
     """(In-process: the tests may run as root, for whom chmod does not make a file read-only.)"""
-    from collage.cost_models import db as dbmod
+    from collage.measure import db as dbmod
     from collage.errors import CollageError
 
     path = tmp_path / "ro.sqlite"
@@ -358,7 +358,7 @@ def test_new_db_in_read_only_folder_is_named_clearly(tmp_path, monkeypatch):
     """A new DB in a read-only folder: the message once said to move away a file that did not exist. (A healthy
     DB there was called damaged, "its measurements are lost": SQLite's own open fails first on a read-only mount,
     which a test run as root cannot make; the writability check now comes before that open.)"""
-    from collage.cost_models import db as dbmod
+    from collage.measure import db as dbmod
     from collage.errors import CollageError
 
     folder = tmp_path / "ro"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collage.cost_models.db import Cost, CostKey, SQLiteCostDB, canonical_json
+from collage.measure.db import Cost, CostKey, SQLiteCostDB, canonical_json
 from collage.cost_models.features import FEATURES_KIND, NodeFacts, candidate_features
 from collage.cost_models.learned import (MIN_ROWS, LearnedCosts, VariantModel, Variant, error_summary, training_rows,
                                          variant_of)

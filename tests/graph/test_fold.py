@@ -245,7 +245,7 @@ def test_fingerprint_sees_inside_the_branches():
 
 
 def test_scalar_input_keeps_its_shape_through_pieces():
-    from collage.cost_models.worker import make_feeds
+    from collage.measure.worker import make_feeds
     from collage.graph.inputs import random_inputs
 
     g = Graph.load(scalar_model())

@@ -1,4 +1,4 @@
-"""THE seeded-input rule (collage.inputs, collage.graph.inputs): one generator for zoo, tuner, worker,
+"""THE seeded-input rule (collage.seeded_inputs, collage.graph.inputs): one generator for zoo, tuner, worker,
 runtime and tests."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 from collage import zoo
 from collage.errors import InputError
 from collage.graph.inputs import index_bounds, input_specs, random_inputs
-from collage.inputs import InputSpec, seeded_inputs
+from collage.seeded_inputs import InputSpec, seeded_inputs
 
 
 def _gather_model():

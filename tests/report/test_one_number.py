@@ -160,7 +160,7 @@ def test_the_stale_cost_check_leaves_out_costs_this_run_measured():
     """The verification times the whole model in-process; this run's worker timing of it differs by the
     machine's level (the partition charges' business), which the old check called a stale cost DB."""
     from collage import zoo
-    from collage.cost_models.db import Cost
+    from collage.measure.db import Cost
     from collage.plan import Plan
     from collage.tuner.job import Baselines, Measured, TuneJob, Verified
 

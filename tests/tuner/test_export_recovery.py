@@ -80,7 +80,7 @@ def test_crash_with_an_incomplete_new_copy_restores_the_old_one(tmp_path):
 
 SLOW_TUNE = textwrap.dedent("""
     import sys, time
-    from collage.cost_models import measure
+    from collage.measure import schedule as measure
     real = measure.measure_candidates
 
     def slow(*args, **kwargs):

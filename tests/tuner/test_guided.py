@@ -11,9 +11,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from collage.cost_models.db import Cost, SQLiteCostDB, key_for
+from collage.measure.db import Cost, SQLiteCostDB, key_for
 from collage.cost_models.features import FEATURES_KIND, features_by_fingerprint
-from collage.cost_models.measure import CostTable
+from collage.measure.schedule import CostTable
 from collage.graph.ir import Graph
 from collage.search.candidates import Candidate, Limits, enumerate_candidates
 from collage.search.exact import search_exact

@@ -10,7 +10,7 @@ from onnx import numpy_helper
 
 from collage.tuner.precision import tuner as P
 from collage.backends import backend_names, get_backend
-from collage.cost_models.accuracy import (Budget, ErrorMeasure, ErrorStore, load_calibration,
+from collage.measure.accuracy import (Budget, ErrorMeasure, ErrorStore, load_calibration,
                                           measure_errors, parse_accuracy, tensor_error)
 from collage.errors import CollageError
 from collage.graph.ir import Graph
@@ -154,7 +154,7 @@ def test_nan_candidates_are_excluded(monkeypatch):
 # ---------------------------------------------------------------------- real bf16 errors
 @needs_bf16
 def test_errors_measured_and_cached(tmp_path):
-    from collage.cost_models.connect import get_db
+    from collage.measure.connect import get_db
 
     g = Graph.load(chain_model(3))
     bks = {"openvino-bf16": get_backend("openvino-bf16"), "openvino": get_backend("openvino")}

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from collage.backends import backend_names, get_backend, qdq
-from collage.cost_models.accuracy import Budget, ErrorStore, load_calibration, reference_runs, run_error
+from collage.measure.accuracy import Budget, ErrorStore, load_calibration, reference_runs, run_error
 from collage.graph.ir import Graph
 from collage.search.candidates import Limits, enumerate_candidates
 
@@ -112,7 +112,7 @@ def test_int8_candidate_over_budget_is_never_chosen(tmp_path):
     """int8 priced 10x faster than anything, its measured errors over the budget (bf16's within it): no int8
     partition in the plan; every lower-precision partition chosen is within budget on its own, end to end too."""
     from collage import zoo
-    from collage.cost_models.connect import get_db
+    from collage.measure.connect import get_db
     from collage.tuner.precision.tuner import PrecisionTuner
 
     g = zoo.load_graph("zoo:tiny-resnet")
@@ -156,7 +156,7 @@ def test_second_tune_reuses_ranges_and_errors(tmp_path, monkeypatch):
     assert i8["calibration_runs"] == 1 and i8["tensors"] == 5  # x and the four MatMul outputs
     assert rep["precision"]["calibration"] == {**rep["precision"]["calibration"], "samples": 2, "random": True}
     assert all("precision" in p and "rel" in p for p in rep["precision"]["partitions"])
-    from collage.cost_models.connect import get_db
+    from collage.measure.connect import get_db
 
     errors_before = ErrorStore(get_db(tmp_path / "costs.sqlite")).count()
     assert errors_before > 0

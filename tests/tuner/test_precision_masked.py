@@ -14,7 +14,7 @@ import pytest
 from collage.tuner.precision import tuner as P
 from collage import zoo
 from collage.backends import get_backend
-from collage.cost_models.accuracy import ErrorMeasure
+from collage.measure.accuracy import ErrorMeasure
 from collage.search.candidates import Candidate
 
 from tests.helpers import bf16_mark, chain_model, synthetic_precision
@@ -115,8 +115,8 @@ def test_tune_masked_model_plan_is_finite_and_within_budget(tmp_path, capsys):
 @needs_bf16
 def test_error_budget_measures_the_first_candidates_only(tmp_path):
     """measure_errors(budget_s=0): nothing new is measured (the store's known errors still count)."""
-    from collage.cost_models.accuracy import load_calibration, measure_errors
-    from collage.cost_models.connect import get_db
+    from collage.measure.accuracy import load_calibration, measure_errors
+    from collage.measure.connect import get_db
     from collage.graph.ir import Graph
 
     g = Graph.load(chain_model(3))

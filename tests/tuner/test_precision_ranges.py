@@ -6,7 +6,7 @@ import pytest
 
 from collage.tuner.precision import tuner as P
 from collage.backends import get_backend
-from collage.cost_models.accuracy import Budget, ErrorMeasure, compare, load_calibration, measure_errors, reference_runs
+from collage.measure.accuracy import Budget, ErrorMeasure, compare, load_calibration, measure_errors, reference_runs
 from collage.graph.ir import Graph
 from collage.tuner.precision.output_errors import OutputErrors, range_bounds, screen_ranges, span_of
 from collage.search.candidates import Candidate
@@ -105,7 +105,7 @@ def test_prescreen_drops_over_budget_ranges_before_timing(monkeypatch):
 
 @needs_bf16
 def test_output_error_of_a_prefix_runs_the_rest_in_fp32(tmp_path):
-    from collage.cost_models.connect import get_db
+    from collage.measure.connect import get_db
 
     g = Graph.load(chain_model(8))
     n = len(g)

@@ -18,7 +18,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from collage import zoo
-from collage.cost_models.db import SQLiteCostDB
+from collage.measure.db import SQLiteCostDB
 from collage.errors import CollageError
 from collage.search.candidates import Limits
 from collage.tuner.job import parse_budget, tune
@@ -74,7 +74,7 @@ def test_round_trip_tiny(spec, tmp_path):
     _round_trip(spec, tmp_path, max_nodes=3, budget="10s")
 
 
-# squeezenet's whole tune runs twice in tests/cost_models/test_cluster.py
+# squeezenet's whole tune runs twice in tests/measure/test_cluster.py
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", ["zoo:mobilenetv2", "zoo:inception_v1"])
 def test_round_trip_real(spec, tmp_path):
@@ -490,7 +490,7 @@ def test_reference_runs_never_make_the_process_wide_pool():
     code = textwrap.dedent("""
         from collage import zoo
         from collage.backends.onnxruntime.session import global_pool_threads
-        from collage.cost_models.accuracy import Calibration, reference_runs
+        from collage.measure.accuracy import Calibration, reference_runs
         from collage.graph.inputs import random_inputs
         from collage.tuner.verify import _reference_outputs
         g = zoo.load_graph("zoo:tiny-resnet")
@@ -614,7 +614,7 @@ def test_the_kept_plan_gets_back_what_its_own_search_left(monkeypatch, tmp_path)
 
     # a plan the attempts never ran (one partition): its gain is against the single backends priced alike,
     # each whole model's worker cost at its backend's level
-    from collage.cost_models.db import Cost
+    from collage.measure.db import Cost
     from collage.tuner.search_step import PartitionCharge
 
     one = Plan([Partition(tuple(range(n)), "openvino", 4.4)], 4.4)

@@ -136,7 +136,7 @@ def test_tvm_budget_tune_then_second_tune_tunes_nothing(tmp_path, monkeypatch):
 
 def test_tuned_tvm_costs_have_their_own_key():
     from collage.backends import get_backend
-    from collage.cost_models.db import key_for
+    from collage.measure.db import key_for
     from tests.helpers import need_backends
 
     need_backends("tvm")

@@ -10,7 +10,7 @@ and its price is the hand-over: its workers spin ~50 ms after every run whatever
 onnxruntime/core/session/inference_session.cc; Python has no binding for the global pool's spin control),
 so an OpenVINO partition right after an ONNX Runtime one would share the cores with that spin (+3 to +35 ms
 per switch at BERT-base scale) but for ``park`` below. The tuner measures the switch with real work on
-both sides and the search pays it (collage.cost_models.transitions). **Side effect** of that pool: once it
+both sides and the search pays it (collage.measure.transitions). **Side effect** of that pool: once it
 exists, ONNX Runtime refuses any session in the process that asks for its own pool
 ("use_per_session_threads must be false when using a global thread pool"). So that
 other code in the process (reference runs, zoo calibration, tests) keeps working, creating the pool also

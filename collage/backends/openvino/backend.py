@@ -91,7 +91,7 @@ class OpenVINOBackend(Backend):
         return core().compile_model(model, "CPU", self.config())
 
     def _check_supported(self, model: onnx.ModelProto) -> str | None:
-        from collage.backends.openvino.exact import inexact_node
+        from collage.backends.openvino.inexact import inexact_node
 
         found = inexact_node(model)
         if found is not None:
@@ -99,7 +99,7 @@ class OpenVINOBackend(Backend):
         return trial_refusal(lambda: self.compile_model(self.read_model(model.SerializeToString())))
 
     def compile(self, model: onnx.ModelProto) -> OVCompiled:
-        from collage.backends.openvino.exact import check_exact
+        from collage.backends.openvino.inexact import check_exact
 
         check_exact(self.name, model)
         try:

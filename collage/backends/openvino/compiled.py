@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # a loaded partition needs openvino only (the runtime install
     import onnx
 
 
-#: the CPU plugin carries int64 as int32 (collage.backends.openvino.exact refuses nodes that would compute past it)
+#: the CPU plugin carries int64 as int32 (collage.backends.openvino.inexact refuses nodes that would compute past it)
 I32_MIN, I32_MAX = -2**31, 2**31 - 1
 
 

@@ -43,7 +43,7 @@ from typing import Any, NoReturn, Protocol
 import onnx
 
 from collage.backends.openvino.compiled import ModelReader, OVCompiled, openvino_module, port_indices
-from collage.backends.openvino.exact import check_exact
+from collage.backends.openvino.inexact import check_exact
 from collage.util import sha256_bytes
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Errors of lower-precision range candidates at the model's outputs (for :mod:`collage.tuner.precision.tuner`).
 
-``collage.cost_models.accuracy.measure_errors`` gives a candidate's *own* error: fed the reference
+``collage.measure.accuracy.measure_errors`` gives a candidate's *own* error: fed the reference
 tensors, its outputs vs the reference, on the tensors that leave it. The accuracy budget is on the
 model's outputs, and an intermediate tensor's error is a poor predictor of it: on zfnet512 the bf16
 prefix ``[0, 20)`` (every layer but the last Gemm) has its own error rel 0.0043 (43% of a 0.01 budget),
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from collage.cost_models.accuracy import (Budget, Calibration, ErrorMeasure, ErrorStore, WeightHashes, compare,
+from collage.measure.accuracy import (Budget, Calibration, ErrorMeasure, ErrorStore, WeightHashes, compare,
                                           reference_runs)
 from collage.errors import CollageError
 
@@ -84,7 +84,7 @@ class OutputErrors:
         return f"{self.calib.digest}-{self._data}-{a}:{b}-out"
 
     def cached(self, cands: Sequence[Candidate]) -> dict[Candidate, ErrorMeasure]:
-        from collage.cost_models.db import key_for
+        from collage.measure.db import key_for
 
         out = {}
         for c in cands:
@@ -102,7 +102,7 @@ class OutputErrors:
         until ``budget_s`` seconds have passed; known ones come from the store. A candidate that fails to
         compile or run is left out (logged)."""
         from collage.backends import reference_backend
-        from collage.cost_models.db import key_for
+        from collage.measure.db import key_for
         from collage.progress import track
 
         graph, n = self.graph, len(self.graph)

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from collage.cost_models.accuracy import ErrorMeasure, measure_errors
+from collage.measure.accuracy import ErrorMeasure, measure_errors
 from collage.errors import CollageError
 from collage.plan import Plan
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collage.cost_models.db import CostDB
+    from collage.measure.db import CostDB
     from collage.graph.ir import Graph
     from collage.plan import Plan
     from collage.search.candidates import Candidate

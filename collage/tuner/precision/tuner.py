@@ -7,7 +7,7 @@ A lower-precision *backend variant* (``openvino-bf16``: OpenVINO's CPU plugin wi
 cost DB) is a backend like any other: its own registry
 name, version and cost keys, its candidates measured on the normal measuring path. What it adds is an
 error, so it is only used under an accuracy budget (``--accuracy cos=0.999,rel=0.01``, see
-``collage.cost_models.accuracy``); without one, naming such a backend is refused: plans stay
+``collage.measure.accuracy``); without one, naming such a backend is refused: plans stay
 fp32-faithful.
 
 Before any latency is measured (:meth:`PrecisionTuner.prescreen`, called by ``tune``), the
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from collage.backends import qdq
-from collage.cost_models.accuracy import (Budget, Calibration, ErrorMeasure, ErrorStore, WeightHashes,
+from collage.measure.accuracy import (Budget, Calibration, ErrorMeasure, ErrorStore, WeightHashes,
                                           load_calibration, measure_errors, parse_accuracy, reference_runs, run_error)
 from collage.util import cache_dir
 from collage.errors import CollageError

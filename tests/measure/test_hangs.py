@@ -3,7 +3,7 @@ line, a wait for another process's measurement is fair and bounded and said, two
 both end, and SIGTERM ends a tune within seconds at any point, keeping what was measured.
 
 The tunes run the real ``collage`` command in a subprocess (``tests.commands.test_bad_inputs``' helpers) on
-``zoo:tiny-resnet``; the lock tests hold ``collage.cost_models.measurer.machine_lock`` from another process.
+``zoo:tiny-resnet``; the lock tests hold ``collage.measure.measurer.machine_lock`` from another process.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from collage.cost_models.connect import get_db
+from collage.measure.connect import get_db
 from collage.errors import MeasurementError
 from tests.commands.test_bad_inputs import _ROOT, _assert_one_line
 
@@ -67,7 +67,7 @@ def test_cluster_address_nothing_listens_is_refused_in_one_line(tmp_path, form):
 # ---------------------------------------------------------------------- 2. the machine lock
 _HOLDER = textwrap.dedent("""
     import sys, time
-    from collage.cost_models.measurer import machine_lock
+    from collage.measure.measurer import machine_lock
     hold, total = float(sys.argv[1]), float(sys.argv[2])
     end = time.monotonic() + total
     while time.monotonic() < end:  # a long measuring job: one window after the other, back to back
@@ -88,7 +88,7 @@ def test_waiting_for_a_busy_machine_is_fair_and_said(tmp_path, monkeypatch, capl
     """Before: a process measuring window after window took the lock back within microseconds of releasing it,
     while the waiter polled every 20 ms: the waiter never got it (MeasurementError after its timeout; without
     one, the tune waited as long as the other job ran)."""
-    from collage.cost_models.measurer import machine_lock
+    from collage.measure.measurer import machine_lock
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("COLLAGE_CACHE", str(cache))
@@ -106,7 +106,7 @@ def test_waiting_for_a_busy_machine_is_fair_and_said(tmp_path, monkeypatch, capl
 
 
 def test_waiting_for_a_stuck_measurement_is_bounded(tmp_path, monkeypatch):
-    from collage.cost_models.measurer import machine_lock
+    from collage.measure.measurer import machine_lock
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("COLLAGE_CACHE", str(cache))

@@ -12,7 +12,7 @@ Contract (``CostDB``), in the style of Optuna's storages:
   anything outside the fingerprint), reused only by the same model (``Cost.file``: its ``Graph.digest()``);
   ``"transient"``, the measurement was disturbed (a timeout, a worker killed under load), measured again when
   next asked. A failure of no kind was stored before failures had kinds (or by such a collage): measured again.
-  Which kind an error is: ``collage.cost_models.measurer.failure_kind``.
+  Which kind an error is: ``collage.measure.measurer.failure_kind``.
 * Costs are **immutable once written** in spirit: ``put`` of an existing key replaces the row (used
   only to re-measure on purpose). ``put`` commits immediately: a process killed right after ``put``
   returns has lost nothing.
@@ -25,7 +25,7 @@ Contract (``CostDB``), in the style of Optuna's storages:
   owner is a process on this host that no longer exists (owners made by ``default_owner()`` carry
   host and pid). ``release(key, owner)`` drops it.
 * An **error** row (``put_error``/``get_error``) is the measured numerical error of a lower-precision
-  candidate (``collage.cost_models.accuracy.ErrorStore``): a JSON record keyed by ``CostKey`` plus
+  candidate (``collage.measure.accuracy.ErrorStore``): a JSON record keyed by ``CostKey`` plus
   ``data`` (a hash of the calibration inputs and the candidate's weights).
 * A **ranges** document (``put_ranges``/``get_ranges``) holds the int8 activation ranges of a model
   calibrated once on a calibration set (keyed by model structure + weights, and calibration data + method).
@@ -42,7 +42,7 @@ Contract (``CostDB``), in the style of Optuna's storages:
 * **Thread and process safety**: ``SQLiteCostDB`` may be shared by threads of one process (one
   connection per thread) and by any number of processes on one machine (SQLite WAL mode with a busy
   timeout; every write is its own transaction). It must not live on a network file system.
-  ``PostgresCostDB`` (``collage.cost_models.postgres``) may be shared by threads, processes and machines
+  ``PostgresCostDB`` (``collage.measure.postgres``) may be shared by threads, processes and machines
   (one connection per thread; claims take a row lock); it is the store of a measurement cluster.
 * **Schema version**: table names carry ``SCHEMA_VERSION`` (``costs_v1``, ...) and the ``collage_meta``
   table records it, in every implementation. The ``kind`` and ``file`` columns were added to ``costs_v1``

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from collage.cost_models.db import (SCHEMA_VERSION, Cost, CostDB, CostKey, SQLiteCostDB, canonical_json,
+from collage.measure.db import (SCHEMA_VERSION, Cost, CostDB, CostKey, SQLiteCostDB, canonical_json,
                                     default_owner, key_for)
-from collage.cost_models.connect import get_db
+from collage.measure.connect import get_db
 from collage.errors import CollageError
 
 
@@ -142,7 +142,7 @@ def test_claims_listed(db):
 
 def _claim_race(url: str, key: CostKey, n: int) -> int:
     """Processes claim one key at once through their own connections; how many got it."""
-    code = ("import sys; from collage.cost_models.connect import get_db; from collage.cost_models.db import CostKey; "
+    code = ("import sys; from collage.measure.connect import get_db; from collage.measure.db import CostKey; "
             f"db = get_db({url!r}); k = CostKey(*{tuple(key)!r}); "
             "sys.stdin.readline(); print(int(db.claim(k, f'racer-{sys.argv[1]}', ttl_s=60)))")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(i)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -160,7 +160,7 @@ def test_claims_race_between_processes(db, tmp_path):
 
 
 def test_errors_store(db):
-    from collage.cost_models.accuracy import ErrorMeasure, ErrorStore
+    from collage.measure.accuracy import ErrorMeasure, ErrorStore
 
     k = _key()
     assert db.get_error(k, "d1") is None and db.error_count() == 0
@@ -204,7 +204,7 @@ def test_sqlite_schema_version_and_wal(tmp_path):
 
 def test_sqlite_put_is_visible_to_another_process(tmp_path):
     path = tmp_path / "c.sqlite"
-    code = ("from collage.cost_models.db import *; import sys\n"
+    code = ("from collage.measure.db import *; import sys\n"
             f"db = SQLiteCostDB({str(path)!r})\n"
             "db.put(Cost.from_key(CostKey('p', 'b', 'v', 'cpu', '{}', 'm'), median_ms=3.0, samples=2))\n"
             "import os; os._exit(0)\n")  # no close, no cleanup: like a kill right after put
@@ -225,7 +225,7 @@ def test_a_second_instance_keeps_the_first_ones_wal_alive(tmp_path):
             ".fetchall(); c.close()")
     subprocess.run([sys.executable, "-c", code], check=True)
     first.put(Cost.from_key(_key("b"), median_ms=2.0, samples=1))
-    code = ("from collage.cost_models.db import *\n"
+    code = ("from collage.measure.db import *\n"
             f"db = SQLiteCostDB({str(path)!r})\n"
             "print(sorted(c.fingerprint for c in db.all()))\n")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
@@ -253,7 +253,7 @@ def test_get_db_variants(tmp_path, monkeypatch):
 
 
 def test_get_db_postgresql(postgres):
-    from collage.cost_models.postgres import PostgresCostDB
+    from collage.measure.postgres import PostgresCostDB
 
     url = postgres.fresh_url()
     db = get_db(url)
@@ -295,7 +295,7 @@ def _ort_or_skip():
 def test_repeated_blocks_measured_once(model, tmp_path):
     _ort_or_skip()
     from collage import zoo
-    from collage.cost_models.measure import measure_candidates
+    from collage.measure.schedule import measure_candidates
 
     g = zoo.load_graph(f"zoo:{model}")
     items = [((i,), "onnxruntime") for i in range(len(g))]

@@ -21,10 +21,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from collage.backends.base import Backend, Compiled
-from collage.cost_models.db import Cost, SQLiteCostDB, default_owner
-from collage.cost_models.measure import measure_candidates
-from collage.cost_models.measurer import Measurer
-from collage.cost_models.worker import make_feeds, median_ci_halfwidth
+from collage.measure.db import Cost, SQLiteCostDB, default_owner
+from collage.measure.schedule import measure_candidates
+from collage.measure.measurer import Measurer
+from collage.measure.worker import make_feeds, median_ci_halfwidth
 from collage.graph.inputs import index_bounds
 from collage.graph.ir import Graph
 
@@ -206,7 +206,7 @@ def test_dedup_by_fingerprint_and_budget(tmp_path):
 
 _JOB = textwrap.dedent("""
     import sys
-    from collage.cost_models.measure import measure_candidates
+    from collage.measure.schedule import measure_candidates
     from collage.graph.ir import Graph
     sys.path.insert(0, {tests!r})
     from test_measure import chain_model
@@ -331,9 +331,9 @@ def test_slow_calls_are_not_mistaken_for_hangs():
 
 # ---------------------------------------------------------------------- transitions
 def test_fit_and_transition_model_from_db(tmp_path):
-    from collage.cost_models.db import SQLiteCostDB
-    from collage.cost_models.transitions import fit_linear, pair_settings, transition_model
-    from collage.cost_models.worker import resolve_backend
+    from collage.measure.db import SQLiteCostDB
+    from collage.measure.transitions import fit_linear, pair_settings, transition_model
+    from collage.measure.worker import resolve_backend
     from collage.util import machine_id
 
     rows = [{"nbytes": 1000, "per_transition_ms": 0.11}, {"nbytes": 3000, "per_transition_ms": 0.13}]
@@ -355,8 +355,8 @@ def test_fit_and_transition_model_from_db(tmp_path):
 
 def test_transitions_measured_between_real_backends(tmp_path):
     from collage.backends import unavailable_reason
-    from collage.cost_models.db import SQLiteCostDB
-    from collage.cost_models.transitions import transition_model
+    from collage.measure.db import SQLiteCostDB
+    from collage.measure.transitions import transition_model
 
     for name in ("onnxruntime", "openvino"):
         why = unavailable_reason(name)
@@ -378,7 +378,7 @@ def test_transitions_measured_between_real_backends(tmp_path):
 
 
 def test_chain_timings_runs_real_partitions():
-    from collage.cost_models.transitions import chain_timings
+    from collage.measure.transitions import chain_timings
 
     g = _graph_of(["Relu", "Neg", "Exp", "Abs"])
     blobs = [g.extract([0, 1]).SerializeToString(), g.extract([2, 3]).SerializeToString()]
@@ -411,7 +411,7 @@ def test_cli_measure_then_reuse(tmp_path):
 
 
 def test_budget_stops_while_another_process_holds_the_machine(tmp_path):
-    from collage.cost_models.measurer import machine_lock
+    from collage.measure.measurer import machine_lock
 
     g = _graph_of(["Relu", "Neg"])
     t0 = time.monotonic()
@@ -425,7 +425,7 @@ def test_budget_stops_while_another_process_holds_the_machine(tmp_path):
 
 # ---------------------------------------------------------------------- rounds, probe
 def test_combine_rounds_takes_median_of_round_medians():
-    from collage.cost_models.measurer import Measurement, combine_rounds
+    from collage.measure.measurer import Measurement, combine_rounds
 
     rs = [Measurement(median_ms=m, p10_ms=m, p90_ms=m, samples=10, compile_s=c, cv=0.0, samples_ms=[m] * 10)
           for m, c in ((1.0, 0.1), (5.0, 0.3), (1.2, 0.2))]
@@ -444,7 +444,7 @@ def test_combine_rounds_takes_median_of_round_medians():
 def test_combine_rounds_spread_brackets_the_median_when_a_noisy_round_outnumbers_the_steady_ones():
     # CI once stored p10 0.0065 > median 0.0050: two steady rounds stopped at 30 calls, a noisy one ran
     # to its cap (900 calls) and the pooled percentiles were all its own
-    from collage.cost_models.measurer import Measurement, combine_rounds
+    from collage.measure.measurer import Measurement, combine_rounds
 
     def rnd(xs):
         return Measurement(median_ms=sorted(xs)[len(xs) // 2], samples=len(xs), compile_s=0.0, samples_ms=xs)
@@ -459,7 +459,7 @@ def test_combine_rounds_spread_brackets_the_median_when_a_noisy_round_outnumbers
 
 
 def test_probe_judge_flags_only_slow_windows():
-    from collage.cost_models.measure import _ProbeJudge
+    from collage.measure.schedule import _ProbeJudge
 
     j = _ProbeJudge(slow=0.15)
     assert not any(j.is_slow(1.0) for _ in range(6))  # warming up, then steady
@@ -500,9 +500,9 @@ def test_measurer_rounds_back_to_back():
 
 @pytest.mark.slow
 def test_model_transitions_on_own_pieces(tmp_path):
-    from collage.cost_models.transitions import measure_model_transitions, model_settings, pair_settings, \
+    from collage.measure.transitions import measure_model_transitions, model_settings, pair_settings, \
         transition_model
-    from collage.cost_models.worker import resolve_backend
+    from collage.measure.worker import resolve_backend
 
     g = _graph_of(["Relu", "Neg", "Exp", "Abs", "Floor", "Ceil"])
     db = SQLiteCostDB(tmp_path / "t.sqlite")
@@ -531,9 +531,9 @@ def test_model_transitions_on_own_pieces(tmp_path):
 def test_switch_costs_missing_from_the_db_are_said_in_one_line(tmp_path, caplog):
     """A first tune of four backends on a fresh DB with no time to measure switches printed twelve warnings, one
     a pair, each saying 'run with measure_missing=True' (an argument a CLI user cannot give): one line now."""
-    from collage.cost_models.transitions import transition_model
+    from collage.measure.transitions import transition_model
 
-    with caplog.at_level("WARNING", logger="collage.cost_models.transitions"):
+    with caplog.at_level("WARNING", logger="collage.measure.transitions"):
         cost = transition_model(["onnxruntime", "openvino", "openvino-bf16"], SQLiteCostDB(str(tmp_path / "c.sqlite")),
                                 measure_missing=False)
     lines = [r.getMessage() for r in caplog.records if "switch cost" in r.getMessage()]

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from collage.cost_models.connect import get_db
-from tests.cost_models.test_hangs import _collage, _finish
+from collage.measure.connect import get_db
+from tests.measure.test_hangs import _collage, _finish
 
 #: what a tune may take here, killed node or not (a loaded 2-core machine)
 WITHIN_S = 180

@@ -1,6 +1,6 @@
 """collage behind ONNX's backend API (``onnx.backend.base.Backend``), through the path users deploy.
 
-    from collage.onnx_backend import CollageBackend
+    from collage.conformance.backend import CollageBackend
     rep = CollageBackend.prepare(model, "CPU", plan="mixed")     # or plan="onnxruntime", "openvino", "tvm"
     outputs = rep.run([x])                                       # a list, in the model's output order
 
@@ -132,7 +132,7 @@ class CollageBackend(Backend):
         from collage.tuner.export import export
 
         if not cls.supports_device(device):
-            raise BackendUnavailable(f"collage.onnx_backend runs on CPU only, not {device!r}")
+            raise BackendUnavailable(f"collage.conformance.backend runs on CPU only, not {device!r}")
         plan = plan or cls.plan
         if isinstance(model, (bytes, str)):
             model = onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(model)
@@ -227,7 +227,7 @@ def conformance_cases(plan: str, pattern: str | None = None, *, categories: Sequ
 
     import onnx.backend.test
 
-    from collage.onnx_conformance_exclusions import excluded as excluded_reason
+    from collage.conformance.exclusions import excluded as excluded_reason
 
     with warnings.catch_warnings():  # the node cases' generators divide by zero on purpose
         warnings.simplefilter("ignore")

@@ -1,6 +1,6 @@
 """What runs inside the measurement worker process: compile, warm up, time until the median is stable.
 
-The parent (``collage.cost_models.measurer.Measurer``) starts ``python -m collage.cost_models.worker FD``
+The parent (``collage.measure.measurer.Measurer``) starts ``python -m collage.measure.worker FD``
 (``serve`` on the socket ``FD``) and sends
 jobs over a pipe; the worker answers with ``("phase", name)`` messages while it works (so the parent
 can say whether a crash happened in compile or run) and ends every job with ``("result", dict)`` or
@@ -62,7 +62,7 @@ def make_feeds(model: onnx.ModelProto, seed: int = 0,
     in a reference run of the whole model: shapes, indices, masks); the others are drawn in order.
     """
     from collage.graph.inputs import input_specs
-    from collage.inputs import seeded_inputs
+    from collage.seeded_inputs import seeded_inputs
 
     given = given or {}
     drawn = seeded_inputs([s for s in input_specs(model) if s.name not in given], seed)
@@ -238,7 +238,7 @@ def _watch_parent(period_s: float = 1.0) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``python -m collage.cost_models.worker FD`` serves jobs on the socket ``FD``."""
+    """Entry point: ``python -m collage.measure.worker FD`` serves jobs on the socket ``FD``."""
     import sys
     from multiprocessing.connection import Connection
 

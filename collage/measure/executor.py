@@ -1,6 +1,6 @@
 """Where measurement windows run: this machine's worker processes, or the machines of a Ray cluster.
 
-``measure_candidates`` (collage.cost_models.measure) decides *what* to measure (deduplication, the cost
+``measure_candidates`` (collage.measure.schedule) decides *what* to measure (deduplication, the cost
 DB, claims, rounds, the budget); an ``Executor`` runs each measurement window it is handed and gives
 back its ``Measurement``:
 
@@ -51,9 +51,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from collage.cost_models.db import Cost, CostDB, CostKey, key_for
-from collage.cost_models.connect import get_db
-from collage.cost_models.measurer import Measurement, Measurer
+from collage.measure.db import Cost, CostDB, CostKey, key_for
+from collage.measure.connect import get_db
+from collage.measure.measurer import Measurement, Measurer
 from collage.errors import ClusterUnreachable, CollageError
 
 if TYPE_CHECKING:
@@ -223,8 +223,8 @@ class _NodeState:
         self.dbs: dict[str, CostDB] = {}
 
     def backend(self, name: str, options: Mapping[str, Any]) -> Backend:
-        from collage.cost_models.db import canonical_json
-        from collage.cost_models.worker import resolve_backend
+        from collage.measure.db import canonical_json
+        from collage.measure.worker import resolve_backend
 
         k = (name, canonical_json(dict(options)))
         if k not in self.backends:
@@ -456,7 +456,7 @@ class RayExecutor(Executor):
         return 1 if self._local is not None else self.per_node * len(self.nodes)
 
     def start(self, db: CostDB, backends: Mapping[str, Backend]) -> None:
-        from collage.cost_models.db import SQLiteCostDB
+        from collage.measure.db import SQLiteCostDB
 
         self._db_url = db.url
         if self._db_url is None:

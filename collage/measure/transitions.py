@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from collage.cost_models.db import CostDB, canonical_json
-from collage.cost_models.connect import get_db
+from collage.measure.db import CostDB, canonical_json
+from collage.measure.connect import get_db
 from collage.errors import MeasurementError
 from collage.util import machine_id
 
@@ -71,7 +71,7 @@ def time_chains(chains: Mapping[str, Sequence[tuple[Any, Mapping[str, str], Sequ
     so far (outputs keep their names). Returns per chain ``median_ms``, ``p10_ms``, ``p90_ms``, ``rounds``;
     with ``steps`` also ``step_ms``: each piece's median ms inside the chain (its call, timed alone).
     """
-    from collage.cost_models.worker import median_ci_halfwidth
+    from collage.measure.worker import median_ci_halfwidth
 
     per_step: dict[int, list[list[float]]] = {}
 
@@ -122,7 +122,7 @@ def time_chains(chains: Mapping[str, Sequence[tuple[Any, Mapping[str, str], Sequ
 def alternation_timings(a: str, b: str, options_a: Mapping[str, Any], options_b: Mapping[str, Any],
                         sizes: Sequence[int] = SIZES, pieces: int = PIECES, cap_s: float = 1.0) -> list[dict[str, Any]]:
     """(Runs in the worker.) For each size: all-A, all-B and alternating chain medians, and per transition ms."""
-    from collage.cost_models.worker import resolve_backend
+    from collage.measure.worker import resolve_backend
 
     ba, bb = resolve_backend(a, options_a), resolve_backend(b, options_b)
     rows = []
@@ -169,7 +169,7 @@ def chain_timings(pieces: Sequence[bytes], chains: Mapping[str, Sequence[tuple[i
     """
     import onnx
 
-    from collage.cost_models.worker import resolve_backend
+    from collage.measure.worker import resolve_backend
 
     opts = {k: dict(v) for k, v in (backend_options or {}).items()}
     backends: dict[str, Any] = {}
@@ -213,14 +213,14 @@ def measure_transition(a: str, b: str, db: None | str | CostDB = None, *,
                        sizes: Sequence[int] = SIZES, pieces: int = PIECES, cap_s: float = 1.0,
                        timeout_s: float = 600.0) -> tuple[float, float, list[dict[str, Any]]]:
     """Measure the pair (in a worker), store the fit for (a, b) and (b, a); return (fixed, per_byte, rows)."""
-    from collage.cost_models.measurer import Measurer
-    from collage.cost_models.worker import resolve_backend
+    from collage.measure.measurer import Measurer
+    from collage.measure.worker import resolve_backend
 
     store = get_db(db)
     opts = {k: dict(v) for k, v in (backend_options or {}).items()}
     oa, ob = opts.get(a, {}), opts.get(b, {})
     with Measurer() as m:
-        rows = m.call("collage.cost_models.transitions:alternation_timings",
+        rows = m.call("collage.measure.transitions:alternation_timings",
                       {"a": a, "b": b, "options_a": oa, "options_b": ob, "sizes": tuple(sizes), "pieces": pieces,
                        "cap_s": cap_s}, timeout_s=timeout_s)
     fixed, per_byte = fit_linear(rows)
@@ -242,7 +242,7 @@ def transition_model(backends: list[str], db: None | str | CostDB = None, measur
     small-piece fit. Pairs missing from the DB are measured now (small pieces) when ``measure_missing``
     (about 5-15 s a pair on CPU), else they cost 0 and a warning says the prediction ignores them.
     """
-    from collage.cost_models.worker import resolve_backend
+    from collage.measure.worker import resolve_backend
 
     store = get_db(db)
     opts = {k: dict(v) for k, v in (backend_options or {}).items()}
@@ -363,9 +363,9 @@ def measure_model_transitions(graph: Any, a: str, b: str, db: None | str | CostD
     without measuring (``chains`` then empty).
     """
     from collage.graph.inputs import random_inputs
-    from collage.cost_models.measure import measure_candidates
-    from collage.cost_models.measurer import Measurer
-    from collage.cost_models.worker import resolve_backend
+    from collage.measure.schedule import measure_candidates
+    from collage.measure.measurer import Measurer
+    from collage.measure.worker import resolve_backend
 
     store = get_db(db)
     opts = {k: dict(v) for k, v in (backend_options or {}).items()}
@@ -394,7 +394,7 @@ def measure_model_transitions(graph: Any, a: str, b: str, db: None | str | CostD
                f"alternating, {b} first": [(b, a)[i % 2] for i in range(k)]}
     blobs = [graph.extract(p).SerializeToString() for p in pieces]
     with Measurer() as m:
-        measured = m.call("collage.cost_models.transitions:chain_timings",
+        measured = m.call("collage.measure.transitions:chain_timings",
                           {"pieces": blobs, "chains": {n: list(enumerate(s)) for n, s in assigns.items()},
                            "feeds": random_inputs(graph), "backend_options": opts, "cap_s": cap_s, "steps": True},
                           timeout_s=timeout_s)

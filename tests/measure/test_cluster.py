@@ -1,4 +1,4 @@
-"""Measuring on a Ray cluster into a shared PostgreSQL cost DB (collage.cost_models.executor).
+"""Measuring on a Ray cluster into a shared PostgreSQL cost DB (collage.measure.executor).
 
 Real parts: a local Ray cluster (``ray.cluster_utils.Cluster``: a head node and two measurement nodes
 with ``collage_measure: 1``, all on this machine) and a PostgreSQL server started from the installed
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from collage import zoo
-from collage.cost_models.connect import get_db
-from collage.cost_models.executor import LocalExecutor, RayExecutor, Window, get_executor, ray_address
+from collage.measure.connect import get_db
+from collage.measure.executor import LocalExecutor, RayExecutor, Window, get_executor, ray_address
 from collage.errors import CollageError
 
 SLEEP = "collage.backends.simulated:SleepBackend"
@@ -71,7 +71,7 @@ def _sleep_items(graph):
 
 @pytest.mark.slow
 def test_cluster_measures_into_postgres_once(cluster, postgres):
-    from collage.cost_models.measure import measure_candidates
+    from collage.measure.schedule import measure_candidates
 
     g = zoo.load_graph("zoo:tiny-resnet")
     url = postgres.fresh_url()
@@ -91,8 +91,8 @@ def test_cluster_measures_into_postgres_once(cluster, postgres):
 @pytest.mark.slow
 def test_node_that_is_not_the_target_is_refused(cluster, postgres, monkeypatch):
     import collage.util
-    from collage.cost_models.db import CostKey
-    from collage.cost_models.measure import measure_candidates
+    from collage.measure.db import CostKey
+    from collage.measure.schedule import measure_candidates
 
     g = zoo.load_graph("zoo:tiny-resnet")
     # the driver (the target) is another machine than the nodes: the job is refused before measuring
@@ -104,7 +104,7 @@ def test_node_that_is_not_the_target_is_refused(cluster, postgres, monkeypatch):
     # a window keyed for another machine (a node joined later and differs): the node refuses, measures nothing
     with RayExecutor(cluster.address, check_nodes=False) as ex:
         from collage.backends.simulated import SleepBackend
-        from collage.cost_models.db import key_for
+        from collage.measure.db import key_for
 
         key = key_for(SleepBackend(), g.fingerprint([0]))
         other = CostKey(*key[:-1], "aarch64|Other CPU|64c")
@@ -125,7 +125,7 @@ def _collect_all(ex, timeout_s: float = 120.0):
 def test_node_killed_mid_job_loses_nothing(cluster, postgres):
     """A measurement node dies with windows in flight: Ray retries them on the other node, the job completes,
     every key is in the DB once, and no finished measurement is taken again."""
-    from collage.cost_models.measure import measure_candidates
+    from collage.measure.schedule import measure_candidates
     from tests.servers import add_measure_node
 
     g = zoo.load_graph("zoo:tiny-resnet")
@@ -168,13 +168,13 @@ def test_node_killed_mid_job_loses_nothing(cluster, postgres):
 
 @pytest.mark.slow
 def test_driver_killed_then_rerun_resumes(cluster, postgres, tmp_path):
-    from collage.cost_models.measure import measure_candidates
+    from collage.measure.schedule import measure_candidates
 
     url = postgres.fresh_url()
     db = get_db(url)
     g = zoo.load_graph("zoo:tiny-resnet")
     items = _sleep_items(g)
-    code = ("import sys; from collage import zoo; from collage.cost_models.measure import measure_candidates\n"
+    code = ("import sys; from collage import zoo; from collage.measure.schedule import measure_candidates\n"
             "g = zoo.load_graph('zoo:tiny-resnet')\n"
             f"items = [((i,), {SLEEP!r}) for i in range(len(g))] + [((i, i + 1), {SLEEP!r}) for i in range(len(g) - 1)]\n"
             f"measure_candidates(g, items, db={url!r}, cap_s=0.05, progress=False, executor={cluster.address!r},"
@@ -234,7 +234,7 @@ def test_cli_tune_squeezenet_on_cluster_equals_local_tune_on_the_same_db(cluster
 
 @pytest.mark.slow
 def test_tune_survives_a_node_killed_mid_tune(cluster, postgres, tmp_path, monkeypatch):
-    import collage.cost_models.measure as measure
+    import collage.measure.schedule as measure
     from collage.search.candidates import Limits
     from collage.tuner.job import tune
     from tests.servers import add_measure_node
@@ -269,7 +269,7 @@ def test_tune_survives_a_node_killed_mid_tune(cluster, postgres, tmp_path, monke
     assert m["unmeasured"] == 0 and m["measured_now"] == m["distinct_keys"]
     rows = db.all()
     # every finished measurement is in the DB once; beside the candidates' keys it holds the pieces the tuner
-    # timed to price the ORT <-> OpenVINO switch on this model (cost_models.transitions.model_transition_model)
+    # timed to price the ORT <-> OpenVINO switch on this model (measure.transitions.model_transition_model)
     assert len(rows) == len({c.key for c in rows}) >= m["distinct_keys"] and db.claims() == []
     assert (Path(res.out_dir) / "manifest.json").is_file()
 
@@ -280,7 +280,7 @@ def test_ray_init_is_tried_again_when_the_cluster_fails_to_start_a_client_server
     is tried again; an unreachable cluster still fails at once, naming the address."""
     import ray
 
-    from collage.cost_models import executor
+    from collage.measure import executor
 
     calls: list[str] = []
 

@@ -13,15 +13,15 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
-from collage.cost_models.connect import get_db
-from collage.cost_models.db import FILE, STRUCTURE, TRANSIENT, Cost, SQLiteCostDB, key_for
-from collage.cost_models.measure import measure_candidates
-from collage.cost_models.measurer import failure_kind
-from collage.cost_models.worker import resolve_backend
+from collage.measure.connect import get_db
+from collage.measure.db import FILE, STRUCTURE, TRANSIENT, Cost, SQLiteCostDB, key_for
+from collage.measure.schedule import measure_candidates
+from collage.measure.measurer import failure_kind
+from collage.measure.worker import resolve_backend
 from collage.errors import CollageError
 from collage.graph.ir import Graph
 from tests.commands.test_bad_inputs import _assert_one_line, _cli
-from tests.cost_models.test_measure import FAKE, chain_model
+from tests.measure.test_measure import FAKE, chain_model
 from tests.servers import free_port
 
 ORT = "onnxruntime"

@@ -1,7 +1,7 @@
 """Isolated, crash-safe, noise-controlled measurement of candidates.
 
 * Every compile and timed run happens in a **worker process** (a fresh ``python -m
-  collage.cost_models.worker`` talking over a socket pair; its output goes to a temp file whose tail
+  collage.measure.worker`` talking over a socket pair; its output goes to a temp file whose tail
   is quoted when it crashes), owned by a
   ``Measurer``. A worker that aborts, raises or passes its timeout turns the candidate into a failed
   measurement with the reason (``"worker crashed (SIGABRT) during compile"``, ``"timeout after 60 s
@@ -38,12 +38,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from collage.cost_models.db import Cost, CostDB, CostKey, default_owner, key_for, owner_dead
-from collage.cost_models.connect import get_db
-from collage.cost_models.executor import Done, Executor, Window, get_executor, wait_for
-from collage.cost_models.measurer import (DEFAULT_CAP_S, DEFAULT_TIMEOUT_S, LOAD_TIMEOUT_S, MAX_EXTENSION_S, Measurement,
+from collage.measure.db import Cost, CostDB, CostKey, default_owner, key_for, owner_dead
+from collage.measure.connect import get_db
+from collage.measure.executor import Done, Executor, Window, get_executor, wait_for
+from collage.measure.measurer import (DEFAULT_CAP_S, DEFAULT_TIMEOUT_S, LOAD_TIMEOUT_S, MAX_EXTENSION_S, Measurement,
                                           combine_rounds, window_warmup_s)
-from collage.cost_models.worker import resolve_backend
+from collage.measure.worker import resolve_backend
 from collage.errors import BackendUnavailable, CollageError, MeasurementError
 
 if TYPE_CHECKING:

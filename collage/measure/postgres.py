@@ -1,4 +1,4 @@
-"""The cost database on PostgreSQL: the ``CostDB`` contract (collage.cost_models.db) for a measurement cluster.
+"""The cost database on PostgreSQL: the ``CostDB`` contract (collage.measure.db) for a measurement cluster.
 
     db = get_db("postgresql://collage@dbhost:5432/collage")     # or PostgresCostDB(url)
 
@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from collage.cost_models.db import (ADDED_COST_COLUMNS, COST_COLUMNS, KEY_COLUMNS, SCHEMA_VERSION, Claim, Cost, CostDB,
+from collage.measure.db import (ADDED_COST_COLUMNS, COST_COLUMNS, KEY_COLUMNS, SCHEMA_VERSION, Claim, Cost, CostDB,
                                     CostKey, Transition, canonical_json, error_columns, owner_dead)
 from collage.errors import CollageError
 

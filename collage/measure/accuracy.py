@@ -32,7 +32,7 @@ from collage.errors import CollageError
 
 if TYPE_CHECKING:
     from collage.backends.base import Backend
-    from collage.cost_models.db import CostDB, CostKey
+    from collage.measure.db import CostDB, CostKey
     from collage.graph.ir import Graph
     from collage.search.candidates import Candidate
 
@@ -358,7 +358,7 @@ def measure_errors(graph: Graph, cands: Sequence[Candidate], backends: Mapping[s
     With ``budget_s``, candidates are measured in the order given until that many seconds have passed;
     the rest are left out (their count is logged): pass the most promising first.
     """
-    from collage.cost_models.db import key_for
+    from collage.measure.db import key_for
     from collage.progress import track
 
     store = ErrorStore(db)

@@ -1,14 +1,14 @@
 """Which cost database a name means: ``get_db(None | path | sqlite:///URL | postgresql://URL | CostDB)``.
 
-The contract and the SQLite store are :mod:`collage.cost_models.db`, the PostgreSQL store
-:mod:`collage.cost_models.postgres`; this module only chooses between them (so neither imports the other).
+The contract and the SQLite store are :mod:`collage.measure.db`, the PostgreSQL store
+:mod:`collage.measure.postgres`; this module only chooses between them (so neither imports the other).
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from collage.cost_models.db import CostDB, SQLiteCostDB
+from collage.measure.db import CostDB, SQLiteCostDB
 from collage.errors import CollageError
 from collage.util import cache_dir
 
@@ -30,7 +30,7 @@ def get_db(db: None | str | os.PathLike | CostDB = None) -> CostDB:
     if "://" in text:
         scheme, _, rest = text.partition("://")
         if scheme in POSTGRES_SCHEMES:
-            from collage.cost_models.postgres import PostgresCostDB
+            from collage.measure.postgres import PostgresCostDB
 
             return PostgresCostDB(text)
         if scheme != "sqlite":

@@ -1,10 +1,10 @@
 """One candidate measured in an isolated worker process: ``Measurer`` (start, replace and talk to the
-``python -m collage.cost_models.worker`` process; a crash, exception or timeout becomes a failed
+``python -m collage.measure.worker`` process; a crash, exception or timeout becomes a failed
 measurement with its reason), ``Measurement`` (one window's statistics) and ``combine_rounds`` (one
 cost from several windows), ``failure_kind`` (what a failure belongs to: the structure, the model file, or
 the moment), and ``machine_lock`` (one measurement at a time on this machine).
 
-How candidates are scheduled into windows, deduplicated and stored: ``collage.cost_models.measure``.
+How candidates are scheduled into windows, deduplicated and stored: ``collage.measure.schedule``.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from collage.cost_models.db import FILE, STRUCTURE, TRANSIENT, Cost, CostKey
+from collage.measure.db import FILE, STRUCTURE, TRANSIENT, Cost, CostKey
 from collage.errors import MeasurementError
 from collage.util import cache_dir
 
@@ -92,7 +92,7 @@ _STRUCTURAL = re.compile(r"^UnsupportedError: |NOT_IMPLEMENTED|Could not find an
 
 
 def failure_kind(error: str) -> str:
-    """What the failure ``error`` (a ``Measurement.error`` text) belongs to (``collage.cost_models.db``):
+    """What the failure ``error`` (a ``Measurement.error`` text) belongs to (``collage.measure.db``):
     ``"transient"`` for a disturbed measurement (``_TRANSIENT``), ``"structure"`` where the backend says it does not
     take an op or type (``_STRUCTURAL``), else ``"file"``: the fingerprint leaves the weights, large integer
     constants, tensor names and subgraph bodies out, any of which can make a candidate fail, so a failure not known
@@ -257,7 +257,7 @@ class Measurer:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "collage.cost_models.worker", str(theirs.fileno())],
+                [sys.executable, "-m", "collage.measure.worker", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, env=env)
         finally:
             theirs.close()
