@@ -13,7 +13,7 @@ measured plan, priced as it ran (its prediction is then a measurement of the pla
 and still be mispredicted: a switch from
 OpenVINO to ONNX Runtime costs the next ONNX Runtime partition milliseconds while OpenVINO's threads wind
 down (ResNet-50 under a bf16 budget: bf16 then an ONNX Runtime tail predicted 10.6 ms, measured 27.9 ms;
-searched again, bf16 then an OpenVINO tail measured 19.1 ms: results/precision-bf16.md), which no
+searched again, bf16 then an OpenVINO tail measured 19.1 ms: results/precision/precision-bf16.md), which no
 candidate's own cost and no transition measurement shows. ``whole_if_one_backend`` turns a plan of one
 backend cut into pieces into that backend on the whole model. ``fill_boundaries`` gives a searched plan its
 boundary tensors and fingerprints. Called by :func:`collage.tuner.job.tune` (which owns the verification
@@ -48,7 +48,7 @@ class PartitionCharge:
 
     ``level`` x that cost: the same call made from the artifact, in-process, after other calls, runs at
     another level than in the worker's loop (3.5-19% over it on one-partition chains:
-    results/chain-excess.md), for every plan, one partition or many. Plus ``cut_ms`` for every partition but
+    results/chains/chain-excess.md), for every plan, one partition or many. Plus ``cut_ms`` for every partition but
     the plan's first (the one holding node 0): a call after another pays cold weights, a runtime waking and
     the tensors handed over; that grows with the pieces, not with a partition's size (a small tail after a
     narrow cut costs ~0.3 ms on inception_v1 where four pieces cost 2.2 ms).
