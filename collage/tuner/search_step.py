@@ -218,7 +218,7 @@ def charge_settings(graph: Graph, chain: Plan | None, name: str, options: Mappin
 
 #: A stitched plan measured more than this factor over its prediction, or under it by as much, is searched again
 #: with its cuts charged the difference (the acceptance band of ``search_checked``). At 1.25, and over-predictions
-#: accepted whatever their size, the precision run of results/precision-charges.md shipped three strict plans
+#: accepted whatever their size, the precision run before results/precision/precision.md (precision-charges.md, git 5f4558e) shipped three strict plans
 #: predicted at 1.19x, 0.85x and 0.84x their measurements; #16 asks for 15%, and the same artifact drifts 8-13%
 #: over minutes on this machine, so the search's own check keeps to 10%.
 MISPREDICTED = 1.10
