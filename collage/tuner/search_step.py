@@ -2,7 +2,7 @@
 that charges it.
 
 Each candidate is timed alone, so a stitched chain of them costs more than the sum of its parts
-(DESIGN.md, "Stitching"). ``calibrate_partition_charges`` measures, per backend, a ``PartitionCharge``
+(docs/DESIGN.md, "Stitching"). ``calibrate_partition_charges`` measures, per backend, a ``PartitionCharge``
 before the search: a level (the whole model called from an artifact against its worker timing) and a cost
 per cut (a chain of that backend's pieces against the levelled sum of its parts). ``search_checked``
 searches with it charged, stitches and measures the plan (each partition's call timed inside it, the single
@@ -84,7 +84,7 @@ def calibrate_partition_charges(graph: Graph, costs: Mapping[Any, float], transi
     """Each backend's ``PartitionCharge``, measured on this model.
 
     Each candidate is timed alone, in a loop: its weights are hot and the runtime's threads awake. In a
-    chain neither holds, and the sum of parts under-predicts the chain (DESIGN.md, "Stitching"). So for
+    chain neither holds, and the sum of parts under-predicts the chain (docs/DESIGN.md, "Stitching"). So for
     each backend two artifacts are timed interleaved, in this process: the whole model as one partition
     (``whole``) and the cheapest plan on that backend alone (``chain``: K partitions, the whole-model
     candidate left out). ``level = whole / the whole model's worker cost`` (``whole_costs``; None where

@@ -1,6 +1,6 @@
-"""results/ by topic: every table in a topic folder whose README names it and makes it from a clean clone, and
-every results/ path the code, the benchmarks, the docs and the tests cite exists (or is a table a benchmark
-writes there). No backend, no measurement: reads files only."""
+"""The documents and tables the repository cites are in it: results/ by topic, every table in a topic folder whose
+README names it and makes it from a clean clone, every results/ path the code, benchmarks, docs and tests cite
+exists (or is a table a benchmark writes there), and design documents are cited from docs/. Reads files only."""
 from __future__ import annotations
 
 import re
@@ -53,7 +53,7 @@ def cited_paths() -> dict[str, list[str]]:
     cited: dict[str, list[str]] = {}
     for name in files.stdout.split():
         path = ROOT / name
-        if path.suffix not in (".py", ".md", ".toml", ".sh", "") or not path.is_file():
+        if path.suffix not in (".py", ".md", ".toml", ".sh", "") or not path.is_file() or path == Path(__file__):
             continue
         for m in CITED.finditer(path.read_text(errors="replace")):
             cited.setdefault(m.group(1), []).append(name)
@@ -72,3 +72,27 @@ def test_every_cited_results_path_is_in_a_topic_folder_and_exists():
             assert topic == "<topic>" or (RESULTS / topic).is_dir(), f"{where[0]} cites results/{rel}: no results/{topic}/"
             continue
         assert (RESULTS / rel).is_file(), f"{where[0]} cites results/{rel}, which does not exist"
+
+
+#: a design or runtime document cited by name: it lives in docs/, never outside the repository
+DOC = re.compile(r"(?<![\w/])((?:docs/)?(?:DESIGN|RUNTIME-FACTS|CLUSTER|GPU)\.md)")
+
+
+def test_every_cited_design_document_is_in_docs():
+    files = subprocess.run(["git", "ls-files", "collage", "benchmarks", "tests", "docs", "scripts", "README.md",
+                            "Makefile", "pyproject.toml"], cwd=ROOT, capture_output=True, text=True, check=True)
+    seen = 0
+    for name in files.stdout.split():
+        path = ROOT / name
+        if path.suffix not in (".py", ".md", ".toml", ".sh", "") or not path.is_file() or path == Path(__file__):
+            continue
+        text = path.read_text(errors="replace")
+        assert "shared folder" not in text and "/work/shared" not in text, f"{name} cites a folder outside the repository"
+        for m in DOC.finditer(text):
+            seen += 1
+            cited = m.group(1)
+            if name.startswith("docs/") and not cited.startswith("docs/"):
+                cited = "docs/" + cited  # a docs page citing its neighbour by name
+            assert cited.startswith("docs/"), f"{name} cites {cited}: write docs/{cited}"
+            assert (ROOT / cited).is_file(), f"{name} cites {cited}, which does not exist"
+    assert seen, "no design document cited anywhere: the pattern is wrong"
