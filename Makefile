@@ -32,8 +32,8 @@ test-fast: $(STAMP)
 # end against every single fp32 backend; the report prints the plan, its speedup over the best of them and
 # its measured error.
 # The budget is cos >= 0.99, max error <= 5% of the output range (per output), the looser of
-# results/precision.md's two, because int8 needs it: every whole-model int8 plan there is over the strict
-# cos=0.999,rel=0.01, and the int8-only demo at the strict budget ends at fp32, 1.00x (results/demo.md); at the
+# results/precision/precision.md's two, because int8 needs it: every whole-model int8 plan there is over the strict
+# cos=0.999,rel=0.01, and the int8-only demo at the strict budget ends at fp32, 1.00x (results/demo/demo.md); at the
 # loose one OpenVINO int8 on inception_v2 is within it (rel 1.8e-2). Force a set with
 # `make demo DEMO_VARIANTS=onnxruntime-int8,openvino-int8` (what an int8-only CPU gets) or `DEMO_VARIANTS=`
 # (fp32 only). Measurements are cached in ~/.cache/collage/costs.sqlite ($COLLAGE_CACHE), so a second

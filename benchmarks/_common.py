@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from collage.util import machine_id, physical_cores
+from collage.util import machine_id, physical_cores, source_commit
 
 SMOKE = ("**Smoke run (`--quick`): tiny models, few rounds; these numbers only prove the script works. "
          "Run without `--quick` on a quiet machine for the real table.**")
@@ -32,7 +32,7 @@ def header(title: str, command: str, notes: str = "") -> list[str]:
 
     lines = [f"# {title}", "", f"Command: `{command}`", "",
              f"Machine: {machine_id()}; threads {physical_cores()}; onnxruntime {onnxruntime.__version__}; "
-             f"openvino {openvino.get_version().split('-')[0]}; written {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC.", ""]
+             f"openvino {openvino.get_version().split('-')[0]}; commit {source_commit()}; written {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC.", ""]
     if "--quick" in command:
         lines += [SMOKE, ""]
     if notes:

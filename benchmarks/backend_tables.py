@@ -1,10 +1,10 @@
-"""Backend tables for results/: which backend takes which op, per-call overhead, chains of sessions.
+"""Backend tables for results/backends/ and results/chains/: which backend takes which op, per-call overhead, chains of sessions.
 
     python -m benchmarks.backend_tables            # full: every zoo model, ResNet-50 and BERT-base chains
     python -m benchmarks.backend_tables --quick    # smoke run on the tiny zoo models (minutes)
     python -m benchmarks.backend_tables --tables chain --rounds 100
 
-Writes results/op-support.md, results/call-overhead.md and results/chain.md (``*-quick.md`` with
+Writes results/backends/op-support.md, results/backends/call-overhead.md and results/chains/chain.md (``*-quick.md`` with
 ``--quick``), each starting with the exact command that produced it. The chain table ends with what
 each boundary costs in layout conversions (from the runtimes' profilers), per tensor size. Timings are
 medians over many interleaved runs (configurations take turns, in a shuffled order each round), never
@@ -129,25 +129,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 60, quick 5)")
     p.add_argument("--models", default=None,
                    help="comma list of zoo models for the support and chain tables (default: by mode)")
-    p.add_argument("--out", type=Path, default=Path("results"), help="folder for the .md files")
+    p.add_argument("--out", type=Path, default=Path("results"),
+                   help="results folder: op-support and call-overhead go to OUT/backends/, chain to OUT/chains/")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     command = "python -m benchmarks.backend_tables " + " ".join(sys.argv[1:] if argv is None else argv)
     command = command.strip()
-    args.out.mkdir(parents=True, exist_ok=True)
+    for topic in ("backends", "chains"):
+        (args.out / topic).mkdir(parents=True, exist_ok=True)
     tables = {t.strip() for t in args.tables.split(",") if t.strip()}
     rounds = args.rounds or (5 if args.quick else 60)
     chosen = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
     if "support" in tables:
         models = chosen or (TINY_MODELS if args.quick else zoo.names())
-        print(op_support(models, command, args.out))
+        print(op_support(models, command, args.out / "backends"))
     if "overhead" in tables:
-        print(call_overhead(rounds if args.quick else max(rounds // 2, 10), 50 if args.quick else 200, command, args.out))
+        print(call_overhead(rounds if args.quick else max(rounds // 2, 10), 50 if args.quick else 200, command, args.out / "backends"))
     if "chain" in tables:
         models = chosen or (["tiny-resnet", "tiny-bert"] if args.quick else ["resnet50", "bert-base"])
         from benchmarks.chain_tables import chains
 
-        print(chains(models, rounds, command, args.out))
+        print(chains(models, rounds, command, args.out / "chains"))
     return 0
 
 

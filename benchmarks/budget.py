@@ -1,6 +1,6 @@
 """Tuning under a budget: guided vs enumeration-order measuring, against a reference tuned with a long budget.
 
-    python -m benchmarks.budget --train-db DB --models bert-base resnet50 vit-b16 gpt2-small  # -> results/budget.md
+    python -m benchmarks.budget --train-db DB --models bert-base resnet50 vit-b16 gpt2-small  # -> results/budget/budget.md
     python -m benchmarks.budget --train-db DB --models tiny-resnet --budget 15s --reference 60s --out /tmp/b.md
 
 Issue 20's question: does a plan tuned under ``--budget 2m`` come within 3% of the plan tuned with every
@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=50, help="interleaved rounds (each runs every artifact once)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", help="folder for the DB copies and artifacts (default: a temporary one, removed)")
-    ap.add_argument("--out", default="results/budget.md")
+    ap.add_argument("--out", default="results/budget/budget.md")
     ap.add_argument("--rerun", nargs="+", choices=RUNS, default=None,
                     help="with --work of an earlier run: tune only these runs again (e.g. guided after the learned "
                          "cost model changed), keep the others' artifacts, time all three interleaved anew")

@@ -1,5 +1,5 @@
 """What a stitched chain of one backend's pieces costs beyond the sum of its pieces, per chain shape:
-``python -m benchmarks.chain_excess --models resnet50,inception_v1`` -> results/chain-excess.md.
+``python -m benchmarks.chain_excess --models resnet50,inception_v1`` -> results/chains/chain-excess.md.
 
 The input to the partition charges the tuner measures (``collage.tuner.search_step.PartitionCharge``). Per model
 and backend, chains of contiguous pieces, each exported and loaded as an artifact
@@ -75,7 +75,7 @@ def main() -> None:
     p.add_argument("--backends", default="openvino-bf16,openvino-fp16,openvino,onnxruntime")
     p.add_argument("--shapes", default="1,t3,t5,2,4,8")
     p.add_argument("--rounds", type=int, default=9)
-    p.add_argument("--out", default="results/chain-excess.md")
+    p.add_argument("--out", default="results/chains/chain-excess.md")
     args = p.parse_args()
     command = "python -m benchmarks.chain_excess " + " ".join(sys.argv[1:])
     t0 = time.monotonic()

@@ -1,4 +1,4 @@
-"""The chain table of results/chain.md: a model cut into pieces, each chain run on one backend or alternating.
+"""The chain table of results/chains/chain.md: a model cut into pieces, each chain run on one backend or alternating.
 
 Part of ``python -m benchmarks.backend_tables --tables chain`` (see that module for the command line).
 ResNet-50 is cut after the stem's MaxPool and every residual block (18 pieces), BERT-base after the
@@ -266,7 +266,7 @@ def chains(models: list[str], rounds: int, command: str, out: Path) -> Path:
                     "`vs whole` compares a same-backend chain's median with the whole model's on that backend "
                     "(target <= 1.10x); `paired` is the median (and quartiles) over rounds of the chain's time divided "
                     "by the whole model's in the same round, taken within a second of each other, so that the "
-                    "machine's speed level, which moves by 10-25% over minutes here (results/machine-level.md), "
+                    "machine's speed level, which moves by 10-25% over minutes here (results/measurement/machine-level.md), "
                     "cancels out.")
     lines += md_table(["model", "pieces", "hand-over settings", "configuration", "median ms", "p10 - p90 ms",
                         "vs whole", "paired: vs whole (quartiles)", "runs"], rows)

@@ -1,6 +1,6 @@
 """How well the learned cost model predicts a model it has never seen: leave-one-model-out over a cost DB.
 
-    python -m benchmarks.cost_model --db /work/data/bench/costs.sqlite          # -> results/cost-model.md
+    python -m benchmarks.cost_model --db DB             # -> results/budget/cost-model.md (results/budget/README.md makes DB)
     python -m benchmarks.cost_model --db DB --models tiny-resnet squeezenet --out /tmp/cm.md
     python -m benchmarks.cost_model --db DB --retune tiny-resnet                # + the warm re-tune line
     python -m benchmarks.cost_model --db DB --retune resnet50 --max-nodes 6 --retune-only   # that line alone
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-nodes", type=int, help="the re-tune's Limits.max_nodes (default: the tuner's)")
     ap.add_argument("--retune-only", action="store_true",
                     help="only the re-tune: its section (with this command) replaces the one in --out")
-    ap.add_argument("--out", default="results/cost-model.md")
+    ap.add_argument("--out", default="results/budget/cost-model.md")
     args = ap.parse_args(argv)
     command = "python -m benchmarks.cost_model " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.retune_only:

@@ -1,6 +1,6 @@
 """The Ray executor: dispatch overhead per candidate, throughput with 1-8 nodes, a projection for a fleet.
 
-    python -m benchmarks.distributed [--nodes 1,2,4,8] [--per-size 6] [--out results/distributed.md]
+    python -m benchmarks.distributed [--nodes 1,2,4,8] [--per-size 6] [--out results/measurement/distributed.md]
 
 1. **Dispatch overhead**: the same candidates measured by the local executor and by a one-node Ray
    cluster; per candidate, the job's wall time minus the measurement windows' own time (``Measurement.wall_s``,
@@ -14,7 +14,7 @@
    for these nodes because they share one machine; on a fleet each node is its own machine).
 3. **Projection**: the real window time per candidate (ONNX Runtime and OpenVINO, collage's default cap,
    on this machine, measured here locally) plus the Ray overhead gives candidates per hour per node;
-   with the distinct keys of resnet50 and bert-base (results/noise.md) that is the time per model on N nodes.
+   with the distinct keys of resnet50 and bert-base (results/measurement/noise.md) that is the time per model on N nodes.
 
 Every cluster is local (``ray.cluster_utils.Cluster``: a head without the measurement resource plus N
 nodes with ``collage_measure: 1`` and one CPU each) and is shut down after its run.
@@ -33,12 +33,12 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
-from collage.util import machine_id, markdown_table
+from collage.util import machine_id, markdown_table, source_commit
 
 SLEEP = "collage.backends.simulated:SleepBackend"
 #: the simulated window: compile 0.5 s, then calls of 20 ms (warm-up 0.2 s, then >= 10 timed calls)
 SLEEP_OPTS = {"ms_per_node": 20.0, "compile_s": 0.5}
-#: distinct (fingerprint, backend) keys over onnxruntime + openvino, results/noise.md (candidates up to 12 nodes)
+#: distinct (fingerprint, backend) keys over onnxruntime + openvino, results/measurement/noise.md (candidates up to 12 nodes)
 DISTINCT = {"resnet50": 806, "bert-base": 1118}
 
 log = logging.getLogger("benchmarks.distributed")
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-size", type=int, default=6, help="candidates per node of the largest cluster")
     ap.add_argument("--overhead-candidates", type=int, default=40)
     ap.add_argument("--real-candidates", type=int, default=24)
-    ap.add_argument("--out", default="results/distributed.md")
+    ap.add_argument("--out", default="results/measurement/distributed.md")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     command = " ".join(["python -m benchmarks.distributed", *(argv if argv is not None else sys.argv[1:])])
@@ -221,7 +221,7 @@ def render(command, over, thr, real_s, real, per_hour, proj, total_s, drivers_no
     return "\n".join([
         "# Measuring on a Ray cluster: dispatch overhead, scaling, projection",
         "",
-        f"Command: `{command}` ({total_s:.0f} s). Machine: {machine_id()}, shared with other jobs (load average "
+        f"Command: `{command}` at commit {source_commit()} ({total_s:.0f} s). Machine: {machine_id()}, shared with other jobs (load average "
         f"{os.getloadavg()[0]:.1f} when it ended); {dt.datetime.now(dt.timezone.utc).isoformat(timespec='minutes')}. "
         "Clusters are local (`ray.cluster_utils.Cluster`: a head without the measurement resource and N nodes "
         "with `collage_measure: 1`, one CPU each) and the cost DB a SQLite file (every node is on this machine).",
@@ -258,8 +258,8 @@ def render(command, over, thr, real_s, real, per_hour, proj, total_s, drivers_no
         f"default cap of 2 s, compile included) took {real['wall s']:.0f} s locally: **{real_s:.2f} s per "
         f"candidate**. Adding the Ray executor's overhead beyond the local one (section 1, `per_node=2`) gives "
         f"**{per_hour:.0f} candidates per hour per node** (one measurement at a time per machine); the same order as "
-        "results/noise.md, whose one-window runs took 83 s for 214 resnet50 and bert-base subgraphs. With the "
-        "distinct keys of two real models (results/noise.md: candidates up to 12 nodes, deduplicated by "
+        "results/measurement/noise.md, whose one-window runs took 83 s for 214 resnet50 and bert-base subgraphs. With the "
+        "distinct keys of two real models (results/measurement/noise.md: candidates up to 12 nodes, deduplicated by "
         "fingerprint, two backends) and nodes like this one:",
         "",
         markdown_table(proj),

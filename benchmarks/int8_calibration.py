@@ -4,7 +4,7 @@ For each model: the ranges by min/max, percentile (ORT default 99.999) and entro
 random samples tune uses (``load_calibration``), each with the two op sets of ``collage.backends.qdq``
 ("core": Conv/MatMul/Gemm; "all": every op ORT's QDQ quantizer knows); the whole model quantized with
 them and run by onnxruntime-int8 and openvino-int8; error vs the ONNX Runtime fp32 reference (max |err| /
-output range, min cosine). Writes ``results/int8-calibration.md``.
+output range, min cosine). Writes ``results/precision/int8-calibration.md``.
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from benchmarks._common import write_atomic
+from collage.util import source_commit
 
 MODELS = ["mobilenetv2", "resnet50", "squeezenet"]
 
@@ -22,14 +23,14 @@ MODELS = ["mobilenetv2", "resnet50", "squeezenet"]
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.int8_calibration")
     p.add_argument("--models", default=",".join(MODELS))
-    p.add_argument("--out", default="results/int8-calibration.md")
+    p.add_argument("--out", default="results/precision/int8-calibration.md")
     args = p.parse_args(argv)
     from collage import zoo
     from collage.backends import get_backend, qdq
     from collage.measure.accuracy import load_calibration, reference_runs, run_error
 
     command = "python -m benchmarks.int8_calibration " + " ".join(sys.argv[1:] if argv is None else argv)
-    lines = ["# INT8 calibration: min/max vs percentile vs entropy, core vs all ops", "", f"Command: `{command}`", "",
+    lines = ["# INT8 calibration: min/max vs percentile vs entropy, core vs all ops", "", f"Command: `{command}` at commit {source_commit()}", "",
              "Error of the whole model in int8 (QDQ, weights int8 per channel, activations uint8) vs ONNX Runtime "
              "fp32 on the 2 seeded random samples that also calibrate; rel = max |err| / output range, cos = min "
              "cosine similarity.", "",

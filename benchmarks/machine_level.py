@@ -1,9 +1,9 @@
 """How steady is this machine? Fixed workloads timed in short slices over several minutes.
 
-    python -m benchmarks.machine_level                 # 300 s, writes results/machine-level.md
-    python -m benchmarks.machine_level --seconds 60 --quick   # results/machine-level-quick.md
+    python -m benchmarks.machine_level                 # 300 s, writes results/measurement/machine-level.md
+    python -m benchmarks.machine_level --seconds 60 --quick   # results/measurement/machine-level-quick.md
 
-Two runs of collage's measurement disagree by a median ~10% (results/noise.md). This benchmark asks
+Two runs of collage's measurement disagree by a median ~10% (results/measurement/noise.md). This benchmark asks
 what floor the machine itself sets, with no compile, no worker process and no candidate changing: the
 same few partitions (a 3x3 convolution and a BERT-sized MatMul through collage's ONNX Runtime and
 OpenVINO backends, the ORT convolution also on one thread) plus the reference probe the measurer can
@@ -40,7 +40,7 @@ from tqdm import tqdm
 from benchmarks.noise import cpu_snapshot
 from collage.backends import get_backend, unavailable_reason
 from collage.measure.worker import reference_probe
-from collage.util import machine_id, physical_cores
+from collage.util import machine_id, physical_cores, source_commit
 
 from benchmarks._common import write_atomic
 
@@ -153,8 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.machine_level", description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=300.0, help="length of the trace (default 300)")
     p.add_argument("--slice", type=float, default=2.0, help="seconds per slice: a measurement window (default 2)")
-    p.add_argument("--quick", action="store_true", help="write results/machine-level-quick.md")
-    p.add_argument("--out", default=None, help="output file (default results/machine-level[-quick].md)")
+    p.add_argument("--quick", action="store_true", help="write results/measurement/machine-level-quick.md")
+    p.add_argument("--out", default=None, help="output file (default results/measurement/machine-level[-quick].md)")
     args = p.parse_args(argv)
     command = "python -m benchmarks.machine_level " + " ".join(sys.argv[1:] if argv is None else argv)
     cpu0 = cpu_snapshot()
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
              if cpu0["steal"] is not None else "unknown")
     mhz = ", ".join(f"{x:.0f}" for x in sorted(set(cpu0["mhz"] + cpu1["mhz"]))) or "unknown"
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = ["# How steady is this machine?", "", f"Command: `{command.strip()}`", "",
+    lines = ["# How steady is this machine?", "", f"Command: `{command.strip()}` at commit {source_commit()}", "",
              f"Machine: {machine_id()}, {physical_cores()} cores; {now}; steal time {steal} of CPU time; "
              f"CPU clock seen {mhz} MHz.", "",
              f"The same workloads, nothing recompiled, taken round robin in {args.slice:g} s slices (one slice: median of "
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                      summary), "",
              f"Level over time: median of the slice medians in each {BUCKET_S:.0f} s bucket, ms.", "",
              *_table(levels[0], levels[1:]), ""]
-    out = Path(args.out or ("results/machine-level-quick.md" if args.quick else "results/machine-level.md"))
+    out = Path(args.out or ("results/measurement/machine-level-quick.md" if args.quick else "results/measurement/machine-level.md"))
     write_atomic(out, lines)
     print(out)
     return 0

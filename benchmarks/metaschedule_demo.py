@@ -9,7 +9,7 @@ conv), or a conv + relu built with onnx.helper at the same shape (``--source hel
 Steps: compile untuned; compile with MetaSchedule into a fresh database (tuning seconds); compile it
 again from a fresh backend on the same database (must tune nothing); ONNX Runtime for reference. The
 three runtimes are timed interleaved, in rounds (median ms of single calls). Writes
-results/metaschedule.md (results/metaschedule-quick.md below 64 trials) with the command.
+results/tvm/metaschedule.md (results/tvm/metaschedule-quick.md below 64 trials) with the command.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from collage.backends import get_backend
 from collage.backends.tvm.backend import TVMBackend
-from collage.util import machine_id, physical_cores
+from collage.util import machine_id, physical_cores, source_commit
 
 log = logging.getLogger("benchmarks.metaschedule_demo")
 
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", type=Path, help="tuning database directory (default: a fresh temporary one)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (default 5)")
     parser.add_argument("--budget", type=float, default=1.0, help="seconds per runner per round (default 1)")
-    parser.add_argument("--out", type=Path, help="results file (default results/metaschedule[-quick].md)")
+    parser.add_argument("--out", type=Path, help="results file (default results/tvm/metaschedule[-quick].md)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     command = "python -m benchmarks.metaschedule_demo " + shlex.join(argv if argv is not None else sys.argv[1:])
@@ -124,13 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     ms = time_interleaved({"untuned": untuned.run, "tuned": tuned.run, "ort": ort.run}, feeds, args.rounds, args.budget)
 
     quick = args.trials < 64
-    out = args.out or Path("results") / ("metaschedule-quick.md" if quick else "metaschedule.md")
+    out = args.out or Path("results/tvm") / ("metaschedule-quick.md" if quick else "metaschedule.md")
     out.parent.mkdir(parents=True, exist_ok=True)
     ts = tuned.tuning
     lines = [
         "# MetaSchedule on one ResNet-50 3x3 conv block" + (" (quick smoke run)" if quick else ""),
         "",
-        f"Command: `{command}` ({time.perf_counter() - started:.0f} s). Machine: {machine_id()}, "
+        f"Command: `{command}` at commit {source_commit()} ({time.perf_counter() - started:.0f} s). Machine: {machine_id()}, "
         f"{physical_cores()} cores; {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC.",
         f"Subgraph: {model.graph.name} ({args.source}: {', '.join(n.op_type for n in model.graph.node)}), input 1x64x56x56, 64 -> 64 channels, 3x3, pad 1. "
         f"TVM {TVMBackend(tuning='metaschedule', trials=args.trials).version()}; {args.trials} trials per workload; database {db}.",

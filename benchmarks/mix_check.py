@@ -1,7 +1,7 @@
 """A tune's searched plan measured again, in a fresh process, against the single backends: ``python -m benchmarks.mix_check``.
 
     python -m benchmarks.mix_check ART/bert-base ART/zfnet512 --backend-option onnxruntime.shared_pool=false \
-        --backend-option onnxruntime.wait=stop --backend-option onnxruntime.spin_us=0 -o results/mix-check.md
+        --backend-option onnxruntime.wait=stop --backend-option onnxruntime.spin_us=0 -o results/bench/mix-check.md
 
 For each tune output folder (its report.json): the plan the search chose (``searched_plan``: before the
 never-worse rule replaced a mix by a single backend) is exported with the given backend options, and run
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--calls", type=int, default=8)
     ap.add_argument("--one", help=argparse.SUPPRESS)  # worker mode: one folder, JSON on stdout
-    ap.add_argument("-o", "--output", type=Path, default=Path("results/mix-check.md"))
+    ap.add_argument("-o", "--output", type=Path, default=Path("results/bench/mix-check.md"))
     args = ap.parse_args(argv)
     from collage.backends import parse_backend_options
 

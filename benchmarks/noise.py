@@ -4,7 +4,7 @@
     python -m benchmarks.noise --quick          # tiny-resnet + tiny-bert, few subgraphs (~1-2 min)
     python -m benchmarks.noise --protocols single,rounds --blocks 6   # A/B of measurement protocols
 
-Writes results/noise.md (results/noise-quick.md with --quick):
+Writes results/measurement/noise.md (results/measurement/noise-quick.md with --quick):
 
 1. Two **genuinely separate runs** per protocol: each run is its own process
    (``python -m benchmarks.noise --run-one``) calling ``measure_candidates`` (the tuner's path) on a
@@ -37,7 +37,7 @@ import numpy as np
 from collage import zoo
 from collage.backends import get_backend, unavailable_reason
 from collage.graph.ir import Graph
-from collage.util import machine_id, physical_cores
+from collage.util import machine_id, physical_cores, source_commit
 
 from benchmarks._common import write_atomic
 
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in protocols + [args.protocol]:
         if p not in PROTOCOLS:
             ap.error(f"unknown protocol {p!r}; known: {', '.join(PROTOCOLS)}")
-    out = Path(args.out or ("results/noise-quick.md" if args.quick else "results/noise.md"))
+    out = Path(args.out or ("results/measurement/noise-quick.md" if args.quick else "results/measurement/noise.md"))
     backends = [b for b in args.backends.split(",") if b]
     for b in list(backends):
         why = unavailable_reason(b)
@@ -255,7 +255,7 @@ def write(out: Path, args, backends, models, cap_s, max_nodes, above, protocols,
              if cpu0["steal"] is not None else "unknown")
     mhz = sorted(set(cpu0["mhz"] + cpu1["mhz"]))
     lines = [f"# Measurement noise{' (quick smoke run)' if args.quick else ''}", "",
-             f"Command: `{cmd}` ({elapsed:.0f} s). Machine: {machine_id()}, {physical_cores()} cores; "
+             f"Command: `{cmd}` at commit {source_commit()} ({elapsed:.0f} s). Machine: {machine_id()}, {physical_cores()} cores; "
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC. Models: {', '.join(models)}; "
              f"backends: {', '.join(backends)}; timing cap {cap_s} s per candidate (all its rounds together). "
              f"Steal time during the benchmark: {steal}; CPU clock seen: "

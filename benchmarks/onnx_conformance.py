@@ -1,4 +1,4 @@
-"""ONNX's own backend test suite through collage, per plan: results/onnx-conformance.md.
+"""ONNX's own backend test suite through collage, per plan: results/backends/onnx-conformance.md.
 
     python -m benchmarks.onnx_conformance                                  # onnxruntime, openvino, mixed, tvm
     python -m benchmarks.onnx_conformance --plans onnxruntime,mixed
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from collage.conformance.backend import CATEGORIES, conformance_cases, parse_plan, run_case
 
-OUT = Path("results/onnx-conformance.md")
+OUT = Path("results/backends/onnx-conformance.md")
 
 
 def reason_key(detail: str) -> str:
@@ -73,7 +73,9 @@ def run_plan(plan: str, pattern: str | None, every: int, categories: tuple[str, 
 def _versions() -> str:
     import onnx
 
-    parts = [f"onnx {onnx.__version__}"]
+    from collage.util import source_commit
+
+    parts = [f"collage at commit {source_commit()}", f"onnx {onnx.__version__}"]
     for mod in ("onnxruntime", "openvino"):
         try:
             parts.append(f"{mod} {__import__(mod).__version__}")

@@ -1,5 +1,5 @@
 """How much an fp32 mix of ONNX Runtime and OpenVINO can gain here, from each piece's cost where it runs:
-``python -m benchmarks.oracle_mix --models resnet50,gpt2-small -o results/oracle-mix.md``.
+``python -m benchmarks.oracle_mix --models resnet50,gpt2-small -o results/chains/oracle-mix.md``.
 
 The search prices a part by timing it alone, hot, in a measurement worker. This benchmark asks the
 question without that step: each model is cut at its narrow cuts (``collage.search.ranges.narrow_cuts``:
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="resnet50,mobilenetv2,inception_v1,densenet121,bert-base,vit-b16,"
                                         "gpt2-small,convnext-t,whisper-tiny-encoder")
     ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("-o", "--output", type=Path, default=Path("results/oracle-mix.md"))
+    ap.add_argument("-o", "--output", type=Path, default=Path("results/chains/oracle-mix.md"))
     ap.add_argument("--one", help=argparse.SUPPRESS)   # worker: one model, JSON to --json
     ap.add_argument("--json", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -4,7 +4,7 @@ For each model: ``collage tune`` over onnxruntime, openvino (fp32) and openvino-
 budget (default ``cos=0.999,rel=0.01``, judged on seeded random inputs), then, interleaved in one run:
 the tuned artifact, the best fp32 single backend (ONNX Runtime, OpenVINO fp32) and OpenVINO all-bf16
 on the whole model. Each one's end-to-end error is measured against the ONNX Runtime fp32 reference
-on the same calibration inputs. Writes ``results/precision-bf16.md`` (``results/precision-quick.md`` with
+on the same calibration inputs. Writes ``results/precision/precision-bf16.md`` (``results/precision/precision-quick.md`` with
 ``--quick``: the tiny zoo models, small candidates, a short measuring budget), rewritten after each
 model, so a run cut short keeps the models it finished.
 
@@ -18,7 +18,7 @@ in ``--quick``.
 ``--int8 --accuracy 'cos=0.999,rel=0.01;cos=0.99,rel=0.05'``: the int8 variants and OpenVINO fp16 join the
 search, each model runs under each budget (one cost DB, so the second tune reuses the first's ranges and
 measurements), those whole-model variants join the interleaved timing, and the table goes to
-``results/precision.md`` (the 12 models at those two budgets: 104 min).
+``results/precision/precision.md`` (the 12 models at those two budgets: 104 min).
 """
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ import traceback
 from pathlib import Path
 
 from benchmarks._common import write_atomic
+from collage.util import source_commit
 
 log = logging.getLogger("benchmarks.precision")
 
@@ -49,10 +50,10 @@ BUDGETS = {"resnet50": "3m", "mobilenetv2": "3m", "bert-base": "3m", "bert-base-
 DEFAULT_BUDGET = "90s"
 QUICK_BUDGET = "45s"
 BACKENDS = ["onnxruntime", "openvino", "openvino-bf16"]
-#: with --int8: the int8 QDQ variants too (collage.backends.qdq), writing results/precision.md
+#: with --int8: the int8 QDQ variants too (collage.backends.qdq), writing results/precision/precision.md
 INT8 = ["onnxruntime-int8", "openvino-int8", "openvino-int8-bf16"]
 #: with --int8 also OpenVINO fp16 (avx512_fp16, no AMX-FP16 here): slower than fp32 on convolutions
-#: (results/precision-variants.md) but half the weight bytes of fp32 on the batch-1 Gemms that are memory
+#: (results/precision/precision-variants.md) but half the weight bytes of fp32 on the batch-1 Gemms that are memory
 #: bound, at ~1/6 of bf16's error (a 9216x4096 MatMul+Relu: fp32 5.6 ms, fp16 2.8 ms rel 4.5e-4, bf16 2.5 ms
 #: rel 2.6e-3): the precision for large classifier Gemms under a strict budget
 LOWP = ["openvino-fp16"]
@@ -145,7 +146,7 @@ def write(path: Path, rows: list[dict], args: argparse.Namespace, elapsed: float
     status = "" if done == todo else f" **Partial: {done} of {todo} models done.**"
     budgets = ", ".join(f"{r['model']} {r['budget_text']}" for r in rows) or "-"
     lines = ["# Precision as a searched dimension: budgeted bf16 vs fp32 vs all-bf16", "",
-             f"Command: `{args.command}` (accuracy budget `{args.accuracy}`, candidates up to {args.max_nodes} "
+             f"Command: `{args.command}` at commit {source_commit()} (accuracy budget `{args.accuracy}`, candidates up to {args.max_nodes} "
              f"nodes; measuring budget per model: {budgets}). Total {elapsed / 60:.1f} min.{status}", "",
              "Backends searched: onnxruntime, openvino (fp32), openvino-bf16. Latency: median ms of a full call, "
              f"the four measured interleaved in {args.rounds} rounds in one process. Error: vs the ONNX Runtime "
@@ -179,15 +180,15 @@ def _mix(r: dict) -> str:
 
 
 def write_int8(path: Path, rows: list[dict], args: argparse.Namespace, elapsed: float, todo: int) -> None:
-    """results/precision.md (--int8): one table per accuracy budget (rows carry theirs), int8 columns."""
+    """results/precision/precision.md (--int8): one table per accuracy budget (rows carry theirs), int8 columns."""
     done = len(rows)
     status = "" if done == todo else f" **Partial: {done} of {todo} (model, budget) runs done.**"
     lines = ["# INT8 in the search: fp32 / bf16 / int8 across ONNX Runtime and OpenVINO under an accuracy budget", "",
-             f"Command: `{args.command}`. Total {elapsed / 60:.1f} min.{status}", "",
+             f"Command: `{args.command}` at commit {source_commit()}. Total {elapsed / 60:.1f} min.{status}", "",
              f"Backends searched: {', '.join(BACKENDS + WITH_INT8)} (candidates up to {args.max_nodes} nodes). Latency: "
              f"median ms of a full call, the plan and every whole-model runner measured interleaved in {args.rounds} "
              "rounds in one process (2 threads on a 2-core machine, whose speed level moves 13-25% between runs minutes "
-             "apart: results/machine-level.md; compare within a table). "
+             "apart: results/measurement/machine-level.md; compare within a table). "
              "Error vs the ONNX Runtime fp32 reference on 2 seeded random input samples (the same samples calibrate "
              "the int8 ranges: min/max, per tensor, once per model), as max |err| / output range and min cosine. "
              "int8: QDQ with weights int8 per channel, activations uint8, Conv/MatMul/Gemm quantized "
@@ -248,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", default=None, help=f"comma-separated zoo names (default: {', '.join(FULL)})")
     p.add_argument("--accuracy", default="cos=0.999,rel=0.01",
                    help="budget; with --int8 several separated by ';' (each model runs under each)")
-    p.add_argument("--int8", action="store_true", help="search the int8 variants too; write results/precision.md")
+    p.add_argument("--int8", action="store_true", help="search the int8 variants too; write results/precision/precision.md")
     p.add_argument("--max-nodes", type=int, default=None, help="largest candidate (default 4; 3 with --quick)")
     p.add_argument("--budget", default=None,
                    help=f"measuring budget for every model, e.g. 3m (default: {DEFAULT_BUDGET}, "
@@ -269,8 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else (QUICK if args.quick else FULL)
     args.max_nodes = args.max_nodes or (3 if args.quick else 4)
     args.rounds = args.rounds or (3 if args.quick else 7)
-    out = Path(args.out or ("results/precision.md" if args.int8 and not args.quick else
-                            "results/precision-quick.md" if args.quick else "results/precision-bf16.md"))
+    out = Path(args.out or ("results/precision/precision.md" if args.int8 and not args.quick else
+                            "results/precision/precision-quick.md" if args.quick else "results/precision/precision-bf16.md"))
     accuracies = [a.strip() for a in args.accuracy.split(";") if a.strip()] if args.int8 else [args.accuracy]
     runs = [(a, m) for m in models for a in accuracies]  # model-major: a run cut short has both budgets of its models
     t0 = time.monotonic()

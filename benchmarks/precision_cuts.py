@@ -18,7 +18,7 @@ The best of 38 noisy ratios is biased upwards (a 7-round ratio moves by 10-15% h
 ``--confirm`` best splits within the budget are then measured again, interleaved with the whole model
 in fp32 and bf16 over ``--confirm-rounds`` rounds; that second table is the answer.
 
-Writes ``results/precision-cuts-<model>.md`` (rewritten after each cut). shufflenet: 19 cuts, about 4 min.
+Writes ``results/precision/precision-cuts-<model>.md`` (rewritten after each cut). shufflenet: 19 cuts, about 4 min.
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks._common import write_atomic
+from collage.util import source_commit
 
 ORDERS = (("openvino-bf16", "openvino"), ("openvino", "openvino-bf16"))
 SHORT = {"openvino": "fp32", "openvino-bf16": "bf16"}
@@ -97,7 +98,7 @@ def write(path: Path, name: str, rows: list[dict], budget: Any, accuracy: str, c
     keys = [f"{SHORT[a]} > {SHORT[b]}" for a, b in ORDERS]
     status = "" if len(rows) == todo else f" **Partial: {len(rows)} of {todo} cuts done.**"
     lines = [f"# Every fp32/bf16 split of {name} at a narrow cut", "",
-             f"Command: `{command}` (accuracy budget `{accuracy}`). {elapsed / 60:.1f} min.{status}", "",
+             f"Command: `{command}` at commit {source_commit()} (accuracy budget `{accuracy}`). {elapsed / 60:.1f} min.{status}", "",
              "Two pieces, `[0, cut)` then `[cut, n)`, on collage's openvino (fp32) and openvino-bf16 backends; "
              "error at the model's outputs vs the ONNX Runtime fp32 reference on 2 seeded random samples "
              "(max |err| / output range); latency: median ms of a full call, each cut's chains measured "
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds per cut (default 7)")
     p.add_argument("--confirm", type=int, default=3, help="best within-budget splits measured again (default 3)")
     p.add_argument("--confirm-rounds", type=int, default=31, help="rounds of that measurement (default 31)")
-    p.add_argument("--out", default=None, help="default results/precision-cuts-<model>.md")
+    p.add_argument("--out", default=None, help="default results/precision/precision-cuts-<model>.md")
     args = p.parse_args(argv)
     command = "python -m benchmarks.precision_cuts " + " ".join(sys.argv[1:] if argv is None else argv)
     from collage.tuner.precision.tuner import cpu_bf16_reason
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         print(f"benchmarks.precision_cuts: {why}; nothing to compare", file=sys.stderr)
         return 2
-    out = Path(args.out or f"results/precision-cuts-{args.model}.md")
+    out = Path(args.out or f"results/precision/precision-cuts-{args.model}.md")
     t0 = time.monotonic()
     sweep(args.model, args.accuracy, args.rounds, out, command.strip(), args.confirm, args.confirm_rounds)
     print(f"wrote {out} in {(time.monotonic() - t0) / 60:.1f} min")

@@ -4,7 +4,7 @@ Which lower-precision variants are worth searching on this CPU? For each model, 
 (fp32), ``openvino-bf16`` and ``openvino-fp16`` backends on the whole model: latency measured interleaved
 (``collage.tuner.verify.measure_interleaved``) and error at the outputs against the ONNX Runtime fp32 reference
 on the calibration samples ``tune`` uses (2 seeded random samples). Writes
-``results/precision-variants.md``; the default five models take about 2 min.
+``results/precision/precision-variants.md``; the default five models take about 2 min.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from benchmarks._common import write_atomic
+from collage.util import source_commit
 
 VARIANTS = ["openvino", "openvino-bf16", "openvino-fp16"]
 DEFAULT = ["shufflenet", "squeezenet", "mobilenetv2", "resnet50", "bert-base"]
@@ -38,7 +39,7 @@ def measure(name: str, rounds: int) -> dict:
 def write(path: Path, rows: list[dict], command: str, elapsed: float) -> None:
     head = " | ".join(f"{b} ms | {b} error" for b in VARIANTS)
     lines = ["# OpenVINO on the whole model in fp32, bf16 and fp16", "",
-             f"Command: `{command}`. {elapsed / 60:.1f} min.", "",
+             f"Command: `{command}` at commit {source_commit()}. {elapsed / 60:.1f} min.", "",
              "Latency: median ms of a full call, the three measured interleaved in one process. Error: max |err| / "
              "output range vs the ONNX Runtime fp32 reference on 2 seeded random samples (NaN/inf: not finite). "
              "*x fp32*: fp32 ms / this ms (> 1: faster).", "",
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.precision_variants", description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(DEFAULT), help=f"comma-separated zoo names (default {','.join(DEFAULT)})")
     p.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds (default 9)")
-    p.add_argument("--out", default="results/precision-variants.md")
+    p.add_argument("--out", default="results/precision/precision-variants.md")
     args = p.parse_args(argv)
     command = ("python -m benchmarks.precision_variants " + " ".join(sys.argv[1:] if argv is None else argv)).strip()
     from collage.backends import unavailable_reason

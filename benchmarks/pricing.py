@@ -1,6 +1,6 @@
 """Is a chain of partitions priced by its parts? Per ONNX Runtime threading setting: ``python -m benchmarks.pricing``.
 
-    python -m benchmarks.pricing --models resnet50:18 bert-base:12 --settings before,stop -o results/pricing.md
+    python -m benchmarks.pricing --models resnet50:18 bert-base:12 --settings before,stop -o results/chains/pricing.md
 
 The search prices a plan as the sum of its partitions' own costs (each measured alone, back to back, in a
 measurement worker) plus the hand-overs between backends. For each model (cut into ``N`` contiguous pieces of
@@ -14,7 +14,7 @@ A setting whose chains measure close to their parts is one the search prices rig
 what a change of runtime costs on top. Settings (``benchmarks.switch_cost.SETTINGS``): ``before`` is
 collage's default (one process-wide ONNX Runtime pool), ``stop`` each ONNX Runtime session on its own pool,
 spinning while a run lasts and stopped when it returns. Settings run one after another (minutes apart: the
-machine's level drifts 13-25% between runs, results/machine-level.md), so compare chains with their parts
+machine's level drifts 13-25% between runs, results/measurement/machine-level.md), so compare chains with their parts
 within a setting, not settings with each other.
 """
 from __future__ import annotations
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", nargs="+", default=["resnet50:18", "bert-base:12"], help="zoo model:pieces")
     ap.add_argument("--settings", default="before,stop")
     ap.add_argument("--cap-s", type=float, default=3.0, help="timing per chain (seconds)")
-    ap.add_argument("-o", "--output", type=Path, default=Path("results/pricing.md"))
+    ap.add_argument("-o", "--output", type=Path, default=Path("results/chains/pricing.md"))
     args = ap.parse_args(argv)
     settings = [s for s in args.settings.split(",") if s]
     unknown = sorted(set(settings) - set(SETTINGS))

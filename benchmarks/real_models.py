@@ -1,6 +1,6 @@
 """Every real zoo model fetched from PyPI, tuned with ``--shape`` from a clean cache, and checked on real inputs.
 
-    python -m benchmarks.real_models                    # all 8 entries: results/real-models.md
+    python -m benchmarks.real_models                    # all 8 entries: results/real-models/real-models.md
     python -m benchmarks.real_models --models magika,ppocr-cls --budget 5s -o /tmp/rm.md
 
 For each entry of ``collage zoo list``'s real family (issue 38): ``collage zoo fetch`` into a fresh
@@ -65,7 +65,7 @@ def text_page(shape: tuple[int, ...]) -> Feeds:
     img = Image.new("RGB", (w, h), "white")
     d = ImageDraw.Draw(img)
     lines = ["Bring your own model", "ONNX Runtime and OpenVINO", "collage zoo fetch NAME",
-             "--shape x=1,3,48,{192,320}", "results/real-models.md", "The quick brown fox jumps"]
+             "--shape x=1,3,48,{192,320}", "results/real-models/real-models.md", "The quick brown fox jumps"]
     size = max(10, h // 16)
     for i, y in enumerate(range(size, h - size, int(size * 1.8))):
         d.text((size, y), lines[i % len(lines)], fill=(0, 0, 0), font=_font(size))
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="models tuned at once (each its own cost DB)")
     a = p.parse_args(argv)
     command = "python -m benchmarks.real_models" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
-    out = Path(a.out) if a.out else ROOT / "results" / report_name("real-models", command)
+    out = Path(a.out) if a.out else ROOT / "results" / "real-models" / report_name("real-models", command)
     names = a.models.split(",")
     cases = [c for c in CASES if c.name in names]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,

@@ -1,6 +1,6 @@
 """Round trip of tuned artifacts: `collage run` in a fresh process vs the ONNX Runtime reference.
 
-    python -m benchmarks.roundtrip ART_ROOT [--out results/roundtrip.md]
+    python -m benchmarks.roundtrip ART_ROOT [--out results/bench/roundtrip.md]
 
 For every artifact directory under ART_ROOT (as `collage bench --artifacts ART_ROOT` leaves them),
 writes seeded inputs (collage.zoo.catalog.random_inputs) to .npy files, runs `python -m collage.cli run` on
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from collage import zoo
-from collage.util import markdown_table
+from collage.util import markdown_table, source_commit
 
 from benchmarks._common import write_report
 
@@ -59,11 +59,11 @@ def check(art: Path, seed: int = 7) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("root", help="folder holding one artifact directory per zoo model")
-    ap.add_argument("--out", default="results/roundtrip.md")
+    ap.add_argument("--out", default="results/bench/roundtrip.md")
     args = ap.parse_args(argv)
     rows = [check(d) for d in sorted(Path(args.root).iterdir()) if (d / "manifest.json").exists()]
     text = ("# Round trip: tuned artifact run by `collage run` in a fresh process vs ONNX Runtime fp32\n\n"
-            f"Command: `python -m benchmarks.roundtrip {args.root}` (artifacts from `collage bench --artifacts`).\n"
+            f"Command: `python -m benchmarks.roundtrip {args.root}` at commit {source_commit()} (artifacts from `collage bench --artifacts`).\n"
             "Tolerance atol 1e-4, rtol 1e-3; seeded inputs from collage.zoo.catalog.random_inputs(seed=7).\n\n"
             + markdown_table(rows))
     write_report(args.out, text.split("\n"))

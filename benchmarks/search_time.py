@@ -14,7 +14,7 @@ integer ns, same number of partitions). The stress graph (``--stress``, on by de
 ``--models``) is a ladder of parallel MatMul+Relu chains mixed pairwise by Adds every second step: its
 frontier is as wide as the ladder, so the DP passes its valve and the ILP has to answer.
 
-Writes results/search-time.md (results/search-time-quick.md with --quick).
+Writes results/search/search-time.md (results/search/search-time-quick.md with --quick).
 
 The costs are SYNTHETIC (this benchmark times the search, not the backends): every node is supported
 on three backends, and a candidate's cost on a backend is derived deterministically from its nodes'
@@ -45,7 +45,7 @@ from collage.search.dp_tables import quantize
 from collage.search.exact import DP_STATES, ExactStats, ilp_held, search_exact
 from collage.search.ranges import range_candidates
 from collage.search.candidates import Candidate
-from collage.util import machine_id
+from collage.util import machine_id, source_commit
 
 from benchmarks._common import write_atomic
 
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     models = args.models or (["tiny-bert", "tiny-resnet"] if args.quick else zoo.names())
     stress = args.stress if args.stress is not None else not (args.models or args.quick)
-    out = args.output or Path("results") / ("search-time-quick.md" if args.quick else "search-time.md")
+    out = args.output or Path("results/search") / ("search-time-quick.md" if args.quick else "search-time.md")
     rows = []
     for name in models:
         log.info("%s ...", name)
@@ -237,9 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# Search time",
         "",
-        f"`{command}` on {machine_id()}, "
+        f"`{command}` at commit {source_commit()} on {machine_id()}, "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; median of {args.repeats} run(s). "
-        "The machine's speed level moves 13-25% between runs minutes apart (results/machine-level.md): compare "
+        "The machine's speed level moves 13-25% between runs minutes apart (results/measurement/machine-level.md): compare "
         "within a table.",
         "",
         "Costs are **synthetic** (this times the search, not the backends): all nodes supported on "

@@ -1,7 +1,7 @@
 """What a switch between ONNX Runtime and OpenVINO costs with real work on both sides, per threading setting.
 
-    python -m benchmarks.transitions --switch             # -> results/transitions.md (~10-15 min on 2 cores)
-    python -m benchmarks.switch_cost --rounds 20 -o results/transitions.md   # the same, directly
+    python -m benchmarks.transitions --switch             # -> results/transitions/transitions.md (~10-15 min on 2 cores)
+    python -m benchmarks.switch_cost --rounds 20 -o results/transitions/transitions.md   # the same, directly
 
 BERT-base and ResNet-50 are each cut in two halves (A, B: a contiguous cut at the middle layer / residual
 block), compiled with collage's backends (``get_backend(...).compile``). In one process per setting (ONNX
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=12, help="interleaved rounds per process")
     ap.add_argument("--cycles", type=int, default=4, help="A, B cycles per chain run")
     ap.add_argument("--repeats", type=int, default=2, help="processes per setting (alternating settings)")
-    ap.add_argument("-o", "--output", type=Path, default=Path("results") / "transitions.md")
+    ap.add_argument("-o", "--output", type=Path, default=Path("results/transitions") / "transitions.md")
     ap.add_argument("--worker", choices=sorted(SETTINGS), help=argparse.SUPPRESS)
     ap.add_argument("--json", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--settings", default=",".join(SETTINGS),
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker(args.worker, args.rounds, args.cycles, args.json)
         return 0
-    from collage.util import machine_id
+    from collage.util import machine_id, source_commit
 
     t0 = time.time()
     settings = [s for s in args.settings.split(",") if s]
@@ -229,9 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     head = [
         "# Transition costs: a switch between ONNX Runtime and OpenVINO with real work on both sides",
         "",
-        f"Command: `{cmd.strip()}` ({time.time() - t0:.0f} s). Machine: {machine_id()}; "
+        f"Command: `{cmd.strip()}` at commit {source_commit()} ({time.time() - t0:.0f} s). Machine: {machine_id()}; "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC. The machine's speed level moves "
-        "13-25% between runs minutes apart (results/machine-level.md): every number is a median over interleaved rounds, pooled over "
+        "13-25% between runs minutes apart (results/measurement/machine-level.md): every number is a median over interleaved rounds, pooled over "
         f"{args.repeats} processes per setting run alternately ({args.rounds} rounds each, {args.cycles} A,B cycles "
         "per chain run); compare settings within this file only.",
         "",

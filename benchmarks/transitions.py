@@ -1,11 +1,11 @@
 """Transition costs between backends, and how well parts + transitions predict a stitched chain.
 
     python -m benchmarks.transitions --switch   # the switch with real work on both sides, before/after the
-                                                # issue-19 settings -> results/transitions.md (benchmarks.switch_cost)
+                                                # issue-19 settings -> results/transitions/transitions.md (benchmarks.switch_cost)
     python -m benchmarks.transitions            # ORT <-> OpenVINO, 3 sizes, BERT-base chain (~10-15 min, 2 cores)
     python -m benchmarks.transitions --quick    # 2 sizes, tiny-bert chain (~1-2 min)
 
-Without --switch, writes results/transitions-small.md (results/transitions-quick.md with --quick):
+Without --switch, writes results/transitions/transitions-small.md (results/transitions/transitions-quick.md with --quick):
 
 1. Per backend pair, fixed and per-byte transition cost (``collage.measure.transitions``: real
    alternation A, B, A, ... of small Add+Relu pieces minus the same-backend chains), with the fast
@@ -39,7 +39,7 @@ from collage.measure.transitions import (FAST_HANDOVER, QUICK_SIZES, SIZES, SLOW
                                              transition_model)
 from collage.errors import CollageError
 from collage.graph.ir import Graph
-from collage.util import human_bytes, machine_id, physical_cores
+from collage.util import human_bytes, machine_id, physical_cores, source_commit
 
 log = logging.getLogger("benchmarks.transitions")
 
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     model = args.model or ("tiny-bert" if args.quick else "bert-base")
     sizes = QUICK_SIZES if args.quick else SIZES
     cap = args.cap if args.cap is not None else (0.5 if args.quick else 3.0)
-    out = Path(args.out or ("results/transitions-quick.md" if args.quick else "results/transitions-small.md"))
+    out = Path(args.out or ("results/transitions/transitions-quick.md" if args.quick else "results/transitions/transitions-small.md"))
     db = SQLiteCostDB(args.db or Path(tempfile.mkdtemp(prefix="collage-transitions-")) / "costs.sqlite")
     t0 = time.time()
 
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
 def write(out, args, sizes, fits, model, pieces, costs, whole, pair, check, elapsed, scale) -> None:
     cmd = "python -m benchmarks.transitions" + (" " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
     lines = [f"# Transition costs{' (quick smoke run)' if args.quick else ''}", "",
-             f"Command: `{cmd}` ({elapsed:.0f} s). Machine: {machine_id()}, {physical_cores()} cores; "
+             f"Command: `{cmd}` at commit {source_commit()} ({elapsed:.0f} s). Machine: {machine_id()}, {physical_cores()} cores; "
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC.", "",
              "Per transition = (alternating chain - mean of the two same-backend chains) / (pieces - 1); chains of "
              "Add+Relu pieces on [1, n] float32, timed interleaved. An alternating chain holds as many A->B as B->A "

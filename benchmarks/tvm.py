@@ -1,4 +1,4 @@
-"""Tuned TVM vs the vendor libraries per candidate class: ``python -m benchmarks.tvm`` -> results/tvm.md.
+"""Tuned TVM vs the vendor libraries per candidate class: ``python -m benchmarks.tvm`` -> results/tvm/tvm.md.
 
 For each model: enumerate the candidates TVM takes (up to ``--max-nodes`` nodes, no coarse ranges),
 classify them (:func:`collage.tuner.tvm_budget.candidate_class`), keep per class the ``--pool`` distinct
@@ -148,7 +148,7 @@ def main() -> None:
     p.add_argument("--tune", default="", help="models to run `collage tune` on with TVM and --tvm-budget (before the per-class rows)")
     p.add_argument("--tvm-budget", default="5m", help="the tunes' TVM tuning budget")
     p.add_argument("--tune-budget", default="90s", help="the tunes' measuring budget")
-    p.add_argument("--out", default="results/tvm.md")
+    p.add_argument("--out", default="results/tvm/tvm.md")
     args = p.parse_args()
     command = "python -m benchmarks.tvm " + " ".join(sys.argv[1:])
     t0 = time.monotonic()

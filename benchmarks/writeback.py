@@ -1,7 +1,7 @@
 """Does the kernel's write-back of a freshly written artifact land inside a later measurement?
 
-    python -m benchmarks.writeback                      # writes results/writeback.md
-    python -m benchmarks.writeback --quick              # squeezenet, 10 s phases: results/writeback-quick.md
+    python -m benchmarks.writeback                      # writes results/measurement/writeback.md
+    python -m benchmarks.writeback --quick              # squeezenet, 10 s phases: results/measurement/writeback-quick.md
 
 A tune writes each plan it times to disk (an artifact holds the partitions' weights: 233 MB for
 bvlc_alexnet) and times it at once; the verification does the same with the kept plan seconds later.
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                        "worst late slice / early"], rows)
     lines += [f"Each slice's median, ms, in order (one slice of {args.slice:g} s per backend in turn):", ""]
     lines += md_table(["pair", "phase", *fns], detail)
-    write_report(args.out or Path("results") / report_name("writeback", command), lines, echo=False)
+    write_report(args.out or Path("results/measurement") / report_name("writeback", command), lines, echo=False)
     return 0
 
 

@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("collage.commands.report", "show what runs where in a tuned artifact, and why"),
     "run": ("collage.commands.run", "run a tuned artifact on inputs from .npy files"),
     "inspect": ("collage.commands.inspect", "op histogram, FLOPs, inputs/outputs (and --support per backend)"),
-    "bench": ("collage.commands.bench", "tuned plan vs every single backend, written to results/"),
+    "bench": ("collage.commands.bench", "tuned plan vs every single backend, written to results/bench/"),
     "measure": ("collage.commands.measure", "measure candidates of a model into the cost database"),
     "backends": ("collage.commands.backends", "list backends: available or why not, version, device, precision"),
     "zoo": ("collage.commands.zoo", "list the built-in models (zoo:NAME); fetch the real family's"),

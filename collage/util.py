@@ -154,6 +154,27 @@ def machine_id() -> str:
     return f"{platform.machine()}|{cpu}|{physical_cores()}c"
 
 
+def source_commit() -> str:
+    """The short git commit of the collage source that runs (``abc1234``, ``abc1234+dirty`` with uncommitted
+    changes), or ``"unknown"`` outside a git checkout: benchmark headers name it, so a table says which code
+    wrote it (the version string alone does not change between commits)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        try:
+            done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    if git("rev-parse", "--show-toplevel") != str(root):  # an installed copy (maybe inside another repo)
+        return "unknown"
+    commit = git("rev-parse", "--short", "HEAD")
+    return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no", "--", "collage", "benchmarks") else "")
+
+
 def human_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if abs(n) < 1024 or unit == "GB":

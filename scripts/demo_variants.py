@@ -3,7 +3,7 @@
 Reads ``collage backends --json`` on stdin and prints a comma-separated list (empty when none is available):
 - a CPU with bf16 (AMX / avx512_bf16: ``openvino-bf16`` available): ``openvino-bf16`` and ``openvino-int8-bf16``
   (OpenVINO int8 with its non-quantized ops in bf16: faster than ``openvino-int8`` on all 11 zoo models where
-  both compile in results/precision.md, and ONNX Runtime's int8 slower than OpenVINO's on every one);
+  both compile in results/precision/precision.md, and ONNX Runtime's int8 slower than OpenVINO's on every one);
 - otherwise the int8 variants it has (``onnxruntime-int8``, ``openvino-int8``);
 - otherwise nothing: the demo then tunes fp32 only and says why.
 Each backend in the tune costs its whole-model measurements (outside --budget; about a minute each for the

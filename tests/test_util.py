@@ -73,3 +73,43 @@ def test_say_logs_and_prints(capsys, caplog):
     say(False, "quiet")
     assert capsys.readouterr().err == "collage: 3 nodes\n"
     assert [r.getMessage() for r in caplog.records] == ["3 nodes", "quiet"]
+
+
+def test_source_commit_names_the_checkout_it_runs_from():
+    """Benchmark headers name the code that wrote a table: the checkout's HEAD, short."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from collage.util import source_commit
+
+    root = Path(__file__).resolve().parent.parent
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert source_commit().removesuffix("+dirty") == head
+
+
+def test_source_commit_of_an_installed_copy_is_unknown(tmp_path):
+    """An installed copy (here util.py alone under a venv's site-packages, the venv inside another git repo,
+    as a project's .venv is) says so instead of naming the repo around it."""
+    import importlib.util
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    import collage.util
+
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "other project"], check=True)
+    site = tmp_path / ".venv" / "lib" / "site-packages"
+    (site / "collage").mkdir(parents=True)
+    shutil.copy(Path(collage.util.__file__), site / "collage" / "util.py")
+    spec = importlib.util.spec_from_file_location("copied_util", site / "collage" / "util.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.source_commit() == "unknown"

@@ -3,9 +3,9 @@ another runtime runs (Linux).
 
 ONNX Runtime's process-wide pool (collage's default, the fastest for ONNX Runtime alone and for chains of
 its partitions) keeps its worker spinning ~50-60 ms after every run, and Python has no control of that
-pool's spinning (results/transitions-wait.md). On a 2-core machine the next runtime's call shares the
+pool's spinning (results/transitions/transitions-wait.md). On a 2-core machine the next runtime's call shares the
 cores with that spin: an OpenVINO half of BERT-base right after an ONNX Runtime half took +34 ms
-(results/transitions.md). Lowering the worker's priority does not fix it (``pool_nice``: a yielding
+(results/transitions/transitions.md). Lowering the worker's priority does not fix it (``pool_nice``: a yielding
 oneTBB worker hands the core straight back to the spinner until the next tick; SCHED_IDLE likewise, +13
 to +24 ms here).
 

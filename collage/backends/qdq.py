@@ -3,7 +3,7 @@
 **Calibration** (:func:`calibrate`, called by the precision tuner once per model and calibration set):
 the fp32 model runs on ONNX Runtime over the calibration samples with every float intermediate tensor
 exposed (``onnxruntime.quantization``'s calibrator); each tensor gets its range (min/max: chosen by
-measured error against percentile and entropy, results/precision-int8.md). ORT's per-node range
+measured error against percentile and entropy, results/precision/int8-calibration.md). ORT's per-node range
 adjustments (a Relu/Clip's input takes its output's range, Softmax outputs ``[0, 1]``) are then applied
 ONCE, on the whole model (:func:`adjust`), so that they do not depend on where a candidate was cut.
 

@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", default=None, metavar="ray://HOST:PORT",
                    help="measure the candidates on a Ray cluster's measurement nodes: ray://HOST:PORT, HOST:PORT, "
                         "or 'auto' ($RAY_ADDRESS); with --db postgresql://... shared by all (docs/CLUSTER.md)")
-    p.add_argument("--out", default="results", help="folder for <date>-<target>.md/.csv")
+    p.add_argument("--out", default="results/bench", help="folder for <date>-<target>.md/.csv")
     p.add_argument("--artifacts", default=None, help="keep each model's artifact under this folder")
 
 

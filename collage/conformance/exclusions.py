@@ -4,7 +4,7 @@ Only cases that cannot say anything about collage's correctness belong here (the
 network, or the expected output is one particular random draw). Anything a backend computes wrongly is
 NOT excluded: that backend's ``supports()`` refuses it instead. Cases collage refuses cleanly (string
 tensors, sequences, optionals, training ops, ai.onnx.ml...) need no entry: they are counted as refused,
-with the refusal's reason, in results/onnx-conformance.md.
+with the refusal's reason, in results/backends/onnx-conformance.md.
 """
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ With fewer than ``TREE_MIN_ROWS`` rows the line alone is used, its range the res
 quantiles; with fewer than ``MIN_ROWS``, the variant has no model (its unmeasured candidates are not
 priced). Training is seconds for tens of thousands of rows (one thread: measurements may be running).
 XGBoost and SciPy (the line's NNLS) come with the ``tune`` extra. Accuracy on models the DB has never
-seen: ``benchmarks/cost_model.py`` -> ``results/cost-model.md``.
+seen: ``benchmarks/cost_model.py`` -> ``results/budget/cost-model.md``.
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ LINE_COLUMNS = ("nodes", "in_bytes", "out_bytes", "weight_bytes", "act_bytes", "
 OP_GROUPS = ("flops:", "bytes:")
 #: boosting rounds, tree depth, learning rate of the residual trees (200 rounds: 100 underfit; leave-one-model-out
 #: on two DBs, 100/200/300 rounds: medians 13.7/13.3/13.1% and 16.3/14.9/14.5% (union DB, ORT/OV), 15.1/13.9/13.3%
-#: and 14.3/14.1/13.7% (bench DB), the 10-90% ranges narrower with each step: results/cost-model.md)
+#: and 14.3/14.1/13.7% (bench DB), the 10-90% ranges narrower with each step: results/budget/cost-model.md)
 ROUNDS, DEPTH, ETA = 200, 3, 0.05
 #: per op class, the trees see its share of the FLOPs ("share") and of the nodes ("opshare")
 TREE_SHARES = ("share", "opshare")
@@ -71,7 +71,7 @@ TREE_SHARES = ("share", "opshare")
 RIDGE = 1e-3
 #: the parts of a variant's model by default (VariantModel.fit's per_op): "both", a line over sizes alone and a
 #: line with per-op-class columns, each with its trees, their quantiles averaged in log space. Either alone won
-#: on some DBs and lost on others; the mean was within a point of the better one on each (results/cost-model.md)
+#: on some DBs and lost on others; the mean was within a point of the better one on each (results/budget/cost-model.md)
 PER_OP: bool | str = "both"
 #: a per-op-class column enters the line only with this many training rows holding that op class
 OP_MIN_ROWS = 30

@@ -2,7 +2,7 @@
 
 A transition is not just bytes: the two runtimes' thread pools hand the cores over (ONNX Runtime's
 spinning threads, OpenVINO's pinned ones), and a piece's weights are colder in a chain than in a timing
-loop (DESIGN.md, "Stitching"). So it is measured as **real alternation**, never modelled from bytes:
+loop (docs/DESIGN.md, "Stitching"). So it is measured as **real alternation**, never modelled from bytes:
 
 * Small real pieces (``y = Relu(x + b)`` on a ``[1, n]`` float tensor, two compiled per backend and
   used in turn) make chains of ``K`` calls back to back on the backends' fast call paths, each output

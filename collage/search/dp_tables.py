@@ -172,7 +172,7 @@ _INF = 1 << 62
 
 
 #: Rounds of dual ascent on the shares (:func:`_shares`); each raises the start's heuristic (Inception-v2,
-#: synthetic costs: see results/search-time.md) and costs one pass over the candidates' nodes in numpy.
+#: synthetic costs: see results/search/search-time.md) and costs one pass over the candidates' nodes in numpy.
 ASCENT_ROUNDS = 12
 
 

@@ -6,7 +6,7 @@ plain chains (Inception, ResNet, MobileNet, DenseNet, the plain CNNs; not the tr
 attention splits inside a layer): the same optimum as the DP (its plan priced again as the DP prices it;
 the DP answers where that differed), with each module's chains solved apart
 (Inception-v2 with three backends: 110,649 DP states in 12-30 s; module by module 2.8-3.9 s on the
-same machine: results/search-time.md).
+same machine: results/search/search-time.md).
 :func:`collage.search.dp.search` is exact and fast while the frontier (covered nodes still read by
 uncovered ones) stays narrow; past its state valve it returns its greedy plan, "not proven optimal".
 :func:`search_exact` gives the DP ``dp_time_limit`` seconds and ``max_states`` expanded states, and when
@@ -46,10 +46,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: DP states expanded before the ILP takes over (with the time limit, whichever comes first). Inception-v2
-#: with three backends needs ~113,000, every other zoo model under 20,000 (results/search-time.md).
+#: with three backends needs ~113,000, every other zoo model under 20,000 (results/search/search-time.md).
 DP_STATES = 250_000
 #: Seconds the DP may take (or is projected to take) before the ILP takes over. Every zoo model's DP takes
-#: under 2 s on the Xeon of results/search-time.md except Inception-v2's with three backends (~12 s); on a
+#: under 2 s on the Xeon of results/search/search-time.md except Inception-v2's with three backends (~12 s); on a
 #: slower machine (an AMD EPYC VM, ~3x slower in Python) that one takes ~35 s, and the ILP it would hand over
 #: to (42 s on the Xeon) did not return in 10 min there, past its own limit (HiGHS's root-node heuristics do
 #: not check it): so a DP whose progress is steady gets room for ~3x that.
@@ -132,7 +132,7 @@ def ilp_held(graph: Graph, costs: Mapping[Candidate, Any], transition: Transitio
              held: float | None = None) -> Plan | None:
     """:func:`collage.search.ilp.ilp_search` with ``time_limit`` in a forked child that is killed after ``held``
     seconds (default ``time_limit + ILP_GRACE_S``; None then): HiGHS does not check its limit everywhere
-    (results/search-time-epyc.md: 10+ min against 60 s at the root node), and a tune must not hang on it.
+    (results/search/search-time-epyc.md: 10+ min against 60 s at the root node), and a tune must not hang on it.
     ``stats.ilp`` gets the child's IlpStats. In-process where fork is unavailable."""
     from collage.search.ilp import IlpStats, ilp_search
 

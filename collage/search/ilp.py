@@ -426,7 +426,7 @@ class _Matrix:
 def _stop_at(h: Any, deadline: float) -> None:
     """Make ``h`` stop at ``deadline``: its ``time_limit`` option, and an interrupt from HiGHS's simplex,
     interior-point and MIP callbacks once the deadline has passed. The option alone did not hold:
-    Inception-v2's MIP over 268,038 columns ran 529 s against a 60 s limit (results/search-time.md)."""
+    Inception-v2's MIP over 268,038 columns ran 529 s against a 60 s limit (results/search/search-time.md)."""
     h.setOptionValue("time_limit", max(0.5, deadline - time.monotonic()))
 
     def check(e: Any) -> None:

@@ -2,7 +2,7 @@
 
 :mod:`collage.search.candidates` grows small convex sets (a few nodes, one heavy op), which tells
 which backend wins per op; but every partition boundary costs real time in a stitched plan (a layout
-conversion pair per cut in a conv net, thread hand-over between runtimes: results/chain.md), so a mix
+conversion pair per cut in a conv net, thread hand-over between runtimes: results/chains/chain.md), so a mix
 of small pieces rarely beats one backend end to end. Range candidates give the search big pieces to
 mix: "the first half on one backend, the rest on another"; and, under an accuracy budget, "bf16
 everywhere except the sensitive tail".

@@ -1,8 +1,8 @@
-"""`collage bench`: the tuned plan against every single backend, per model, written to results/.
+"""`collage bench`: the tuned plan against every single backend, per model, written to results/bench/.
 
 For each model the tuning job runs in full (measured candidates, DP, verification); its
 verification already measures the stitched plan and each single backend running the whole model,
-interleaved in one run. This module collects those numbers into results/<date>-<target>.md and .csv
+interleaved in one run. This module collects those numbers into results/bench/<date>-<target>.md and .csv
 with ratios (best single backend ms / plan ms: above 1 means the plan is faster).
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 
 def bench(models: Sequence[str], *, backends: Sequence[str], target: str = "cpu", db: Any = None,
-          budget_s: float | None = None, limits: Limits | None = None, out_dir: str | Path = "results",
+          budget_s: float | None = None, limits: Limits | None = None, out_dir: str | Path = "results/bench",
           artifacts_dir: str | Path | None = None, command: str = "", cluster: Any = None,
           progress: bool = True, backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
     from collage.tuner.job import resolve_backends, tune
@@ -82,7 +82,7 @@ def model_names(models: Sequence[str]) -> dict[str, str]:
 
 
 def results_stem(out_dir: str | Path, target: str) -> Path:
-    """results/<date>-<target>, or <date>-<target>-2, -3, ...: a name whose .md and .csv do not exist yet
+    """results/bench/<date>-<target>, or <date>-<target>-2, -3, ...: a name whose .md and .csv do not exist yet
     (an earlier run's results are never overwritten)."""
     out = Path(out_dir)
     base = out / f"{_dt.date.today().isoformat()}-{target}"
@@ -171,7 +171,7 @@ def _write(rows: list[dict[str, Any]], stem: Path, target: str, command: str) ->
     import pandas as pd
 
     from collage.version import __version__
-    from collage.util import machine_id, markdown_table
+    from collage.util import machine_id, markdown_table, source_commit
 
     stem.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(stem.with_suffix(".csv"), index=False)
@@ -180,7 +180,7 @@ def _write(rows: list[dict[str, Any]], stem: Path, target: str, command: str) ->
         "",
         f"Command: `{command}`" if command else "",
         "",
-        f"Machine: {machine_id()}; collage {__version__}; {_dt.datetime.now().isoformat(timespec='minutes')}.",
+        f"Machine: {machine_id()}; collage {__version__} at commit {source_commit()}; {_dt.datetime.now().isoformat(timespec='minutes')}.",
         "",
         "Every number is a median in ms measured in the same run: the stitched plan (the deployable artifact) and",
         "each backend running the whole model, interleaved. `speedup_vs_best` = best single backend / plan",

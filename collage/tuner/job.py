@@ -568,7 +568,7 @@ class TuneJob:
         if full > left / 2:
             full = after_measuring_s(compile_s, whole_ms, backends=len(self.names), attempts=1, rounds=3)
         # the estimate came out about twice what those steps took in squeezenet and mobilenetv2 tunes under 30 s
-        # and 1 m budgets (each step then cuts its rounds to what is left): results/tune-time.md
+        # and 1 m budgets (each step then cuts its rounds to what is left): results/budget/tune-time.md
         return RESERVE_SHARE * full
 
     def compile_s(self, whole: Mapping[Any, Any]) -> float:

@@ -2,7 +2,7 @@
 that charges it.
 
 Each candidate is timed alone, so a stitched chain of them costs more than the sum of its parts
-(DESIGN.md, "Stitching"). ``calibrate_partition_charges`` measures, per backend, a ``PartitionCharge``
+(docs/DESIGN.md, "Stitching"). ``calibrate_partition_charges`` measures, per backend, a ``PartitionCharge``
 before the search: a level (the whole model called from an artifact against its worker timing) and a cost
 per cut (a chain of that backend's pieces against the levelled sum of its parts). ``search_checked``
 searches with it charged, stitches and measures the plan (each partition's call timed inside it, the single
@@ -13,7 +13,7 @@ measured plan, priced as it ran (its prediction is then a measurement of the pla
 and still be mispredicted: a switch from
 OpenVINO to ONNX Runtime costs the next ONNX Runtime partition milliseconds while OpenVINO's threads wind
 down (ResNet-50 under a bf16 budget: bf16 then an ONNX Runtime tail predicted 10.6 ms, measured 27.9 ms;
-searched again, bf16 then an OpenVINO tail measured 19.1 ms: results/precision-bf16.md), which no
+searched again, bf16 then an OpenVINO tail measured 19.1 ms: results/precision/precision-bf16.md), which no
 candidate's own cost and no transition measurement shows. ``whole_if_one_backend`` turns a plan of one
 backend cut into pieces into that backend on the whole model. ``fill_boundaries`` gives a searched plan its
 boundary tensors and fingerprints. Called by :func:`collage.tuner.job.tune` (which owns the verification
@@ -48,7 +48,7 @@ class PartitionCharge:
 
     ``level`` x that cost: the same call made from the artifact, in-process, after other calls, runs at
     another level than in the worker's loop (3.5-19% over it on one-partition chains:
-    results/chain-excess.md), for every plan, one partition or many. Plus ``cut_ms`` for every partition but
+    results/chains/chain-excess.md), for every plan, one partition or many. Plus ``cut_ms`` for every partition but
     the plan's first (the one holding node 0): a call after another pays cold weights, a runtime waking and
     the tensors handed over; that grows with the pieces, not with a partition's size (a small tail after a
     narrow cut costs ~0.3 ms on inception_v1 where four pieces cost 2.2 ms).
@@ -84,7 +84,7 @@ def calibrate_partition_charges(graph: Graph, costs: Mapping[Any, float], transi
     """Each backend's ``PartitionCharge``, measured on this model.
 
     Each candidate is timed alone, in a loop: its weights are hot and the runtime's threads awake. In a
-    chain neither holds, and the sum of parts under-predicts the chain (DESIGN.md, "Stitching"). So for
+    chain neither holds, and the sum of parts under-predicts the chain (docs/DESIGN.md, "Stitching"). So for
     each backend two artifacts are timed interleaved, in this process: the whole model as one partition
     (``whole``) and the cheapest plan on that backend alone (``chain``: K partitions, the whole-model
     candidate left out). ``level = whole / the whole model's worker cost`` (``whole_costs``; None where
@@ -218,7 +218,7 @@ def charge_settings(graph: Graph, chain: Plan | None, name: str, options: Mappin
 
 #: A stitched plan measured more than this factor over its prediction, or under it by as much, is searched again
 #: with its cuts charged the difference (the acceptance band of ``search_checked``). At 1.25, and over-predictions
-#: accepted whatever their size, the precision run of results/precision-charges.md shipped three strict plans
+#: accepted whatever their size, the precision run before results/precision/precision.md (precision-charges.md, git 5f4558e) shipped three strict plans
 #: predicted at 1.19x, 0.85x and 0.84x their measurements; #16 asks for 15%, and the same artifact drifts 8-13%
 #: over minutes on this machine, so the search's own check keeps to 10%.
 MISPREDICTED = 1.10

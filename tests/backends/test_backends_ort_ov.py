@@ -361,7 +361,7 @@ def test_node_forms_each_runtime_computes_wrongly_are_named():
 
 
 #: ONNX backend tests whose parameter inputs, made constants as real models hold them, OpenVINO's CPU plugin
-#: computed wrongly (another output size, or values off by 0.005-0.53), where results/onnx-conformance.md (inputs
+#: computed wrongly (another output size, or values off by 0.005-0.53), where results/backends/onnx-conformance.md (inputs
 #: left as graph inputs) saw them refused: openvino/inexact.py refuses each form now.
 OV_WRONG_WITH_CONSTANTS = [
     "test_lstm_with_peepholes", "test_resize_downsample_scales_linear_antialias",

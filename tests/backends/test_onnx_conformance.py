@@ -9,7 +9,7 @@ tolerance artefacts of the tests themselves) are data with a reason: collage/con
 Fast tier: ONNX's simple and pytorch-operator models plus every 16th node case (about 180 cases per plan).
 Slow tier: every case but the shipped "light" real models (about 1,990 per plan), which take most of the
 time (13 of mixed's 38 min on the loaded machine): benchmarks/onnx_conformance.py runs the whole suite, light
-models included, and writes results/onnx-conformance.md. The mixed plan there leaves out the one-node cases:
+models included, and writes results/backends/onnx-conformance.md. The mixed plan there leaves out the one-node cases:
 one node is one partition, on the backend the onnxruntime or openvino plan runs it on.
 """
 from __future__ import annotations

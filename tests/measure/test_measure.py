@@ -309,8 +309,8 @@ def test_a_rerun_drops_the_claims_a_dead_driver_left_on_committed_keys(tmp_path)
 def test_stability_two_separate_runs():
     """Same subgraph, two worker processes: the machinery adds no per-process bias. The call is a fixed
     4 ms wait (the fake backend's ``run_delay_s``), so the machine's own speed, which moves 1.5-2x here
-    over minutes (results/machine-level.md), does not decide the test; how two runs of real kernels
-    agree is the noise benchmark's job (results/noise.md)."""
+    over minutes (results/measurement/machine-level.md), does not decide the test; how two runs of real kernels
+    agree is the noise benchmark's job (results/measurement/noise.md)."""
     model = chain_model(["Relu"] * 4, n=1000)
     meds = []
     for _ in range(2):

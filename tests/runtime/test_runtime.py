@@ -24,7 +24,7 @@ from collage.graph.ir import Graph
 from collage.plan import Partition, Plan
 
 TOL = 1e-4
-#: what the deploy path never imports (DESIGN.md "Light deploy path"; pyproject's import-linter contract)
+#: what the deploy path never imports (docs/DESIGN.md "Light deploy path"; pyproject's import-linter contract)
 TUNER_MODULES = ("collage.tuner", "collage.search", "collage.measure", "collage.cost_models", "collage.report", "collage.zoo",
                  "collage.graph", "optuna", "pandas", "networkx", "tqdm", "sklearn")
 

@@ -140,7 +140,7 @@ def test_fallback_past_the_dp_deadline_starts_from_its_greedy_plan_without_setti
 
 
 def test_an_ilp_that_runs_past_its_limit_is_stopped_and_the_greedy_plan_says_so(monkeypatch):
-    # HiGHS does not check its time limit everywhere (results/search-time-epyc.md): one that never returns
+    # HiGHS does not check its time limit everywhere (results/search/search-time-epyc.md): one that never returns
     import multiprocessing
     import time
 
@@ -240,7 +240,7 @@ def test_a_solve_cut_short_after_pricing_keeps_the_earlier_solves_plan(monkeypat
 def test_ilp_stops_at_its_time_limit_on_inception_v2():
     """Inception-v2 with three backends (268,038 candidates) needs ~60 s of HiGHS for a proof; with a 5 s
     limit the search must come back soon after 5 s with a valid plan marked not proven (it once ran 529 s
-    past a 60 s limit: results/search-time.md)."""
+    past a 60 s limit: results/search/search-time.md)."""
     import time
 
     from benchmarks.search_time import transition, zoo_problem

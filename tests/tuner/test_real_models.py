@@ -9,7 +9,7 @@ Fast tier: a torch-dynamo style ``If`` whose branches declare their outputs with
 Slow tier (PyPI): magika (tf2onnx; this README's bytes), silero-vad (TorchScript; a 0-d ``sr`` input, its
 ``If`` nodes on sizes folded), silero-vad-dynamo (its whole model one ``If`` on the value of ``sr``: kept as
 one control-flow node) and ppocr-cls (Paddle2ONNX) tuned for two widths and run at a third, untuned one.
-``python -m benchmarks.real_models`` does the same for all eight entries (results/real-models.md).
+``python -m benchmarks.real_models`` does the same for all eight entries (results/real-models/real-models.md).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """ONNX Runtime on CPU (the MLAS kernels): the universal fallback backend.
 
-Threading (measured: results/transitions-wait.md, results/transitions-quiet.md, issue 19): by default
+Threading (measured: results/transitions/transitions-wait.md, results/transitions/transitions-quiet.md, issue 19): by default
 (``shared_pool=True``) every session joins ONE process-wide intra-op pool of ``threads`` threads (default
 ``collage.util.physical_cores()``; inter-op 1), created by ``set_global_thread_pool_sizes`` before the first
 session. It is the fastest scheme measured here for ONNX Runtime alone and for chains of ONNX Runtime
@@ -21,13 +21,13 @@ this backend created later joins it too. New code should build plain sessions wi
 ``park`` (shared pool, Linux; on by default): while another runtime runs, the pool's workers are parked
 (blocked in a signal handler, :mod:`collage.backends.handover`) instead of spinning beside it, and woken
 when ONNX Runtime runs next: the switch to OpenVINO went from +35 ms to ~0 at BERT-base scale, while
-ONNX Runtime alone and its chains keep the shared pool's speed (results/transitions.md). Like ``threads``,
+ONNX Runtime alone and its chains keep the shared pool's speed (results/transitions/transitions.md). Like ``threads``,
 the backend that creates the process-wide pool decides it for the process.
 
 ``pool_nice`` (shared pool, Linux): the pool's worker threads run that much lower in priority
 (``setpriority`` on their thread ids when the pool is made; the calling thread keeps its own). Alone,
 ONNX Runtime's workers still get a core each; when their after-run spin overlaps another runtime's
-threads, the kernel gives those the core (results/transitions-nice.md).
+threads, the kernel gives those the core (results/transitions/transitions-nice.md).
 
 ``shared_pool=False``: each session owns its pool (in a process where the shared pool does not exist yet);
 ``wait`` says how its workers wait between parallel sections: ``"timed"`` (spin at most ``spin_us``, then
@@ -37,7 +37,7 @@ sleep: ``session.intra_op.spin_duration_us``, ONNX Runtime >= 1.32), ``"stop"`` 
 made ONNX Runtime alone up to 1.2x and same-runtime chains up to 2x slower here.
 ``spin=True`` keeps ONNX Runtime's default spin-wait on a session's own pool (no stop after a run).
 
-Residual cuts (``residual_fusion=True``, the default; measured: results/chain.md): at level ``all``
+Residual cuts (``residual_fusion=True``, the default; measured: results/chains/chain.md): at level ``all``
 ONNX Runtime runs convolutions in its blocked NCHWc layout and fuses a residual Add/Sum (+ Relu)
 into the convolution before it, but only when both addends are NCHWc tensors made inside the graph.
 A partition that starts at a residual block's input reads that input as an NCHW graph input, so the

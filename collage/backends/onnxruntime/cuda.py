@@ -76,7 +76,7 @@ class OrtCudaCompiled(Compiled):
         self._bound: dict[str, Any] = {}  # input name -> the torch tensor bound in place of our OrtValue
         self._out: dict[str, Any] = {}
         # an output that is also an input (a pass-through) is never written by ORT into a pre-bound buffer
-        # (RUNTIME-FACTS.md): it is not bound; ``run`` copies the fed input into its buffer
+        # (docs/RUNTIME-FACTS.md): it is not bound; ``run`` copies the fed input into its buffer
         self._passthrough = [o.name for o in session.get_outputs() if o.name in self.input_names]
         for o in session.get_outputs():
             if o.type not in TYPE_TO_NP:

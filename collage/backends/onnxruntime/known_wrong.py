@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     import onnx  # checked at compile time only: loading an artifact never imports onnx
 
 # ---------------------------------------------------------------------- node forms ORT computes wrongly
-# Found by ONNX's own backend tests run through collage (results/onnx-conformance.md, onnxruntime 1.32):
+# Found by ONNX's own backend tests run through collage (results/backends/onnx-conformance.md, onnxruntime 1.32):
 # these node forms run without an error and return values that differ from ONNX's reference outputs,
 # so ``supports()`` refuses them (another backend, or none, takes the node) instead of returning them.
 def _given(node: onnx.NodeProto, k: int) -> bool:

@@ -4,7 +4,7 @@ At level ``all`` ONNX Runtime (CPU) runs convolutions in its blocked NCHWc layou
 edges of the graph: a ``com.microsoft.nchwc`` ``ReorderOutput`` (blocked -> NCHW) before a graph
 output, a ``ReorderInput`` (NCHW -> blocked) after a graph input. When one model is cut into ORT
 partitions that run one after another, every cut pays that pair although the whole model never
-leaves the blocked layout (results/chain.md: about 0.27 ms per ResNet-50 boundary).
+leaves the blocked layout (results/chains/chain.md: about 0.27 ms per ResNet-50 boundary).
 
 ``compile_linked`` (``OnnxRuntimeBackend.compile_linked`` delegates here) takes each partition's
 ORT-optimised graph (the same optimisation ``compile`` does, residual routing included) and, for

@@ -189,7 +189,7 @@ class OrtCompiled(Compiled):
         self._outputs: dict[str, np.ndarray] = {}
         self._keep: list[Any] = []
         #: outputs that are also inputs (a pass-through): ORT never writes a pre-bound buffer for them
-        #: (RUNTIME-FACTS.md), so they are not bound and ``run`` copies the fed input into their buffer
+        #: (docs/RUNTIME-FACTS.md), so they are not bound and ``run`` copies the fed input into their buffer
         self._passthrough = [o.name for o in session.get_outputs() if o.name in self.input_names]
         for o in session.get_outputs():
             if o.type not in TYPE_TO_NP:

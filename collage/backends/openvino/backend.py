@@ -1,6 +1,6 @@
 """OpenVINO on CPU (the oneDNN-based CPU plugin).
 
-Settings (RUNTIME-FACTS.md): ``INFERENCE_PRECISION_HINT`` f32 unless ``precision`` asks otherwise
+Settings (docs/RUNTIME-FACTS.md): ``INFERENCE_PRECISION_HINT`` f32 unless ``precision`` asks otherwise
 (the plugin's default on AMX/avx512_bf16 CPUs is bf16, which changes results), ``PERFORMANCE_HINT``
 LATENCY, ``NUM_STREAMS`` 1, ``INFERENCE_NUM_THREADS`` = ``threads`` (default
 ``collage.util.physical_cores()``). One ``ov.Core`` per process (:func:`core`).

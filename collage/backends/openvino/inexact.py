@@ -54,7 +54,7 @@ _CARRIED = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.Ten
 
 def _wrong_form(node: onnx.NodeProto) -> str | None:
     """Node forms the CPU plugin computes differently from ONNX's reference: found by ONNX's own backend tests
-    run through collage (results/onnx-conformance.md); the test that showed it is named."""
+    run through collage (results/backends/onnx-conformance.md); the test that showed it is named."""
     if node.domain not in ("", "ai.onnx"):
         return None
     op = node.op_type
@@ -71,7 +71,7 @@ def _wrong_form(node: onnx.NodeProto) -> str | None:
     if op in ("RNN", "GRU", "LSTM") and node_attr(node, "layout", 0) == 1:
         return f"{op} with layout=1 (batch first): wrong values (test_*_batchwise)"
     # found with the tests' parameter inputs made constants, as real models hold them (a graph input there was
-    # refused for its dynamic shape, or dropped: results/onnx-conformance.md ran them as inputs)
+    # refused for its dynamic shape, or dropped: results/backends/onnx-conformance.md ran them as inputs)
     if op == "LSTM" and len(given) > 7 and given[7]:
         return "LSTM with peephole weights P: wrong values (test_lstm_with_peepholes, P a constant)"
     if op == "Resize":
