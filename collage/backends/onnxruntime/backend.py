@@ -55,10 +55,12 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collage.backends.base import Backend, Compiled, trial_refusal
+from collage.backends.options import takes_options
 from collage.backends.onnxruntime.known_wrong import check_known_wrong, known_wrong_node
 from collage.backends.onnxruntime.route import (
     drop_routes,
@@ -89,31 +91,49 @@ SPIN_US = 100
 #: ``session.force_spinning_stop``) or ``"sleep"`` (never spin: ``allow_spinning`` 0).
 WAITS = ("timed", "stop", "sleep")
 
+
+@dataclass(frozen=True)
+class OrtOptions:
+    """The ONNX Runtime backend's constructor options (``--backend-option onnxruntime.NAME=VALUE``; the
+    module docstring says what the threading ones do)."""
+
+    threads: int | None = None
+    spin: bool = False
+    shared_pool: bool = True
+    opt_level: str = "all"
+    precision: str = "fp32"
+    residual_fusion: bool = True
+    spin_us: int = SPIN_US
+    wait: str = "timed"
+    pool_nice: int = 0
+    park: bool = True
+
+
 class OnnxRuntimeBackend(Backend):
     """ONNX Runtime, CPU execution provider, fp32 (see the module docstring for threading)."""
 
     name = "onnxruntime"
     device = "cpu"
 
-    def __init__(self, threads: int | None = None, spin: bool = False, shared_pool: bool = True,
-                 opt_level: str = "all", precision: str = "fp32", residual_fusion: bool = True,
-                 spin_us: int = SPIN_US, wait: str = "timed", pool_nice: int = 0, park: bool = True) -> None:
-        if precision != "fp32":
-            raise CollageError(f"onnxruntime (CPU) runs fp32 only, not {precision!r}")
-        if opt_level not in _OPT_LEVELS:
-            raise CollageError(f"onnxruntime: opt_level must be one of {_OPT_LEVELS}, not {opt_level!r}")
-        self.threads = thread_count(threads)
-        self.spin = bool(spin)
-        self.shared_pool = bool(shared_pool)
-        self.opt_level = opt_level
-        self.precision = precision
-        self.residual_fusion = bool(residual_fusion)
-        self.spin_us = max(0, int(spin_us))
-        if wait not in WAITS:
-            raise CollageError(f"onnxruntime: wait must be one of {WAITS}, not {wait!r}")
-        self.wait = wait
-        self.pool_nice = max(0, int(pool_nice))
-        self.park = bool(park)
+    @takes_options(OrtOptions)
+    def __init__(self, options: OrtOptions) -> None:
+        o = options
+        if o.precision != "fp32":
+            raise CollageError(f"onnxruntime (CPU) runs fp32 only, not {o.precision!r}")
+        if o.opt_level not in _OPT_LEVELS:
+            raise CollageError(f"onnxruntime: opt_level must be one of {_OPT_LEVELS}, not {o.opt_level!r}")
+        self.threads = thread_count(o.threads)
+        self.spin = bool(o.spin)
+        self.shared_pool = bool(o.shared_pool)
+        self.opt_level = o.opt_level
+        self.precision = o.precision
+        self.residual_fusion = bool(o.residual_fusion)
+        self.spin_us = max(0, int(o.spin_us))
+        if o.wait not in WAITS:
+            raise CollageError(f"onnxruntime: wait must be one of {WAITS}, not {o.wait!r}")
+        self.wait = o.wait
+        self.pool_nice = max(0, int(o.pool_nice))
+        self.park = bool(o.park)
 
     def available(self) -> str | None:
         try:
