@@ -12,9 +12,8 @@
   is tight (~2%) but the machine's speed drifts between time windows (shared vCPUs, other tenants).
   ``measure_candidates(rounds=k)`` measures each key in ``k`` windows of ``cap_s / k`` spread over the
   job (round robin over ``window`` keys in flight) and stores the median of the round medians
-  (``combine_rounds``): a slow period moves one round, not the cost. The default is one window: on
-  this machine three rounds took 1.9x the time and did not make two separate runs agree better
-  (results/noise.md: the machine's speed level moves between runs minutes apart, all rounds with it). Optional: a reference
+  (``combine_rounds``): a slow period moves one round, not the cost. The default is one window: more
+  rounds took longer and did not make two separate runs agree better (results/noise.md). Optional: a reference
   probe next to each window, and a window whose probe was slow taken again (``probe``); each round in
   its own worker process (``round_workers``). ``timeout_s`` catches
   hangs: a candidate whose first call returned gets the time its remaining calls need. Inputs are seeded

@@ -201,7 +201,7 @@ def fit_linear(rows: Sequence[Mapping[str, float]]) -> tuple[float, float]:
 def pair_settings(a: Any, b: Any) -> str:
     """The DB ``settings`` of a backend pair: both versions and options, in a fixed order, and whether a
     backend's spinning pool is parked while the other runs (``collage.backends.handover``: switches measured
-    before parking existed, at +3 to +35 ms, are not reused for a parked pool)."""
+    before parking existed cost more, results/transitions.md, and are not reused for a parked pool)."""
     return canonical_json({x.name: {"version": x.version(), "options": x.options,
                                     **({"parked": True} if getattr(x, "park", False) and getattr(x, "shared_pool", False)
                                        else {})}

@@ -4,11 +4,10 @@ Threading (measured: results/transitions-wait.md, results/transitions-quiet.md, 
 (``shared_pool=True``) every session joins ONE process-wide intra-op pool of ``threads`` threads (default
 ``collage.util.physical_cores()``; inter-op 1), created by ``set_global_thread_pool_sizes`` before the first
 session. It is the fastest scheme measured here for ONNX Runtime alone and for chains of ONNX Runtime
-partitions (ResNet-50 in 18 pieces: 1.21-1.28x its whole model, against 1.17-2.6x with a pool per session),
-and its price is the hand-over: its workers spin ~50 ms after every run whatever the sessions ask
+partitions (results/transitions-wait.md), and its price is the hand-over: its workers spin ~50 ms after every run whatever the sessions ask
 (``session.force_spinning_stop`` and ``allow_spinning`` reach per-session pools only:
 onnxruntime/core/session/inference_session.cc; Python has no binding for the global pool's spin control),
-so an OpenVINO partition right after an ONNX Runtime one would share the cores with that spin (+3 to +35 ms
+so an OpenVINO partition right after an ONNX Runtime one would share the cores with that spin (milliseconds
 per switch at BERT-base scale) but for ``park`` below. The tuner measures the switch with real work on
 both sides and the search pays it (collage.measure.transitions). **Side effect** of that pool: once it
 exists, ONNX Runtime refuses any session in the process that asks for its own pool
@@ -20,7 +19,7 @@ this backend created later joins it too. New code should build plain sessions wi
 
 ``park`` (shared pool, Linux; on by default): while another runtime runs, the pool's workers are parked
 (blocked in a signal handler, :mod:`collage.backends.handover`) instead of spinning beside it, and woken
-when ONNX Runtime runs next: the switch to OpenVINO went from +35 ms to ~0 at BERT-base scale, while
+when ONNX Runtime runs next: the switch to OpenVINO then costs ~0 at BERT-base scale, while
 ONNX Runtime alone and its chains keep the shared pool's speed (results/transitions.md). Like ``threads``,
 the backend that creates the process-wide pool decides it for the process.
 
@@ -33,8 +32,8 @@ threads, the kernel gives those the core (results/transitions-nice.md).
 ``wait`` says how its workers wait between parallel sections: ``"timed"`` (spin at most ``spin_us``, then
 sleep: ``session.intra_op.spin_duration_us``, ONNX Runtime >= 1.32), ``"stop"`` (spin while a run lasts
 (at most ``spin_us`` per wait when non-zero), stop when it returns: ``session.force_spinning_stop``) or
-``"sleep"`` (``allow_spinning`` 0). These hand the cores over at once (the switch within noise of 0) but
-made ONNX Runtime alone up to 1.2x and same-runtime chains up to 2x slower here.
+``"sleep"`` (``allow_spinning`` 0). These hand the cores over at once but made ONNX Runtime alone and
+same-runtime chains slower (results/transitions-wait.md).
 ``spin=True`` keeps ONNX Runtime's default spin-wait on a session's own pool (no stop after a run).
 
 Residual cuts (``residual_fusion=True``, the default; measured: results/chain.md): at level ``all``

@@ -22,12 +22,10 @@ left in the runtime graphs (:func:`conversion_count`) decide; a link is dropped 
 nothing from it and dropping it lowers the total, e.g. the input of ResNet's pooling head in fp32,
 which the plugin computes in NCHW. Compiling a linked sequence so takes 2-3x a plain compile.
 
-Measured on ResNet-50 cut into 18 pieces (2-core machine under load 5: chain times are noisy; the
-PERF_COUNT figures are not): fp32 16 of 17 boundaries linked, executed conversion nodes per chain run
-34 -> 17 (16 of them the 1x1 copies), their time 40.6 -> 6.4 ms, chain 1.45x -> 1.05x the whole model;
-bf16 17 of 17 linked, 53 -> 19 nodes, 47.6 -> 2.9 ms, chain 2.5x -> 1.5-1.9x, and the bf16 chain then
-equals the whole bf16 model bit for bit (the plain chain does not: the plugin keeps the op in front of
-a graph output in f32).
+On ResNet-50 cut into 18 pieces linking takes the conversions' time to about 0 in fp32 (results/chain.md;
+the plugin's PERF_COUNT figures: about half the conversion nodes remain, the 1x1 copies), and in bf16 the
+linked chain equals the whole bf16 model bit for bit (the plain chain does not: the plugin keeps the op
+in front of a graph output in f32).
 
 Only feature maps are linked (rank-4 float tensors of static shape with C > 1 and H * W > 1); other
 tensors, the inputs of the whole sequence and the names in ``plain`` keep the ONNX form. The artifact is
