@@ -14,7 +14,7 @@ per-channel (symmetric), activations uint8 (asymmetric, U8S8: ONNX Runtime's x86
 tensor therefore gets the same scale and zero point in the partition that produces it and in the one
 that reads it, and Q(DQ(Q(x))) = Q(x): two adjacent int8 partitions compute what one does. Quantized
 ops (``ops``): ``"core"`` = Conv, ConvTranspose, MatMul, Gemm (the int8 kernels; default: residual Adds
-and attention's Softmax stay float, measured on resnet50: cos 0.9993 core vs 0.9934 all), or ``"all"``
+and attention's Softmax stay float: closer to fp32 on resnet50, results/precision/int8-calibration.md), or ``"all"``
 (every op ORT's QDQ quantizer knows).
 
 **Where the ranges come from at compile time**: the backend's ``ranges`` option (a JSON file written by

@@ -76,7 +76,7 @@ def _items(graph, names: list[str], what: str, max_nodes: int | None,
 
 def run(args: argparse.Namespace) -> int:
     from collage.measure.connect import get_db
-    from collage.measure.schedule import measure_candidates
+    from collage.measure.schedule import MeasureOptions, measure_candidates
     from collage.graph.ir import parse_shapes
 
     names = [b.strip() for b in args.backends.split(",") if b.strip()]
@@ -96,10 +96,9 @@ def run(args: argparse.Namespace) -> int:
     graph = load_model_graph(args.model, parse_shapes(args.shape))  # the ONNX checker too, as `tune` does
     db = get_db(args.db)
     items = _items(graph, names, args.what, args.max_nodes, options)
-    result = measure_candidates(graph, items, db=db, budget_s=args.budget,
-                                progress=not (args.no_progress or args.quiet), timeout_s=args.timeout or 120.0,
-                                cap_s=args.cap or 2.0, retry_failed=args.retry_failed,
-                                executor=args.cluster, backend_options=options)
+    result = measure_candidates(graph, items, MeasureOptions(
+        db=db, budget_s=args.budget, progress=not (args.no_progress or args.quiet), timeout_s=args.timeout or 120.0,
+        cap_s=args.cap or 2.0, retry_failed=args.retry_failed, executor=args.cluster, backend_options=options))
     per_backend: dict[str, list[int]] = {}
     for (_, bname), cost in result.items():
         row = per_backend.setdefault(bname, [0, 0])

@@ -4,8 +4,8 @@
     connect.py      get_db: which store a name (path, sqlite:///, postgresql://) means
     postgres.py     PostgresCostDB: the contract on PostgreSQL (a cluster's shared DB; the ``cluster`` extra)
     executor.py     where windows run: LocalExecutor (worker processes here), RayExecutor (a Ray cluster)
-    measurer.py     Measurer (one worker process), Measurement, combine_rounds, machine_lock
-    schedule.py     measure_candidates (rounds, dedup, DB reuse, budget, progress), CostTable
+    measurer.py     Measurer (one worker process), WindowSettings, Measurement, combine_rounds, machine_lock
+    schedule.py     measure_candidates (rounds, dedup, DB reuse, budget, progress), MeasureOptions, CostTable
     worker.py       what runs inside the worker: inputs, compile, timing until the median is stable
     transitions.py  transition costs measured as real alternation between backends; transition_model
     accuracy.py     errors of lower-precision candidates against the fp32 reference; accuracy budgets
@@ -24,7 +24,8 @@ from typing import Any
 _EXPORTS = {
     "Cost": "db", "CostKey": "db", "CostDB": "db", "SQLiteCostDB": "db", "get_db": "connect", "key_for": "db",
     "PostgresCostDB": "postgres", "get_executor": "executor", "LocalExecutor": "executor", "RayExecutor": "executor",
-    "Measurer": "measurer", "Measurement": "measurer", "measure_candidates": "schedule", "CostTable": "schedule",
+    "Measurer": "measurer", "Measurement": "measurer", "WindowSettings": "measurer", "measure_candidates": "schedule",
+    "MeasureOptions": "schedule", "CostTable": "schedule",
     "transition_model": "transitions", "measure_transition": "transitions",
 }
 

@@ -53,7 +53,7 @@ import numpy as np
 
 from collage.measure.db import Cost, CostDB, CostKey, key_for
 from collage.measure.connect import get_db
-from collage.measure.measurer import Measurement, Measurer
+from collage.measure.measurer import Measurement, Measurer, WindowSettings
 from collage.errors import ClusterUnreachable, CollageError
 
 if TYPE_CHECKING:
@@ -92,6 +92,11 @@ class Window:
     retry_failed: bool = False  # a failed cost already stored does not count as done
     file: str | None = None  # the model's Graph.digest(): a failure the file caused is stored under it (db.Cost.file)
     tag: Any = field(default=None, repr=False, compare=False)  # the caller's; never leaves the driver
+
+    def settings(self) -> WindowSettings:
+        """How the ``Measurer`` runs it."""
+        return WindowSettings(timeout_s=self.timeout_s, cap_s=self.cap_s, warmup_s=self.warmup_s, probe=self.probe,
+                              lock_timeout_s=self.lock_timeout_s)
 
 
 @dataclass
@@ -165,9 +170,7 @@ class LocalExecutor(Executor):
         worker = self._workers.get((w.backend, w.slot))
         if worker is None:
             worker = self._workers[(w.backend, w.slot)] = Measurer(lock=self.lock)
-        res = worker.measure_bytes(w.blob, w.backend, w.options, timeout_s=w.timeout_s, cap_s=w.cap_s,
-                                   feeds=w.feeds, lock_timeout_s=w.lock_timeout_s, probe=w.probe,
-                                   warmup_s=w.warmup_s)
+        res = worker.measure_bytes(w.blob, w.backend, w.options, w.settings(), feeds=w.feeds)
         self._done.append(Done(w, res))
 
     def collect(self, timeout_s: float) -> list[Done]:
@@ -295,9 +298,9 @@ def measure_on_node(w: Window, db_url: str | None, lock: bool) -> NodeResult:
         known = store.get(w.key)  # a retry whose first attempt stored it before its node died
         if known is not None and (known.ok if w.retry_failed else known.holds_for(w.file)):
             return NodeResult("known", _from_cost(known), stored=True, host=host)
-    res = node.measurer(w.backend, w.slot, lock).measure_bytes(
-        w.blob, w.backend, w.options, timeout_s=w.timeout_s, cap_s=w.cap_s, feeds=w.feeds, probe=w.probe,
-        warmup_s=w.warmup_s)
+    # lock_timeout_s is the driver's budget for its own machine's lock; a node waits LOCK_WAIT_S for its own
+    settings = replace(w.settings(), lock_timeout_s=None)
+    res = node.measurer(w.backend, w.slot, lock).measure_bytes(w.blob, w.backend, w.options, settings, feeds=w.feeds)
     stored = False
     if store is not None:
         res.samples_ms = []

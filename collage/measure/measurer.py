@@ -9,6 +9,7 @@ How candidates are scheduled into windows, deduplicated and stored: ``collage.me
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import logging
 import os
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from collage.measure.db import FILE, STRUCTURE, TRANSIENT, Cost, CostKey
+from collage.measure.worker import MeasureJob
 from collage.errors import MeasurementError
 from collage.util import cache_dir
 
@@ -44,6 +46,21 @@ LOAD_TIMEOUT_S = 120.0
 WARMUP_S = 0.2
 #: How far a candidate whose calls are slow (not hung: its first call returned) may run past timeout_s.
 MAX_EXTENSION_S = 3600.0
+
+
+@dataclass(frozen=True)
+class WindowSettings:
+    """How ``Measurer`` runs a measurement window: ``timeout_s`` from the compile on (a slow candidate whose
+    first call returned gets more, up to ``MAX_EXTENSION_S``), ``cap_s`` of timed calls after ``warmup_s`` of
+    warm-up, inputs drawn with ``seed``, the reference probe timed next to it with ``probe``, and at most
+    ``lock_timeout_s`` (None: ``LOCK_WAIT_S``) of waiting for the machine lock."""
+
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    cap_s: float = DEFAULT_CAP_S
+    warmup_s: float = WARMUP_S
+    seed: int = 0
+    probe: bool = False
+    lock_timeout_s: float | None = None
 
 
 @dataclass
@@ -354,44 +371,44 @@ class Measurer:
                 continue
             return kind, payload, phase
 
-    def measure(self, model: onnx.ModelProto, backend: str, options: Mapping[str, Any] | None = None, *,
-                timeout_s: float = DEFAULT_TIMEOUT_S, cap_s: float = DEFAULT_CAP_S, seed: int = 0,
-                feeds: Mapping[str, np.ndarray] | None = None, lock_timeout_s: float | None = None,
-                rounds: int = 1, probe: bool = False) -> Measurement:
+    def measure(self, model: onnx.ModelProto, backend: str, options: Mapping[str, Any] | None = None,
+                settings: WindowSettings | None = None, *, feeds: Mapping[str, np.ndarray] | None = None,
+                rounds: int = 1) -> Measurement:
         """Measure ``model`` on ``backend`` (registry name or ``module:Class``) in the worker.
 
         Inputs not in ``feeds`` are seeded random arrays (integer indices in range of what they index).
-        ``rounds`` > 1 takes that many windows of ``cap_s / rounds`` each (a compile each), back to back,
-        and combines them (``combine_rounds``); ``measure_candidates`` spreads the rounds over the job
-        instead, which averages over slow periods of the machine. ``probe`` times the reference probe
-        next to each window (``Measurement.probe_ms``).
-        Waits for the machine lock (another process measuring) up to ``lock_timeout_s`` (None:
+        ``rounds`` > 1 takes that many windows of ``settings.cap_s / rounds`` each (a compile each, a warm-up
+        of ``window_warmup_s(rounds)``: ``settings.warmup_s`` is not used), back to back, and combines them
+        (``combine_rounds``); ``measure_candidates`` spreads the rounds over the job instead, which averages
+        over slow periods of the machine. ``settings.probe`` times the reference probe next to each window
+        (``Measurement.probe_ms``).
+        Waits for the machine lock (another process measuring) up to ``settings.lock_timeout_s`` (None:
         ``LOCK_WAIT_S``), then raises ``MeasurementError``; every other failure is returned as ``error``.
         """
+        settings = settings or WindowSettings()
         blob = model.SerializeToString()
+        window = dataclasses.replace(settings, cap_s=settings.cap_s / max(1, rounds), warmup_s=window_warmup_s(rounds))
         done = []
         for _ in range(max(1, rounds)):
-            r = self.measure_bytes(blob, backend, options, timeout_s=timeout_s, cap_s=cap_s / max(1, rounds),
-                                   seed=seed, feeds=feeds, lock_timeout_s=lock_timeout_s, probe=probe,
-                                   warmup_s=window_warmup_s(rounds))
+            r = self.measure_bytes(blob, backend, options, window, feeds=feeds)
             done.append(r)
             if not r.ok:
                 break
         return combine_rounds(done)
 
-    def measure_bytes(self, blob: bytes, backend: str, options: Mapping[str, Any] | None = None, *,
-                      timeout_s: float = DEFAULT_TIMEOUT_S, cap_s: float = DEFAULT_CAP_S, seed: int = 0,
-                      feeds: Mapping[str, np.ndarray] | None = None, lock_timeout_s: float | None = None,
-                      probe: bool = False, warmup_s: float = WARMUP_S) -> Measurement:
+    def measure_bytes(self, blob: bytes, backend: str, options: Mapping[str, Any] | None = None,
+                      settings: WindowSettings | None = None, *,
+                      feeds: Mapping[str, np.ndarray] | None = None) -> Measurement:
         """One measurement window of a serialized model (``measure`` with ``rounds=1``)."""
+        s = settings or WindowSettings()
         if self._runtime not in (None, backend):
             self.close()  # one runtime per worker process: no idle thread pool of another runtime around
         self._runtime = backend
-        job = ("measure", blob, backend, dict(options or {}), float(cap_s), int(seed), dict(feeds or {}), bool(probe),
-               float(warmup_s))
+        job = MeasureJob(blob, backend, dict(options or {}), float(s.cap_s), int(s.seed), dict(feeds or {}),
+                         bool(s.probe), float(s.warmup_s))
         t0 = time.perf_counter()
-        with machine_lock(lock_timeout_s) if self.lock else contextlib.nullcontext():
-            kind, payload, _ = self._job(job, timeout_s)
+        with machine_lock(s.lock_timeout_s) if self.lock else contextlib.nullcontext():
+            kind, payload, _ = self._job(("measure", *job), s.timeout_s)
         wall = time.perf_counter() - t0
         if kind == "result":
             return Measurement(median_ms=payload["median_ms"], p10_ms=payload["p10_ms"], p90_ms=payload["p90_ms"],

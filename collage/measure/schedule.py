@@ -12,9 +12,8 @@
   is tight (~2%) but the machine's speed drifts between time windows (shared vCPUs, other tenants).
   ``measure_candidates(rounds=k)`` measures each key in ``k`` windows of ``cap_s / k`` spread over the
   job (round robin over ``window`` keys in flight) and stores the median of the round medians
-  (``combine_rounds``): a slow period moves one round, not the cost. The default is one window: on
-  this machine three rounds took 1.9x the time and did not make two separate runs agree better
-  (results/measurement/noise.md: the machine's speed level moves between runs minutes apart, all rounds with it). Optional: a reference
+  (``combine_rounds``): a slow period moves one round, not the cost. The default is one window: more
+  rounds took longer and did not make two separate runs agree better (results/measurement/noise.md). Optional: a reference
   probe next to each window, and a window whose probe was slow taken again (``probe``); each round in
   its own worker process (``round_workers``). ``timeout_s`` catches
   hangs: a candidate whose first call returned gets the time its remaining calls need. Inputs are seeded
@@ -30,6 +29,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -179,17 +179,42 @@ def _drop_dead_claims(store: CostDB) -> None:
             store.release(c.key, c.owner)
 
 
-def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]], *,
-                       db: None | str | CostDB = None,
-                       backend_options: Mapping[str, Mapping[str, Any]] | None = None,
-                       budget_s: float | None = None, progress: bool = True,
-                       timeout_s: float = DEFAULT_TIMEOUT_S, cap_s: float = DEFAULT_CAP_S,
-                       retry_failed: bool = False, claim_wait_s: float | None = None,
-                       rounds: int = DEFAULT_ROUNDS, window: int = DEFAULT_WINDOW,
-                       probe: bool = DEFAULT_PROBE, round_workers: bool = DEFAULT_ROUND_WORKERS,
-                       executor: None | str | Executor = None, what: str = "candidates",
-                       unit: str = "cand") -> CostTable:
+@dataclass(frozen=True)
+class MeasureOptions:
+    """How ``measure_candidates`` measures (each field as its docstring says; the defaults are the tuner's).
+
+    ``db``: the cost DB (a path, URL or ``CostDB``; None: the default one). ``backend_options``: backend name ->
+    its constructor options. ``budget_s``: stop before starting a window past it. ``progress``: show the
+    counter, named by ``what`` and ``unit``. ``timeout_s``, ``cap_s``: each key's timeout and timing cap
+    (shared by its ``rounds``). ``retry_failed``: measure stored failures again. ``claim_wait_s``: how long a
+    key another process claimed is waited for (None: ``timeout_s``). ``rounds``, ``window``, ``probe``,
+    ``round_workers``: the noise control. ``executor``: where windows run (None: this machine; a Ray address;
+    an ``Executor``, left open).
+    """
+
+    db: None | str | CostDB = None
+    backend_options: Mapping[str, Mapping[str, Any]] | None = None
+    budget_s: float | None = None
+    progress: bool = True
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    cap_s: float = DEFAULT_CAP_S
+    retry_failed: bool = False
+    claim_wait_s: float | None = None
+    rounds: int = DEFAULT_ROUNDS
+    window: int = DEFAULT_WINDOW
+    probe: bool = DEFAULT_PROBE
+    round_workers: bool = DEFAULT_ROUND_WORKERS
+    executor: None | str | Executor = None
+    what: str = "candidates"
+    unit: str = "cand"
+
+
+def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]],
+                       options: MeasureOptions | None = None, **overrides: Any) -> CostTable:
     """Measure ``items`` (node ids, backend name) of ``graph``; return ``{(nodes, backend): Cost}``.
+
+    ``options`` (a ``MeasureOptions``; default: its defaults) with ``overrides`` (its field names as keywords,
+    ``measure_candidates(g, items, db=..., budget_s=...)``) say how.
 
     Deduplicated by ``graph.fingerprint(nodes)``; a key already in ``db`` is reused, never re-measured
     (failed ones too where the failure holds for this model, ``Cost.holds_for``: a structural one, or one of
@@ -212,13 +237,13 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
     (``worker.reference_probe``) ran over ``1 + PROBE_SLOW`` times the job's recent probes is taken again
     (at most ``MAX_REDO`` times a key). ``rounds=1, window=1`` is one window per key, in order.
     """
-    from collage.progress import progress_bar
+    opts = dataclasses.replace(options or MeasureOptions(), **overrides)
+    return _MeasureJob(graph, items, opts).run()
 
-    t_start = time.monotonic()
-    rounds, window = max(1, int(rounds)), max(1, int(window))
-    store = get_db(db)
-    opts = {k: dict(v) for k, v in (backend_options or {}).items()}
-    backends = _resolve_all(sorted({b for _, b in items}), opts)
+
+def _fingerprint_keys(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]], backends: Mapping[str, Any]
+                      ) -> tuple[dict[tuple[tuple[int, ...], str], CostKey], dict[CostKey, tuple[tuple[int, ...], str]]]:
+    """Each item's cost key, and each distinct key's first item (the one measured for it)."""
     fp_cache: dict[tuple[int, ...], str] = {}
     item_key: dict[tuple[tuple[int, ...], str], CostKey] = {}
     rep: dict[CostKey, tuple[tuple[int, ...], str]] = {}
@@ -229,194 +254,237 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
         key = key_for(backends[bname], fp_cache[nodes])
         item_key[(nodes, bname)] = key
         rep.setdefault(key, (nodes, bname))
-    table = CostTable(candidates=len(item_key), distinct=len(rep))
-    _drop_dead_claims(store)
+    return item_key, rep
 
-    def holds(cost: Cost) -> bool:
-        return cost.ok if retry_failed else cost.holds_for(graph.digest)
 
-    known: dict[CostKey, Cost] = {k: c for k, c in store.get_many(rep).items() if holds(c)}
-    table.reused = len(known)
-    # the caller's order (tune puts whole-model and single-node candidates first, so that a budget cut
-    # still leaves a cover); one worker per backend (and round) keeps each runtime warm whatever the order
-    queue = [k for k in rep if k not in known]
-    owner = default_owner()
-    ttl_s = timeout_s + LOAD_TIMEOUT_S + MAX_EXTENSION_S
-    wait_s = timeout_s if claim_wait_s is None else claim_wait_s
-    bar = progress_bar(len(rep), f"measuring {graph.name}: {what}", unit, enabled=progress, initial=len(known),
-                       deadline=None if budget_s is None else t_start + budget_s)
-    deferred: list[CostKey] = []
-    deferred_since: dict[CostKey, float] = {}
-    active: list[_Pending] = []
-    judge = _ProbeJudge()
-    int_values: dict[str, np.ndarray] | None = None
+class _MeasureJob:
+    """One ``measure_candidates`` call: its keys (``queue``: to admit; ``deferred``: claimed by another process;
+    ``active``: admitted, a window to hand out; the executor's windows in flight) and what it found (``known``,
+    ``table``)."""
 
-    def over_budget() -> bool:
-        return budget_s is not None and time.monotonic() - t_start >= budget_s
+    def __init__(self, graph: Graph, items: Sequence[tuple[tuple[int, ...], str]], o: MeasureOptions) -> None:
+        from collage.progress import progress_bar
 
-    def finish(key: CostKey, cost: Cost, nodes: tuple[int, ...], bname: str, stats: Measurement | None) -> None:
-        known[key] = cost
+        self.t_start = time.monotonic()
+        self.graph, self.o = graph, o
+        self.rounds, self.window = max(1, int(o.rounds)), max(1, int(o.window))
+        self.store = get_db(o.db)
+        self.backend_options = {k: dict(v) for k, v in (o.backend_options or {}).items()}
+        self.backends = _resolve_all(sorted({b for _, b in items}), self.backend_options)
+        self.item_key, self.rep = _fingerprint_keys(graph, items, self.backends)
+        self.table = CostTable(candidates=len(self.item_key), distinct=len(self.rep))
+        _drop_dead_claims(self.store)
+        self.known: dict[CostKey, Cost] = {k: c for k, c in self.store.get_many(self.rep).items() if self.holds(c)}
+        self.table.reused = len(self.known)
+        # the caller's order (tune puts whole-model and single-node candidates first, so that a budget cut
+        # still leaves a cover); one worker per backend (and round) keeps each runtime warm whatever the order
+        self.queue = [k for k in self.rep if k not in self.known]
+        self.owner = default_owner()
+        self.ttl_s = o.timeout_s + LOAD_TIMEOUT_S + MAX_EXTENSION_S
+        self.wait_s = o.timeout_s if o.claim_wait_s is None else o.claim_wait_s
+        self.bar = progress_bar(len(self.rep), f"measuring {graph.name}: {o.what}", o.unit, enabled=o.progress,
+                                initial=len(self.known),
+                                deadline=None if o.budget_s is None else self.t_start + o.budget_s)
+        self.deferred: list[CostKey] = []
+        self.deferred_since: dict[CostKey, float] = {}
+        self.active: list[_Pending] = []
+        self.judge = _ProbeJudge()
+        self.int_values: dict[str, np.ndarray] | None = None
+        self.runner = get_executor(o.executor)
+        self.owns_runner = self.runner is not o.executor
+        self.window = max(self.window, self.runner.capacity)
+        self.last_swap = 0.0
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> CostTable:
+        """Measure until every key is known, deferred past its wait, or the budget ran out; the table."""
+        runner = self.runner
+        try:
+            runner.start(self.store, self.backends)
+            while self.queue or self.deferred or self.active or runner.in_flight():
+                if self.over_budget():
+                    log.info("budget of %.0f s reached; stopping with %d keys unmeasured", self.o.budget_s,
+                             len(self.queue) + len(self.deferred) + sum(1 for p in self.active if not p.done))
+                    break
+                if not self.step():
+                    break
+            # windows still in flight (the budget, a stall) finish and are kept
+            for d in wait_for(runner, time.monotonic() + self.o.timeout_s + LOAD_TIMEOUT_S):
+                self.handle(d)
+        finally:
+            self.close()
+        for item, key in self.item_key.items():
+            if key in self.known:
+                self.table[item] = self.known[key]
+        self.table.unmeasured = self.table.distinct - len(self.known)
+        self.table.elapsed_s = time.monotonic() - self.t_start
+        return self.table
+
+    def step(self) -> bool:
+        """Admit keys, hand out windows, take in what came back; False when the machine stalled (lock wait)."""
+        runner = self.runner
+        busy = bool(self.active or runner.in_flight())
+        # keys other processes are measuring: retried now and then (waited for when nothing else is left)
+        if not self.queue and self.deferred and (not busy or time.monotonic() - self.last_swap > 1.0):
+            if not busy:
+                time.sleep(0.2)
+            self.queue, self.deferred, self.last_swap = self.deferred, [], time.monotonic()
+        while self.queue and len(self.active) + len(runner.in_flight()) < self.window:
+            self.admit(self.queue.pop(0))
+        stalled = False
+        while self.active and len(runner.in_flight()) < runner.capacity:
+            if not self.submit(self.active.pop(0)):
+                stalled = True
+                break
+        for d in runner.collect(timeout_s=1.0):
+            self.handle(d)
+        return not stalled
+
+    def close(self) -> None:
+        """Keys in flight: committed with the rounds they have (budget, lock timeout), else released."""
+        for w in self.runner.in_flight():
+            self.store.release(w.key, self.owner)
+        for p in self.active:
+            if p.done:
+                self.commit(p)
+            else:
+                self.store.release(p.key, self.owner)
+        if self.owns_runner:
+            self.runner.close()
+        self.bar.close()
+
+    def over_budget(self) -> bool:
+        return self.o.budget_s is not None and time.monotonic() - self.t_start >= self.o.budget_s
+
+    # ------------------------------------------------------------------ one key
+    def holds(self, cost: Cost) -> bool:
+        return cost.ok if self.o.retry_failed else cost.holds_for(self.graph.digest)
+
+    def reuse(self, key: CostKey) -> bool:
+        """Take ``key``'s cost from the DB when it is there and holds for this model (``holds``)."""
+        done = self.store.get(key)
+        if done is None or not self.holds(done):
+            return False
+        self.known[key] = done
+        self.table.reused += 1
+        self.bar.update(1)
+        return True
+
+    def admit(self, key: CostKey) -> None:
+        """Claim ``key`` and make it active (its subgraph cut out), or defer it when another process has it."""
+        if self.reuse(key):
+            return
+        if not self.store.claim(key, self.owner, ttl_s=self.ttl_s):
+            first = self.deferred_since.setdefault(key, time.monotonic())
+            if time.monotonic() - first > self.wait_s + 120:
+                log.warning("key %s stays claimed by another process; leaving it unmeasured", key.fingerprint)
+            else:
+                self.deferred.append(key)
+            return
+        # another process may have committed the key and dropped its claim between our read and our
+        # claim: read again under the claim, or the key is measured twice
+        if self.reuse(key):
+            self.store.release(key, self.owner)
+            return
+        nodes, bname = self.rep[key]
+        try:
+            blob = self.graph.extract(nodes).SerializeToString()
+        except CollageError as e:  # a cutting problem, not a measurement: reported, not stored
+            self.store.release(key, self.owner)
+            self.finish(key, Cost.from_key(key, error=f"cannot extract the subgraph: {e}"), nodes, bname, None)
+            return
+        self.active.append(_Pending(key, nodes, bname, blob, self.given_ints(nodes)))
+
+    def given_ints(self, nodes: tuple[int, ...]) -> dict[str, np.ndarray]:
+        """Reference values of the integer tensors entering ``nodes`` (``reference_int_values``, taken once)."""
+        graph = self.graph
+        entering = [t for t in graph.boundary(nodes)[0] if graph.tensor(t).dtype.kind in "iub"]
+        if entering and self.int_values is None:
+            self.int_values = reference_int_values(graph)
+        return {t: self.int_values[t] for t in entering if self.int_values and t in self.int_values}
+
+    def submit(self, p: _Pending) -> bool:
+        """Hand ``p``'s next window to the executor; False when the budget ran out waiting for the machine."""
+        o, rounds = self.o, self.rounds
+        left = None if o.budget_s is None else max(0.0, o.budget_s - (time.monotonic() - self.t_start))
+        if p.done:
+            self.store.claim(p.key, self.owner, ttl_s=self.ttl_s)  # refresh: the key stays ours across its rounds
+        w = Window(p.key, p.blob, p.backend, self.backend_options.get(p.backend, {}), p.feeds, timeout_s=o.timeout_s,
+                   cap_s=o.cap_s / rounds, warmup_s=window_warmup_s(rounds), probe=o.probe,
+                   slot=len(p.done) % rounds if o.round_workers else 0, lock_timeout_s=left,
+                   commit=rounds == 1 and not o.probe, retry_failed=o.retry_failed,
+                   file=self.graph.digest() if self.runner.stores_costs else None, tag=p)
+        try:
+            self.runner.submit(w)
+        except MeasurementError as e:  # the budget (or LOCK_WAIT_S) ran out waiting for another process's measurement
+            log.log(logging.INFO if o.budget_s is not None else logging.WARNING, "%s; stopping with the rest unmeasured",
+                    e)
+            self.active.insert(0, p)
+            return False
+        except BaseException:  # Ctrl-C or SIGTERM mid-window: the key goes back, and its claim is released below
+            self.active.insert(0, p)
+            raise
+        return True
+
+    def handle(self, d: Done) -> None:
+        """Take in a window that came back: lost, redone (slow probe), another round, or the key's cost."""
+        p: _Pending = d.window.tag
+        res = d.measurement
+        if res is None:
+            self.lost(p, d)
+            return
+        self.table.where[d.where] = self.table.where.get(d.where, 0) + 1
+        if res.ok and self.o.probe and self.judge.is_slow(res.probe_ms) and p.redone < MAX_REDO:
+            p.redone += 1
+            log.debug("slow window (probe %.3f ms) for %s; measuring that round again", res.probe_ms,
+                      p.key.fingerprint)
+            self.active.append(p)
+            return
+        p.done.append(res)
+        p.stored = d.stored
+        if not res.ok or len(p.done) >= self.rounds:
+            self.commit(p)
+        else:
+            self.active.append(p)
+
+    def lost(self, p: _Pending, d: Done) -> None:
+        """A window that came back without a measurement: handed out again ``MAX_LOST`` times, then left."""
+        p.lost += 1
+        self.table.lost.append(f"{p.key.fingerprint} on {p.backend}: {d.lost}")
+        if p.lost <= MAX_LOST:
+            log.warning("%s on %s: no measurement came back (%s); handing it out again", _short(p.nodes),
+                        p.backend, d.lost)
+            self.active.append(p)
+        else:
+            log.warning("%s on %s: no measurement came back %d times (%s); left unmeasured", _short(p.nodes),
+                        p.backend, p.lost, d.lost)
+            self.store.release(p.key, self.owner)
+
+    def commit(self, p: _Pending) -> None:
+        """Store ``p``'s cost from the rounds it has (unless the executor did) and release its claim."""
+        res = combine_rounds(p.done)
+        res.samples_ms = []  # spread stats are kept; thousands of single-call times per key are not
+        cost = res.to_cost(p.key, None if res.ok else self.graph.digest())
+        try:
+            if not p.stored:
+                self.store.put(cost)
+        finally:
+            self.store.release(p.key, self.owner)
+        self.finish(p.key, cost, p.nodes, p.backend, res)
+
+    def finish(self, key: CostKey, cost: Cost, nodes: tuple[int, ...], bname: str, stats: Measurement | None) -> None:
+        """Count ``key``'s new cost in the table and the progress bar."""
+        table = self.table
+        self.known[key] = cost
         if stats is not None:
             table.stats[key] = stats
         table.measured += 1
         if not cost.ok:
             table.failed += 1
             table.failures[key] = cost.error or "?"
-            log.warning("%s on %s (nodes %s): %s", graph.name, bname, _short(nodes), cost.error)
-        bar.update(1)
-        bar.set_postfix(failed=table.failed, refresh=False)
-
-    def commit(p: _Pending) -> None:
-        res = combine_rounds(p.done)
-        res.samples_ms = []  # spread stats are kept; thousands of single-call times per key are not
-        cost = res.to_cost(p.key, None if res.ok else graph.digest())
-        try:
-            if not p.stored:
-                store.put(cost)
-        finally:
-            store.release(p.key, owner)
-        finish(p.key, cost, p.nodes, p.backend, res)
-
-    def reuse(key: CostKey) -> bool:
-        """Take ``key``'s cost from the DB when it is there and holds for this model (``holds``)."""
-        done = store.get(key)
-        if done is None or not holds(done):
-            return False
-        known[key] = done
-        table.reused += 1
-        bar.update(1)
-        return True
-
-    def admit(key: CostKey) -> None:
-        nonlocal int_values
-        if reuse(key):
-            return
-        if not store.claim(key, owner, ttl_s=ttl_s):
-            first = deferred_since.setdefault(key, time.monotonic())
-            if time.monotonic() - first > wait_s + 120:
-                log.warning("key %s stays claimed by another process; leaving it unmeasured", key.fingerprint)
-            else:
-                deferred.append(key)
-            return
-        # another process may have committed the key and dropped its claim between our read and our
-        # claim: read again under the claim, or the key is measured twice
-        if reuse(key):
-            store.release(key, owner)
-            return
-        nodes, bname = rep[key]
-        try:
-            blob = graph.extract(nodes).SerializeToString()
-        except CollageError as e:  # a cutting problem, not a measurement: reported, not stored
-            store.release(key, owner)
-            finish(key, Cost.from_key(key, error=f"cannot extract the subgraph: {e}"), nodes, bname, None)
-            return
-        entering = [t for t in graph.boundary(nodes)[0] if graph.tensor(t).dtype.kind in "iub"]
-        if entering and int_values is None:
-            int_values = reference_int_values(graph)
-        given = {t: int_values[t] for t in entering if int_values and t in int_values}
-        active.append(_Pending(key, nodes, bname, blob, given))
-
-    runner = get_executor(executor)
-    owns_runner = runner is not executor
-    window = max(window, runner.capacity)
-    last_swap = 0.0
-
-    def submit(p: _Pending) -> bool:
-        """Hand ``p``'s next window to the executor; False when the budget ran out waiting for the machine."""
-        left = None if budget_s is None else max(0.0, budget_s - (time.monotonic() - t_start))
-        if p.done:
-            store.claim(p.key, owner, ttl_s=ttl_s)  # refresh: the key stays ours across its rounds
-        w = Window(p.key, p.blob, p.backend, opts.get(p.backend, {}), p.feeds, timeout_s=timeout_s,
-                   cap_s=cap_s / rounds, warmup_s=window_warmup_s(rounds), probe=probe,
-                   slot=len(p.done) % rounds if round_workers else 0, lock_timeout_s=left,
-                   commit=rounds == 1 and not probe, retry_failed=retry_failed,
-                   file=graph.digest() if runner.stores_costs else None, tag=p)
-        try:
-            runner.submit(w)
-        except MeasurementError as e:  # the budget (or LOCK_WAIT_S) ran out waiting for another process's measurement
-            log.log(logging.INFO if budget_s is not None else logging.WARNING, "%s; stopping with the rest unmeasured",
-                    e)
-            active.insert(0, p)
-            return False
-        except BaseException:  # Ctrl-C or SIGTERM mid-window: the key goes back, and its claim is released below
-            active.insert(0, p)
-            raise
-        return True
-
-    def handle(d: Done) -> None:
-        p: _Pending = d.window.tag
-        res = d.measurement
-        if res is None:
-            p.lost += 1
-            table.lost.append(f"{p.key.fingerprint} on {p.backend}: {d.lost}")
-            if p.lost <= MAX_LOST:
-                log.warning("%s on %s: no measurement came back (%s); handing it out again", _short(p.nodes),
-                            p.backend, d.lost)
-                active.append(p)
-            else:
-                log.warning("%s on %s: no measurement came back %d times (%s); left unmeasured", _short(p.nodes),
-                            p.backend, p.lost, d.lost)
-                store.release(p.key, owner)
-            return
-        table.where[d.where] = table.where.get(d.where, 0) + 1
-        if res.ok and probe and judge.is_slow(res.probe_ms) and p.redone < MAX_REDO:
-            p.redone += 1
-            log.debug("slow window (probe %.3f ms) for %s; measuring that round again", res.probe_ms,
-                      p.key.fingerprint)
-            active.append(p)
-            return
-        p.done.append(res)
-        p.stored = d.stored
-        if not res.ok or len(p.done) >= rounds:
-            commit(p)
-        else:
-            active.append(p)
-
-    try:
-        runner.start(store, backends)
-        while queue or deferred or active or runner.in_flight():
-            if over_budget():
-                log.info("budget of %.0f s reached; stopping with %d keys unmeasured", budget_s,
-                         len(queue) + len(deferred) + sum(1 for p in active if not p.done))
-                break
-            busy = bool(active or runner.in_flight())
-            # keys other processes are measuring: retried now and then (waited for when nothing else is left)
-            if not queue and deferred and (not busy or time.monotonic() - last_swap > 1.0):
-                if not busy:
-                    time.sleep(0.2)
-                queue, deferred, last_swap = deferred, [], time.monotonic()
-            while queue and len(active) + len(runner.in_flight()) < window:
-                admit(queue.pop(0))
-            stalled = False
-            while active and len(runner.in_flight()) < runner.capacity:
-                if not submit(active.pop(0)):
-                    stalled = True
-                    break
-            for d in runner.collect(timeout_s=1.0):
-                handle(d)
-            if stalled:
-                break
-        # windows still in flight (the budget, a stall) finish and are kept
-        for d in wait_for(runner, time.monotonic() + timeout_s + LOAD_TIMEOUT_S):
-            handle(d)
-    finally:
-        # keys in flight: committed with the rounds they have (budget, lock timeout), else released
-        for w in runner.in_flight():
-            store.release(w.key, owner)
-        for p in active:
-            if p.done:
-                commit(p)
-            else:
-                store.release(p.key, owner)
-        if owns_runner:
-            runner.close()
-        bar.close()
-    for item, key in item_key.items():
-        if key in known:
-            table[item] = known[key]
-    table.unmeasured = table.distinct - len(known)
-    table.elapsed_s = time.monotonic() - t_start
-    return table
+            log.warning("%s on %s (nodes %s): %s", self.graph.name, bname, _short(nodes), cost.error)
+        self.bar.update(1)
+        self.bar.set_postfix(failed=table.failed, refresh=False)
 
 
 def _short(nodes: Sequence[int]) -> str:

@@ -201,7 +201,7 @@ def fit_linear(rows: Sequence[Mapping[str, float]]) -> tuple[float, float]:
 def pair_settings(a: Any, b: Any) -> str:
     """The DB ``settings`` of a backend pair: both versions and options, in a fixed order, and whether a
     backend's spinning pool is parked while the other runs (``collage.backends.handover``: switches measured
-    before parking existed, at +3 to +35 ms, are not reused for a parked pool)."""
+    before parking existed cost more, results/transitions/transitions.md, and are not reused for a parked pool)."""
     return canonical_json({x.name: {"version": x.version(), "options": x.options,
                                     **({"parked": True} if getattr(x, "park", False) and getattr(x, "shared_pool", False)
                                        else {})}
@@ -337,17 +337,21 @@ def handovers(graph: Any, pieces: Sequence[Sequence[int]], assign: Sequence[str]
     return sum(_reads_across(graph, pieces, assign))
 
 
+#: How long the chains of one model-scale fit may take in their worker (``measure_model_transitions``).
+CHAIN_TIMEOUT_S = 1800.0
+
+
 def measure_model_transitions(graph: Any, a: str, b: str, db: None | str | CostDB = None, *,
                               pieces: Sequence[Sequence[int]] | None = None,
                               backend_options: Mapping[str, Mapping[str, Any]] | None = None,
-                              cap_s: float = 3.0, timeout_s: float = 1800.0, reuse: bool = True) -> ModelTransitions:
+                              cap_s: float = 3.0, reuse: bool = True) -> ModelTransitions:
     """Measure per-partition overhead and backend switch cost, per direction, on ``graph``'s own pieces; store them.
 
     ``pieces`` (default ``contiguous_pieces(graph)``) must run in the given order, each reading only
     graph inputs and earlier pieces' outputs, and run on both backends. Each piece is measured alone
     (``measure_candidates``, reusing the DB); then the chains all-a, all-b, alternating a-first and
-    b-first are timed end to end, interleaved, in a worker, with each piece's call timed inside the
-    chain. With parts(chain) the sum of the pieces' own costs and k pieces:
+    b-first are timed end to end, interleaved, in a worker (``CHAIN_TIMEOUT_S`` at most), with each
+    piece's call timed inside the chain. With parts(chain) the sum of the pieces' own costs and k pieces:
 
     * ``overhead[x] = (chain all-x - parts(all-x)) / k``
     * switch ``src -> dst``: over the alternating chains' pieces on ``dst`` that follow a piece on ``src``,
@@ -362,60 +366,31 @@ def measure_model_transitions(graph: Any, a: str, b: str, db: None | str | CostD
     fingerprint)``. With ``reuse``, a fit already stored for this model, pair and machine is returned
     without measuring (``chains`` then empty).
     """
-    from collage.graph.inputs import random_inputs
-    from collage.measure.schedule import measure_candidates
-    from collage.measure.measurer import Measurer
     from collage.measure.worker import resolve_backend
 
     store = get_db(db)
     opts = {k: dict(v) for k, v in (backend_options or {}).items()}
     pair = pair_settings(resolve_backend(a, opts.get(a, {})), resolve_backend(b, opts.get(b, {})))
     settings = model_settings(pair, graph.fingerprint(range(len(graph))))
-    if reuse:
-        rows = {(s, d): store.get_transition(s, d, settings, machine_id()) for s, d in ((a, a), (b, b), (a, b), (b, a))}
-        if all(rows.values()):
-            by_dir = {(a, b): rows[(a, b)].fixed_ms, (b, a): rows[(b, a)].fixed_ms}
-            return ModelTransitions(a, b, {a: rows[(a, a)].fixed_ms, b: rows[(b, b)].fixed_ms},
-                                    float(np.mean(list(by_dir.values()))), settings, switch_by_direction=by_dir)
+    stored = _stored_fit(store, a, b, settings) if reuse else None
+    if stored is not None:
+        return stored
     pieces = [tuple(p) for p in (pieces or contiguous_pieces(graph))]
     k = len(pieces)
     if k < 2:
         raise ValueError("measure_model_transitions needs at least two pieces")
-    items = [(p, x) for p in pieces for x in (a, b)]
-    costs = measure_candidates(graph, items, db=store, backend_options=opts, progress=False)
-    bad = [(p, x) for p, x in items if (p, x) not in costs or not costs[(p, x)].ok]
-    if bad:
-        p, x = bad[0]
-        why = costs[(p, x)].error if (p, x) in costs else "not measured"
-        raise MeasurementError(f"{graph.name}: piece of nodes {p[0]}..{p[-1]} on {x} has no cost ({why}); "
-                               "pass pieces both backends can run")
+    costs = _piece_costs(graph, pieces, (a, b), store, opts)
     assigns = {f"all {a}": [a] * k, f"all {b}": [b] * k,
                f"alternating, {a} first": [(a, b)[i % 2] for i in range(k)],
                f"alternating, {b} first": [(b, a)[i % 2] for i in range(k)]}
-    blobs = [graph.extract(p).SerializeToString() for p in pieces]
-    with Measurer() as m:
-        measured = m.call("collage.measure.transitions:chain_timings",
-                          {"pieces": blobs, "chains": {n: list(enumerate(s)) for n, s in assigns.items()},
-                           "feeds": random_inputs(graph), "backend_options": opts, "cap_s": cap_s, "steps": True},
-                          timeout_s=timeout_s)
+    measured = _time_model_chains(graph, pieces, assigns, opts, cap_s)
     chains = {}
     for name, assign in assigns.items():
         parts = sum(costs[(p, x)].median_ms for p, x in zip(pieces, assign))
         chains[name] = {"measured_ms": measured[name]["median_ms"], "parts_ms": parts, "pieces": k,
                         "switches": handovers(graph, pieces, assign)}
     overhead = {x: max(0.0, (chains[f"all {x}"]["measured_ms"] - chains[f"all {x}"]["parts_ms"]) / k) for x in (a, b)}
-    extra: dict[tuple[str, str], list[float]] = {(a, b): [0.0, 0], (b, a): [0.0, 0]}
-    for first in (a, b):
-        name = f"alternating, {first} first"
-        assign = assigns[name]
-        reads = _reads_across(graph, pieces, assign)
-        for j in range(1, k):
-            src, dst = assign[j - 1], assign[j]
-            if src == dst or not reads[j]:
-                continue
-            extra[(src, dst)][0] += measured[name]["step_ms"][j] - measured[f"all {dst}"]["step_ms"][j]
-            extra[(src, dst)][1] += reads[j]
-    by_dir = {d: max(0.0, e / n) if n else 0.0 for d, (e, n) in extra.items()}
+    by_dir = _switch_by_direction(graph, pieces, assigns, measured, (a, b))
     switch = float(np.mean(list(by_dir.values())))
     for x in (a, b):
         store.put_transition(x, x, overhead[x], 0.0, settings, machine_id())
@@ -424,6 +399,64 @@ def measure_model_transitions(graph: Any, a: str, b: str, db: None | str | CostD
     log.info("%s: per partition %s; per switch %s", graph.name, ", ".join(f"{x} {v:.3f} ms" for x, v in overhead.items()),
              ", ".join(f"{s} -> {d} {v:.3f} ms" for (s, d), v in by_dir.items()))
     return ModelTransitions(a, b, overhead, switch, settings, chains, by_dir)
+
+
+def _stored_fit(store: CostDB, a: str, b: str, settings: str) -> ModelTransitions | None:
+    """The fit stored for the pair under ``settings`` on this machine, when all four rows are there."""
+    rows = {(s, d): store.get_transition(s, d, settings, machine_id()) for s, d in ((a, a), (b, b), (a, b), (b, a))}
+    if not all(rows.values()):
+        return None
+    by_dir = {(a, b): rows[(a, b)].fixed_ms, (b, a): rows[(b, a)].fixed_ms}
+    return ModelTransitions(a, b, {a: rows[(a, a)].fixed_ms, b: rows[(b, b)].fixed_ms},
+                            float(np.mean(list(by_dir.values()))), settings, switch_by_direction=by_dir)
+
+
+def _piece_costs(graph: Any, pieces: Sequence[tuple[int, ...]], pair: tuple[str, str], store: CostDB,
+                 opts: Mapping[str, Mapping[str, Any]]) -> Mapping[tuple[tuple[int, ...], str], Any]:
+    """Each piece's own cost on both backends (``measure_candidates``); MeasurementError naming one without."""
+    from collage.measure.schedule import measure_candidates
+
+    items = [(p, x) for p in pieces for x in pair]
+    costs = measure_candidates(graph, items, db=store, backend_options=opts, progress=False)
+    bad = [(p, x) for p, x in items if (p, x) not in costs or not costs[(p, x)].ok]
+    if bad:
+        p, x = bad[0]
+        why = costs[(p, x)].error if (p, x) in costs else "not measured"
+        raise MeasurementError(f"{graph.name}: piece of nodes {p[0]}..{p[-1]} on {x} has no cost ({why}); "
+                               "pass pieces both backends can run")
+    return costs
+
+
+def _time_model_chains(graph: Any, pieces: Sequence[tuple[int, ...]], assigns: Mapping[str, Sequence[str]],
+                       opts: Mapping[str, Mapping[str, Any]], cap_s: float) -> dict[str, dict[str, Any]]:
+    """The chains ``assigns`` (name -> backend per piece) timed end to end with their steps, in a worker."""
+    from collage.graph.inputs import random_inputs
+    from collage.measure.measurer import Measurer
+
+    blobs = [graph.extract(p).SerializeToString() for p in pieces]
+    with Measurer() as m:
+        return m.call("collage.measure.transitions:chain_timings",
+                      {"pieces": blobs, "chains": {n: list(enumerate(s)) for n, s in assigns.items()},
+                       "feeds": random_inputs(graph), "backend_options": opts, "cap_s": cap_s, "steps": True},
+                      timeout_s=CHAIN_TIMEOUT_S)
+
+
+def _switch_by_direction(graph: Any, pieces: Sequence[tuple[int, ...]], assigns: Mapping[str, Sequence[str]],
+                         measured: Mapping[str, Mapping[str, Any]], pair: tuple[str, str]) -> dict[tuple[str, str], float]:
+    """Per direction: the alternating chains' extra step time after a switch, per hand-over the search charges."""
+    a, b = pair
+    extra: dict[tuple[str, str], list[float]] = {(a, b): [0.0, 0], (b, a): [0.0, 0]}
+    for first in (a, b):
+        name = f"alternating, {first} first"
+        assign = assigns[name]
+        reads = _reads_across(graph, pieces, assign)
+        for j in range(1, len(pieces)):
+            src, dst = assign[j - 1], assign[j]
+            if src == dst or not reads[j]:
+                continue
+            extra[(src, dst)][0] += measured[name]["step_ms"][j] - measured[f"all {dst}"]["step_ms"][j]
+            extra[(src, dst)][1] += reads[j]
+    return {d: max(0.0, e / n) if n else 0.0 for d, (e, n) in extra.items()}
 
 
 def model_transition_model(graph: Any, backends: Sequence[str], db: None | str | CostDB = None, *,

@@ -18,7 +18,8 @@ import math
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 import onnx
@@ -83,17 +84,30 @@ def median_ci_halfwidth(sorted_ms: list[float]) -> float:
     return (sorted_ms[hi] - sorted_ms[lo]) / (2 * med) if med > 0 else math.inf
 
 
-def time_calls(call: Callable[[], Any], *, cap_s: float, rel_ci: float = 0.02, min_samples: int = 10,
-               warmup_s: float = 0.2, min_warmup: int = 3, max_samples: int = 100_000,
-               on_estimate: Callable[[float], None] | None = None,
+@dataclass(frozen=True)
+class TimingRule:
+    """When ``time_calls`` stops: the median's 95% CI within ``rel_ci`` of it (at least ``min_samples``
+    calls), or ``cap_s`` of timed calls, or ``max_samples``; after ``warmup_s`` (at least ``min_warmup``
+    calls) of warm-up."""
+
+    cap_s: float
+    rel_ci: float = 0.02
+    min_samples: int = 10
+    warmup_s: float = 0.2
+    min_warmup: int = 3
+    max_samples: int = 100_000
+
+
+def time_calls(call: Callable[[], Any], rule: TimingRule, *, on_estimate: Callable[[float], None] | None = None,
                out_samples: list[float] | None = None) -> dict[str, Any]:
-    """Warm up, then time single calls until the median's CI is within ``rel_ci`` or ``cap_s`` passes.
+    """Warm up, then time single calls until the median's CI is within ``rule.rel_ci`` or ``rule.cap_s`` passes.
 
     Slow calls scale the effort down: when one call takes a sizeable part of ``cap_s``, a single
     warm-up call is made and ``min_samples`` drops to what fits in ``cap_s`` (at least 1).
     ``on_estimate(seconds)`` is told how long the timed part will take at least, so that the parent
     can tell a slow candidate from a hung one. ``out_samples`` (a list) receives the single-call times.
     """
+    cap_s, rel_ci, min_samples, min_warmup = rule.cap_s, rule.rel_ci, rule.min_samples, rule.min_warmup
     t0 = time.perf_counter()
     call()
     first = time.perf_counter() - t0
@@ -102,7 +116,7 @@ def time_calls(call: Callable[[], Any], *, cap_s: float, rel_ci: float = 0.02, m
         min_samples = max(1, min(min_samples, int(cap_s / max(first, 1e-9))))
     if on_estimate is not None:
         on_estimate(first * (min_warmup + min_samples))
-    t_end = time.perf_counter() + warmup_s
+    t_end = time.perf_counter() + rule.warmup_s
     k = 1
     while k < min_warmup or (time.perf_counter() < t_end and k < 1000 and first < 0.1 * cap_s):
         call()
@@ -118,7 +132,7 @@ def time_calls(call: Callable[[], Any], *, cap_s: float, rel_ci: float = 0.02, m
             s = sorted(samples)
             if median_ci_halfwidth(s) <= rel_ci and len(samples) >= min_samples:
                 break
-            if time.perf_counter() - start >= cap_s or len(samples) >= max_samples:
+            if time.perf_counter() - start >= cap_s or len(samples) >= rule.max_samples:
                 break
         elif len(samples) >= min_samples and time.perf_counter() - start >= cap_s:
             break
@@ -155,28 +169,40 @@ def reference_probe(reps: int = 7) -> float:
     return float(sorted(times)[reps // 2])
 
 
-def measure_model(send: Callable[[tuple], None], model_bytes: bytes, backend: str, options: Mapping[str, Any],
-                  cap_s: float, seed: int, given: Mapping[str, np.ndarray] | None = None,
-                  probe: bool = False, warmup_s: float = 0.2) -> dict[str, Any]:
+class MeasureJob(NamedTuple):
+    """A ``"measure"`` job: the message is ``("measure", *job)``, these fields in this order
+    (``Measurer.measure_bytes`` sends it, ``serve`` reads it)."""
+
+    model_bytes: bytes
+    backend: str
+    options: Mapping[str, Any]
+    cap_s: float
+    seed: int
+    given: Mapping[str, np.ndarray] | None = None  # real values of some inputs (``make_feeds``)
+    probe: bool = False
+    warmup_s: float = 0.2
+
+
+def measure_model(send: Callable[[tuple], None], job: MeasureJob) -> dict[str, Any]:
     """One job: build the backend, compile, make inputs, time (one window). Raises on failure.
 
     The result also holds the single-call times (``samples_ms``, thinned to ``MAX_RETURNED_SAMPLES``)
-    and, with ``probe``, ``probe_ms``: the reference probe timed right before and after the window (mean).
+    and, with ``job.probe``, ``probe_ms``: the reference probe timed right before and after the window (mean).
     """
     send(("phase", "load"))
-    b = resolve_backend(backend, options)
-    model = onnx.load_from_string(model_bytes)
-    feeds = make_feeds(model, seed, given)
+    b = resolve_backend(job.backend, job.options)
+    model = onnx.load_from_string(job.model_bytes)
+    feeds = make_feeds(model, job.seed, job.given)
     send(("phase", "compile"))
     t0 = time.perf_counter()
     compiled = b.compile(model)
     compile_s = time.perf_counter() - t0
     send(("phase", "run"))
-    before = reference_probe() if probe else None
+    before = reference_probe() if job.probe else None
     samples: list[float] = []
-    stats = time_calls(lambda: compiled.run(feeds), cap_s=cap_s, on_estimate=lambda s: send(("estimate", s)),
-                       out_samples=samples, warmup_s=warmup_s)
-    if probe:
+    stats = time_calls(lambda: compiled.run(feeds), TimingRule(cap_s=job.cap_s, warmup_s=job.warmup_s),
+                       on_estimate=lambda s: send(("estimate", s)), out_samples=samples)
+    if job.probe:
         stats["probe_ms"] = (before + reference_probe()) / 2
     stats["compile_s"] = compile_s
     step = max(1, math.ceil(len(samples) / MAX_RETURNED_SAMPLES))
@@ -205,7 +231,7 @@ def serve(conn: Any) -> None:
         kind = job[0]
         try:
             if kind == "measure":
-                result = measure_model(send, *job[1:])
+                result = measure_model(send, MeasureJob(*job[1:]))
             elif kind == "call":
                 result = call_function(send, *job[1:])
             elif kind == "ping":

@@ -10,7 +10,8 @@ Weights are seeded (``tensor_rng``: one generator per tensor name). The light mo
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -78,9 +79,21 @@ class Builder:
         return model
 
 
+@dataclass(frozen=True)
+class ConvShape:
+    """A square 2-D convolution: ``cin`` -> ``cout`` channels, ``k`` x ``k`` kernel (padded ``k // 2``), ``stride``,
+    ``groups``."""
+
+    cin: int
+    cout: int
+    k: int
+    stride: int = 1
+    groups: int = 1
+
+
 # ---- ResNet (Caffe2 layout, like the light ResNet-50: Conv, BatchNormalization, Relu, Sum)
-def _conv_bn(b: Builder, x: str, name: str, cin: int, cout: int, k: int, stride: int, relu: bool,
-             residual_gamma: bool = False) -> str:
+def _conv_bn(b: Builder, x: str, name: str, shape: ConvShape, relu: bool, residual_gamma: bool = False) -> str:
+    cin, cout, k, stride = shape.cin, shape.cout, shape.k, shape.stride
     w = b.weight(f"{name}_w", [cout, cin, k, k], np.sqrt(2.0 / (cin * k * k)))
     y = b.op("Conv", [x, w], name, kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4)
     gamma = (0.16, 0.24) if residual_gamma else (0.8, 1.2)
@@ -91,11 +104,11 @@ def _conv_bn(b: Builder, x: str, name: str, cin: int, cout: int, k: int, stride:
 
 
 def _bottleneck(b: Builder, x: str, name: str, cin: int, mid: int, cout: int, stride: int) -> str:
-    y = _conv_bn(b, x, f"{name}_branch2a", cin, mid, 1, 1, True)
-    y = _conv_bn(b, y, f"{name}_branch2b", mid, mid, 3, stride, True)
-    y = _conv_bn(b, y, f"{name}_branch2c", mid, cout, 1, 1, False, residual_gamma=True)
-    short = x if (cin == cout and stride == 1) else _conv_bn(b, x, f"{name}_branch1", cin, cout, 1, stride, False,
-                                                             residual_gamma=True)
+    y = _conv_bn(b, x, f"{name}_branch2a", ConvShape(cin, mid, 1), True)
+    y = _conv_bn(b, y, f"{name}_branch2b", ConvShape(mid, mid, 3, stride), True)
+    y = _conv_bn(b, y, f"{name}_branch2c", ConvShape(mid, cout, 1), False, residual_gamma=True)
+    short = x if (cin == cout and stride == 1) else _conv_bn(b, x, f"{name}_branch1", ConvShape(cin, cout, 1, stride),
+                                                             False, residual_gamma=True)
     return b.op("Relu", [b.op("Sum", [y, short], f"{name}_sum")], f"{name}_out")
 
 
@@ -103,7 +116,7 @@ def tiny_resnet(seed: int) -> onnx.ModelProto:
     """Stem + 3 bottlenecks (one projecting, two identical) + head, 1x3x64x64, same ops as ResNet-50."""
     b = Builder(seed)
     x = "data"
-    y = _conv_bn(b, x, "conv1", 3, 16, 7, 2, True)
+    y = _conv_bn(b, x, "conv1", ConvShape(3, 16, 7, 2), True)
     y = b.op("MaxPool", [y], "pool1", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     y = _bottleneck(b, y, "res2_0", 16, 8, 32, 1)
     y = _bottleneck(b, y, "res2_1", 32, 8, 32, 1)
@@ -122,8 +135,8 @@ _MBV2 = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 
 _MBV2_TINY = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2)]
 
 
-def _conv(b: Builder, x: str, name: str, cin: int, cout: int, k: int, stride: int, groups: int = 1,
-          relu6: bool = True, gain: float = 2.0) -> str:
+def _conv(b: Builder, x: str, name: str, shape: ConvShape, relu6: bool = True, gain: float = 2.0) -> str:
+    cin, cout, k, stride, groups = shape.cin, shape.cout, shape.k, shape.stride, shape.groups
     fan_in = (cin // groups) * k * k
     w = b.weight(f"{name}.weight", [cout, cin // groups, k, k], np.sqrt(gain / fan_in))
     bias = b.weight(f"{name}.bias", [cout], 0.01)
@@ -138,7 +151,7 @@ def mobilenetv2(seed: int, tiny: bool = False) -> onnx.ModelProto:
     b = Builder(seed)
     size, setting, last, classes = (64, _MBV2_TINY, 128, 10) if tiny else (224, _MBV2, 1280, 1000)
     x = "input"
-    y = _conv(b, x, "features.0", 3, 32, 3, 2)
+    y = _conv(b, x, "features.0", ConvShape(3, 32, 3, 2))
     cin, idx = 32, 1
     for t, c, n, s in setting:
         for i in range(n):
@@ -147,13 +160,13 @@ def mobilenetv2(seed: int, tiny: bool = False) -> onnx.ModelProto:
             name = f"features.{idx}"
             h = y
             if t != 1:
-                h = _conv(b, h, f"{name}.expand", cin, hidden, 1, 1)
-            h = _conv(b, h, f"{name}.dw", hidden, hidden, 3, stride, groups=hidden)
+                h = _conv(b, h, f"{name}.expand", ConvShape(cin, hidden, 1))
+            h = _conv(b, h, f"{name}.dw", ConvShape(hidden, hidden, 3, stride, groups=hidden))
             # linear bottleneck: no activation; a small gain keeps the residual stream O(1)
-            h = _conv(b, h, f"{name}.project", hidden, c, 1, 1, relu6=False, gain=0.5)
+            h = _conv(b, h, f"{name}.project", ConvShape(hidden, c, 1), relu6=False, gain=0.5)
             y = b.op("Add", [y, h], f"{name}.add") if stride == 1 and cin == c else h
             cin, idx = c, idx + 1
-    y = _conv(b, y, f"features.{idx}", cin, last, 1, 1)
+    y = _conv(b, y, f"features.{idx}", ConvShape(cin, last, 1))
     y = b.op("GlobalAveragePool", [y], "avgpool")
     y = b.op("Flatten", [y], "flatten", axis=1)
     y = b.op("Gemm", [y, b.weight("classifier.weight", [classes, last], np.sqrt(1.0 / last)),
@@ -163,12 +176,29 @@ def mobilenetv2(seed: int, tiny: bool = False) -> onnx.ModelProto:
                    [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, classes])])
 
 
+@dataclass(frozen=True)
+class Stack:
+    """A transformer stack's shape: ``layers`` layers of width ``hidden``, ``heads`` attention heads, an MLP of ``ffn``."""
+
+    layers: int = 12
+    hidden: int = 768
+    heads: int = 12
+    ffn: int = 3072
+
+
+#: BERT-base, ViT-B/16 and GPT-2 small share this shape.
+BASE = Stack()
+TINY_BERT = Stack(layers=2, hidden=64, heads=4, ffn=256)
+WHISPER_TINY = Stack(layers=4, hidden=384, heads=6, ffn=4 * 384)
+
+
 # ---- BERT (HuggingFace export layout at opset 17)
-def bert(seed: int, layers: int = 12, hidden: int = 768, heads: int = 12, ffn: int = 3072, seq: int = 128,
-         vocab: int = 30522, name: str = "bert-base", pair_mask: bool = False) -> onnx.ModelProto:
+def bert(seed: int, stack: Stack = BASE, seq: int = 128, vocab: int = 30522, name: str = "bert-base",
+         pair_mask: bool = False) -> onnx.ModelProto:
     """BERT encoder. The additive mask is the usual key-padding one, ``(1 - mask) * -10000`` [1, 1, 1, seq],
     or with ``pair_mask`` a query x key one at float32's lowest value [1, 1, seq, seq] (``_pair_mask``)."""
     b = Builder(seed)
+    layers, hidden, heads, ffn = stack.layers, stack.hidden, stack.heads, stack.ffn
     head = hidden // heads
     std = 0.02
     ids, mask = "input_ids", "attention_mask"
@@ -235,7 +265,7 @@ def _layernorm(b: Builder, x: str, name: str, hidden: int) -> str:
 
 
 def tiny_bert(seed: int) -> onnx.ModelProto:
-    return bert(seed, layers=2, hidden=64, heads=4, ffn=256, seq=16, vocab=1000, name="tiny-bert")
+    return bert(seed, TINY_BERT, seq=16, vocab=1000, name="tiny-bert")
 
 
 def _pair_mask(b: Builder, mask: str) -> str:
@@ -260,8 +290,7 @@ def bert_masked(seed: int) -> onnx.ModelProto:
 
 def tiny_bert_masked(seed: int) -> onnx.ModelProto:
     """tiny-bert with a query x key padding mask at float32's lowest value (HF style): all-bf16 gives NaN."""
-    return bert(seed, layers=2, hidden=64, heads=4, ffn=256, seq=16, vocab=1000, name="tiny-bert-masked",
-                pair_mask=True)
+    return bert(seed, TINY_BERT, seq=16, vocab=1000, name="tiny-bert-masked", pair_mask=True)
 
 
 # ---- transformer-family models (public configs; seeded weights; every node reads an activation)
@@ -291,16 +320,31 @@ def _ln(b: Builder, x: str, name: str, hidden: int, eps: float) -> str:
                                        b.weight(f"{name}.bias", [hidden], 0.05)], name, axis=-1, epsilon=eps)
 
 
-def _self_attention(b: Builder, y: str, p: str, seq: int, hidden: int, heads: int, std: float,
-                    mask: str | None = None, k_bias: bool = True) -> str:
+@dataclass(frozen=True)
+class LayerSpec:
+    """One pre-LN layer of a ``stack`` over ``seq`` tokens (``_pre_ln_layer``): LayerNorm ``eps``, weights of
+    ``std``, its ``gelu`` (a builder function), an additive attention ``mask`` (a tensor name, or None) and
+    whether the k projection has a bias."""
+
+    stack: Stack
+    seq: int
+    eps: float
+    std: float = 0.02
+    gelu: Callable[[Builder, str, str], str] = _gelu_erf
+    mask: str | None = None
+    k_bias: bool = True
+
+
+def _self_attention(b: Builder, y: str, p: str, spec: LayerSpec) -> str:
     """Multi-head self-attention as HF exports it: q, k, v projections, [1, heads, seq, head] split,
     scores / sqrt(head) (+ additive mask), Softmax, context, merge, output projection."""
+    seq, hidden, heads, std, mask = spec.seq, spec.stack.hidden, spec.stack.heads, spec.std, spec.mask
     head = hidden // heads
     split = b.const(np.array([1, seq, heads, head], np.int64))
     merge = b.const(np.array([1, seq, hidden], np.int64))
     q = b.op("Transpose", [b.op("Reshape", [_dense(b, y, f"{p}.q_proj", hidden, hidden, std), split], f"{p}.q.reshape")],
              f"{p}.q.transpose", perm=[0, 2, 1, 3])
-    k = b.op("Transpose", [b.op("Reshape", [_dense(b, y, f"{p}.k_proj", hidden, hidden, std, bias=k_bias), split],
+    k = b.op("Transpose", [b.op("Reshape", [_dense(b, y, f"{p}.k_proj", hidden, hidden, std, bias=spec.k_bias), split],
                                 f"{p}.k.reshape")], f"{p}.k.transpose", perm=[0, 2, 3, 1])
     v = b.op("Transpose", [b.op("Reshape", [_dense(b, y, f"{p}.v_proj", hidden, hidden, std), split], f"{p}.v.reshape")],
              f"{p}.v.transpose", perm=[0, 2, 1, 3])
@@ -313,21 +357,22 @@ def _self_attention(b: Builder, y: str, p: str, seq: int, hidden: int, heads: in
     return _dense(b, c, f"{p}.out_proj", hidden, hidden, std)
 
 
-def _pre_ln_layer(b: Builder, y: str, p: str, seq: int, hidden: int, heads: int, ffn: int, eps: float, std: float,
-                  gelu=_gelu_erf, mask: str | None = None, k_bias: bool = True) -> str:
+def _pre_ln_layer(b: Builder, y: str, p: str, spec: LayerSpec) -> str:
     """A pre-LayerNorm transformer layer (ViT, GPT-2, Whisper): y + attn(LN(y)), then + MLP(LN(.))."""
-    a = _self_attention(b, _ln(b, y, f"{p}.ln_1", hidden, eps), f"{p}.attn", seq, hidden, heads, std, mask, k_bias)
+    hidden, ffn, eps, std = spec.stack.hidden, spec.stack.ffn, spec.eps, spec.std
+    a = _self_attention(b, _ln(b, y, f"{p}.ln_1", hidden, eps), f"{p}.attn", spec)
     y = b.op("Add", [y, a], f"{p}.attn.residual")
     h = _dense(b, _ln(b, y, f"{p}.ln_2", hidden, eps), f"{p}.mlp.fc1", hidden, ffn, std)
-    h = _dense(b, gelu(b, h, f"{p}.mlp.gelu"), f"{p}.mlp.fc2", ffn, hidden, std)
+    h = _dense(b, spec.gelu(b, h, f"{p}.mlp.gelu"), f"{p}.mlp.fc2", ffn, hidden, std)
     return b.op("Add", [y, h], f"{p}.mlp.residual")
 
 
-def vit(seed: int, layers: int = 12, hidden: int = 768, heads: int = 12, ffn: int = 3072, size: int = 224,
-        patch: int = 16, classes: int = 1000, name: str = "vit-b16") -> onnx.ModelProto:
+def vit(seed: int, stack: Stack = BASE, size: int = 224, patch: int = 16, classes: int = 1000,
+        name: str = "vit-b16") -> onnx.ModelProto:
     """ViT-B/16 (google/vit-base-patch16-224 config): 16x16 patch Conv, class token, learned position
     embeddings, 12 pre-LN layers (LayerNorm eps 1e-12, Erf GELU), final LN, classifier on the class token."""
     b = Builder(seed)
+    hidden = stack.hidden
     x = "pixel_values"
     grid = size // patch
     seq = grid * grid + 1
@@ -338,8 +383,9 @@ def vit(seed: int, layers: int = 12, hidden: int = 768, heads: int = 12, ffn: in
     y = b.op("Transpose", [y], "patch_embed.transpose", perm=[0, 2, 1])
     y = b.op("Concat", [b.weight("cls_token", [1, 1, hidden], 0.02), y], "embeddings.cat_cls", axis=1)
     y = b.op("Add", [y, b.weight("position_embeddings", [1, seq, hidden], 0.02)], "embeddings.add_pos")
-    for li in range(layers):
-        y = _pre_ln_layer(b, y, f"encoder.layer.{li}", seq, hidden, heads, ffn, 1e-12, 0.02)
+    spec = LayerSpec(stack, seq, eps=1e-12)
+    for li in range(stack.layers):
+        y = _pre_ln_layer(b, y, f"encoder.layer.{li}", spec)
     y = _ln(b, y, "layernorm", hidden, 1e-12)
     cls = b.op("Gather", [y, b.const(np.int64(0))], "pooler.cls", axis=1)
     logits = b.op("Gemm", [cls, b.weight("classifier.weight", [classes, hidden], 0.02),
@@ -348,19 +394,20 @@ def vit(seed: int, layers: int = 12, hidden: int = 768, heads: int = 12, ffn: in
                    [helper.make_tensor_value_info(logits, TensorProto.FLOAT, [1, classes])])
 
 
-def gpt2(seed: int, layers: int = 12, hidden: int = 768, heads: int = 12, seq: int = 128, vocab: int = 50257,
+def gpt2(seed: int, stack: Stack = BASE, seq: int = 128, vocab: int = 50257,
          name: str = "gpt2-small") -> onnx.ModelProto:
     """GPT-2 small decoder stack (HF gpt2 config): token Gather + learned positions, 12 pre-LN layers with a
     causal mask (an additive [1, 1, seq, seq] constant, -10000 above the diagonal), ``gelu_new`` MLP of
-    4 x hidden, final ``ln_f``; output the last hidden state (the tied LM head is left out)."""
+    ``stack.ffn`` (4 x hidden), final ``ln_f``; output the last hidden state (the tied LM head is left out)."""
     b = Builder(seed)
+    hidden = stack.hidden
     ids = "input_ids"
     y = b.op("Gather", [b.weight("wte.weight", [vocab, hidden], 0.02), ids], "wte", axis=0)
     y = b.op("Add", [y, b.weight("wpe.slice", [1, seq, hidden], 0.01)], "wpe.add")
     causal = np.triu(np.full((seq, seq), -10000.0, np.float32), k=1).reshape(1, 1, seq, seq)
-    mask = b.const(causal)
-    for li in range(layers):
-        y = _pre_ln_layer(b, y, f"h.{li}", seq, hidden, heads, 4 * hidden, 1e-5, 0.02, gelu=_gelu_tanh, mask=mask)
+    spec = LayerSpec(stack, seq, eps=1e-5, gelu=_gelu_tanh, mask=b.const(causal))
+    for li in range(stack.layers):
+        y = _pre_ln_layer(b, y, f"h.{li}", spec)
     y = _ln(b, y, "ln_f", hidden, 1e-5)
     return b.model(name, [helper.make_tensor_value_info(ids, TensorProto.INT64, [1, seq])],
                    [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, seq, hidden])])
@@ -410,12 +457,13 @@ def convnext(seed: int, depths: Sequence[int] = (3, 3, 9, 3), dims: Sequence[int
                    [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, classes])])
 
 
-def whisper_encoder(seed: int, mels: int = 80, frames: int = 3000, layers: int = 4, hidden: int = 384, heads: int = 6,
+def whisper_encoder(seed: int, mels: int = 80, frames: int = 3000, stack: Stack = WHISPER_TINY,
                     name: str = "whisper-tiny-encoder") -> onnx.ModelProto:
     """Whisper-tiny's encoder (openai/whisper-tiny config): log-mel [1, 80, 3000] -> Conv1d k3 + GELU ->
     Conv1d k3 stride 2 + GELU -> [1, 1500, 384] + positions, 4 pre-LN layers (6 heads, k projection
     without bias, FFN 1536, Erf GELU), final LayerNorm."""
     b = Builder(seed)
+    hidden = stack.hidden
     x = "input_features"
     seq = frames // 2
     y = b.op("Conv", [x, b.weight("conv1.weight", [hidden, mels, 3], np.sqrt(1.0 / (mels * 3))),
@@ -426,8 +474,9 @@ def whisper_encoder(seed: int, mels: int = 80, frames: int = 3000, layers: int =
     y = _gelu_erf(b, y, "conv2.gelu")
     y = b.op("Transpose", [y], "conv2.transpose", perm=[0, 2, 1])
     y = b.op("Add", [y, b.weight("embed_positions.weight", [1, seq, hidden], 0.1)], "embed_positions.add")
-    for li in range(layers):
-        y = _pre_ln_layer(b, y, f"layers.{li}", seq, hidden, heads, 4 * hidden, 1e-5, 0.02, k_bias=False)
+    spec = LayerSpec(stack, seq, eps=1e-5, k_bias=False)
+    for li in range(stack.layers):
+        y = _pre_ln_layer(b, y, f"layers.{li}", spec)
     y = _ln(b, y, "layer_norm", hidden, 1e-5)
     return b.model(name, [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, mels, frames])],
                    [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, seq, hidden])])

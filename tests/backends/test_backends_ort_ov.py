@@ -392,7 +392,7 @@ def test_openvino_refuses_the_forms_it_computes_wrongly_with_constant_parameters
     gives another result than ONNX's expected output: the refusal is what keeps it out of a plan."""
     from unittest import mock
 
-    from collage.backends.openvino import exact
+    from collage.backends.openvino import inexact
     from collage.errors import UnsupportedError
     from collage.graph.ir import Graph
 
@@ -403,7 +403,7 @@ def test_openvino_refuses_the_forms_it_computes_wrongly_with_constant_parameters
     assert not all(ov.supports_all(Graph.load(model)).values())
     with pytest.raises(UnsupportedError, match="run this node on another backend"):
         ov.compile(model)
-    with mock.patch.object(exact, "_inexact_reason", lambda *a: None):
+    with mock.patch.object(inexact, "_inexact_reason", lambda *a: None):
         got = np.asarray(next(iter(ov.compile(model).run({model.graph.input[0].name: x}).values())))
     assert got.shape != expected.shape or not (np.array_equal(got, expected) if expected.dtype.kind in "iub" else
                                                np.allclose(got, expected, rtol=1e-3, atol=1e-4))
@@ -418,7 +418,7 @@ def test_openvino_refuses_a_reduction_that_loses_infinity(op, fill):
 
     from onnx import helper
 
-    from collage.backends.openvino import exact
+    from collage.backends.openvino import inexact
     from collage.errors import UnsupportedError
 
     ov = get_backend("openvino")
@@ -431,6 +431,6 @@ def test_openvino_refuses_a_reduction_that_loses_infinity(op, fill):
     x = np.array([[fill] * 4, [1, 2, 3, 4]], dtype=np.float32)
     with pytest.raises(UnsupportedError, match="run this node on another backend"):
         ov.compile(model)
-    with mock.patch.object(exact, "_wrong_form", lambda node: None):
+    with mock.patch.object(inexact, "_wrong_form", lambda node: None):
         got = np.asarray(next(iter(ov.compile(model).run({"x": x}).values())))
     assert np.isfinite(got[0]) and abs(got[0]) == np.finfo(np.float32).max  # ONNX: the infinity itself

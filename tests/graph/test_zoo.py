@@ -172,8 +172,8 @@ def test_outputs_finite_and_informative(name: str) -> None:
 def test_tiny_models_have_the_full_models_op_kinds() -> None:
     from collage.zoo import light as zoo_light, models as zoo_models
 
-    pairs = [("tiny-mobilenetv2", zoo_models.mobilenetv2(0)), ("tiny-bert", zoo_models.bert(0, layers=1, hidden=64, heads=4,
-                                                                                              ffn=128, vocab=100))]
+    pairs = [("tiny-mobilenetv2", zoo_models.mobilenetv2(0)), ("tiny-bert", zoo_models.bert(0, zoo_models.Stack(layers=1, hidden=64, heads=4, ffn=128),
+                                                                                              vocab=100))]
     for tiny, full in pairs:
         assert {n.op_type for n in zoo.load_model(tiny).graph.node} == {n.op_type for n in full.graph.node}
     light = onnx.load(str(zoo_light.LIGHT_DIR / "light_resnet50.onnx"))

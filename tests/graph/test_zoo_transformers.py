@@ -14,13 +14,16 @@ import pytest
 from collage import zoo
 from collage.graph.ir import Graph
 from collage.zoo import models as zoo_models
+from collage.zoo.models import Stack
 
 SMALL = {
-    "vit": lambda s: zoo_models.vit(s, layers=2, hidden=64, heads=4, ffn=128, size=32, patch=8, classes=10, name="vit-small"),
-    "gpt2": lambda s: zoo_models.gpt2(s, layers=2, hidden=64, heads=4, seq=16, vocab=100, name="gpt2-small-test"),
+    "vit": lambda s: zoo_models.vit(s, Stack(layers=2, hidden=64, heads=4, ffn=128), size=32, patch=8, classes=10,
+                                    name="vit-small"),
+    "gpt2": lambda s: zoo_models.gpt2(s, Stack(layers=2, hidden=64, heads=4, ffn=256), seq=16, vocab=100,
+                                      name="gpt2-small-test"),
     "convnext": lambda s: zoo_models.convnext(s, depths=(1, 1, 2, 1), dims=(8, 16, 32, 64), size=64, classes=10,
                                               name="convnext-small"),
-    "whisper": lambda s: zoo_models.whisper_encoder(s, mels=16, frames=64, layers=2, hidden=64, heads=4,
+    "whisper": lambda s: zoo_models.whisper_encoder(s, mels=16, frames=64, stack=Stack(layers=2, hidden=64, heads=4, ffn=256),
                                                     name="whisper-small"),
 }
 NEW = ["vit-b16", "gpt2-small", "convnext-t", "whisper-tiny-encoder"]

@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from collage.backends.base import Backend, Compiled
 from collage.measure.db import Cost, SQLiteCostDB, default_owner
 from collage.measure.schedule import measure_candidates
-from collage.measure.measurer import Measurer
+from collage.measure.measurer import Measurer, WindowSettings
 from collage.measure.worker import make_feeds, median_ci_halfwidth
 from collage.graph.inputs import index_bounds
 from collage.graph.ir import Graph
@@ -152,16 +152,16 @@ def test_median_ci():
 
 def test_measurer_measures_and_survives_abort_hang_raise():
     with Measurer() as m:
-        ok = m.measure(chain_model(["Relu"]), FAKE, {}, timeout_s=60, cap_s=0.3)
+        ok = m.measure(chain_model(["Relu"]), FAKE, {}, WindowSettings(timeout_s=60, cap_s=0.3))
         assert ok.ok and ok.median_ms > 0 and ok.samples >= 10 and ok.compile_s >= 0
         assert ok.p10_ms <= ok.median_ms <= ok.p90_ms
-        ab = m.measure(chain_model(["Sigmoid"]), FAKE, {"abort_op": "Sigmoid"}, timeout_s=60)
+        ab = m.measure(chain_model(["Sigmoid"]), FAKE, {"abort_op": "Sigmoid"}, WindowSettings(timeout_s=60))
         assert not ab.ok and "crashed" in ab.error and "SIGABRT" in ab.error and "compile" in ab.error
-        hang = m.measure(chain_model(["Tanh"]), FAKE, {"hang_op": "Tanh"}, timeout_s=2)
+        hang = m.measure(chain_model(["Tanh"]), FAKE, {"hang_op": "Tanh"}, WindowSettings(timeout_s=2))
         assert not hang.ok and "timeout" in hang.error
-        err = m.measure(chain_model(["Abs"]), FAKE, {"raise_op": "Abs"}, timeout_s=60)
+        err = m.measure(chain_model(["Abs"]), FAKE, {"raise_op": "Abs"}, WindowSettings(timeout_s=60))
         assert not err.ok and "refusing Abs on purpose" in err.error
-        again = m.measure(chain_model(["Relu"]), FAKE, {}, timeout_s=60, cap_s=0.3)
+        again = m.measure(chain_model(["Relu"]), FAKE, {}, WindowSettings(timeout_s=60, cap_s=0.3))
         assert again.ok
         assert m.restarts == 2  # abort and hang each replaced the worker; the raise did not
 
@@ -315,7 +315,7 @@ def test_stability_two_separate_runs():
     meds = []
     for _ in range(2):
         with Measurer() as m:
-            r = m.measure(model, FAKE, {"run_delay_s": 0.004}, cap_s=0.5)
+            r = m.measure(model, FAKE, {"run_delay_s": 0.004}, WindowSettings(cap_s=0.5))
             assert r.ok, r.error
             meds.append(r.median_ms)
     assert min(meds) >= 4.0, meds
@@ -324,7 +324,7 @@ def test_stability_two_separate_runs():
 
 def test_slow_calls_are_not_mistaken_for_hangs():
     with Measurer() as m:
-        r = m.measure(chain_model(["Relu"]), FAKE, {"run_delay_s": 0.4}, timeout_s=1.0, cap_s=0.5)
+        r = m.measure(chain_model(["Relu"]), FAKE, {"run_delay_s": 0.4}, WindowSettings(timeout_s=1.0, cap_s=0.5))
     assert r.ok, r.error
     assert r.median_ms >= 400 and 1 <= r.samples < 10
 
@@ -494,7 +494,7 @@ def test_measure_candidates_rounds_fail_fast_and_separate_workers(tmp_path):
 
 def test_measurer_rounds_back_to_back():
     with Measurer() as m:
-        r = m.measure(chain_model(["Relu"]), FAKE, {}, cap_s=0.2, rounds=2, probe=True)
+        r = m.measure(chain_model(["Relu"]), FAKE, {}, WindowSettings(cap_s=0.2, probe=True), rounds=2)
     assert r.ok and r.rounds == 2 and len(r.round_ms) == 2 and r.probe_ms > 0
 
 

@@ -4,11 +4,10 @@ Threading (measured: results/transitions/transitions-wait.md, results/transition
 (``shared_pool=True``) every session joins ONE process-wide intra-op pool of ``threads`` threads (default
 ``collage.util.physical_cores()``; inter-op 1), created by ``set_global_thread_pool_sizes`` before the first
 session. It is the fastest scheme measured here for ONNX Runtime alone and for chains of ONNX Runtime
-partitions (ResNet-50 in 18 pieces: 1.21-1.28x its whole model, against 1.17-2.6x with a pool per session),
-and its price is the hand-over: its workers spin ~50 ms after every run whatever the sessions ask
+partitions (results/transitions/transitions-wait.md), and its price is the hand-over: its workers spin ~50 ms after every run whatever the sessions ask
 (``session.force_spinning_stop`` and ``allow_spinning`` reach per-session pools only:
 onnxruntime/core/session/inference_session.cc; Python has no binding for the global pool's spin control),
-so an OpenVINO partition right after an ONNX Runtime one would share the cores with that spin (+3 to +35 ms
+so an OpenVINO partition right after an ONNX Runtime one would share the cores with that spin (milliseconds
 per switch at BERT-base scale) but for ``park`` below. The tuner measures the switch with real work on
 both sides and the search pays it (collage.measure.transitions). **Side effect** of that pool: once it
 exists, ONNX Runtime refuses any session in the process that asks for its own pool
@@ -20,7 +19,7 @@ this backend created later joins it too. New code should build plain sessions wi
 
 ``park`` (shared pool, Linux; on by default): while another runtime runs, the pool's workers are parked
 (blocked in a signal handler, :mod:`collage.backends.handover`) instead of spinning beside it, and woken
-when ONNX Runtime runs next: the switch to OpenVINO went from +35 ms to ~0 at BERT-base scale, while
+when ONNX Runtime runs next: the switch to OpenVINO then costs ~0 at BERT-base scale, while
 ONNX Runtime alone and its chains keep the shared pool's speed (results/transitions/transitions.md). Like ``threads``,
 the backend that creates the process-wide pool decides it for the process.
 
@@ -33,8 +32,8 @@ threads, the kernel gives those the core (results/transitions/transitions-nice.m
 ``wait`` says how its workers wait between parallel sections: ``"timed"`` (spin at most ``spin_us``, then
 sleep: ``session.intra_op.spin_duration_us``, ONNX Runtime >= 1.32), ``"stop"`` (spin while a run lasts
 (at most ``spin_us`` per wait when non-zero), stop when it returns: ``session.force_spinning_stop``) or
-``"sleep"`` (``allow_spinning`` 0). These hand the cores over at once (the switch within noise of 0) but
-made ONNX Runtime alone up to 1.2x and same-runtime chains up to 2x slower here.
+``"sleep"`` (``allow_spinning`` 0). These hand the cores over at once but made ONNX Runtime alone and
+same-runtime chains slower (results/transitions/transitions-wait.md).
 ``spin=True`` keeps ONNX Runtime's default spin-wait on a session's own pool (no stop after a run).
 
 Residual cuts (``residual_fusion=True``, the default; measured: results/chains/chain.md): at level ``all``
@@ -55,10 +54,12 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collage.backends.base import Backend, Compiled, trial_refusal
+from collage.backends.options import takes_options
 from collage.backends.onnxruntime.known_wrong import check_known_wrong, known_wrong_node
 from collage.backends.onnxruntime.route import (
     drop_routes,
@@ -89,31 +90,49 @@ SPIN_US = 100
 #: ``session.force_spinning_stop``) or ``"sleep"`` (never spin: ``allow_spinning`` 0).
 WAITS = ("timed", "stop", "sleep")
 
+
+@dataclass(frozen=True)
+class OrtOptions:
+    """The ONNX Runtime backend's constructor options (``--backend-option onnxruntime.NAME=VALUE``; the
+    module docstring says what the threading ones do)."""
+
+    threads: int | None = None
+    spin: bool = False
+    shared_pool: bool = True
+    opt_level: str = "all"
+    precision: str = "fp32"
+    residual_fusion: bool = True
+    spin_us: int = SPIN_US
+    wait: str = "timed"
+    pool_nice: int = 0
+    park: bool = True
+
+
 class OnnxRuntimeBackend(Backend):
     """ONNX Runtime, CPU execution provider, fp32 (see the module docstring for threading)."""
 
     name = "onnxruntime"
     device = "cpu"
 
-    def __init__(self, threads: int | None = None, spin: bool = False, shared_pool: bool = True,
-                 opt_level: str = "all", precision: str = "fp32", residual_fusion: bool = True,
-                 spin_us: int = SPIN_US, wait: str = "timed", pool_nice: int = 0, park: bool = True) -> None:
-        if precision != "fp32":
-            raise CollageError(f"onnxruntime (CPU) runs fp32 only, not {precision!r}")
-        if opt_level not in _OPT_LEVELS:
-            raise CollageError(f"onnxruntime: opt_level must be one of {_OPT_LEVELS}, not {opt_level!r}")
-        self.threads = thread_count(threads)
-        self.spin = bool(spin)
-        self.shared_pool = bool(shared_pool)
-        self.opt_level = opt_level
-        self.precision = precision
-        self.residual_fusion = bool(residual_fusion)
-        self.spin_us = max(0, int(spin_us))
-        if wait not in WAITS:
-            raise CollageError(f"onnxruntime: wait must be one of {WAITS}, not {wait!r}")
-        self.wait = wait
-        self.pool_nice = max(0, int(pool_nice))
-        self.park = bool(park)
+    @takes_options(OrtOptions)
+    def __init__(self, options: OrtOptions) -> None:
+        o = options
+        if o.precision != "fp32":
+            raise CollageError(f"onnxruntime (CPU) runs fp32 only, not {o.precision!r}")
+        if o.opt_level not in _OPT_LEVELS:
+            raise CollageError(f"onnxruntime: opt_level must be one of {_OPT_LEVELS}, not {o.opt_level!r}")
+        self.threads = thread_count(o.threads)
+        self.spin = bool(o.spin)
+        self.shared_pool = bool(o.shared_pool)
+        self.opt_level = o.opt_level
+        self.precision = o.precision
+        self.residual_fusion = bool(o.residual_fusion)
+        self.spin_us = max(0, int(o.spin_us))
+        if o.wait not in WAITS:
+            raise CollageError(f"onnxruntime: wait must be one of {WAITS}, not {o.wait!r}")
+        self.wait = o.wait
+        self.pool_nice = max(0, int(o.pool_nice))
+        self.park = bool(o.park)
 
     def available(self) -> str | None:
         try:

@@ -33,6 +33,7 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ import onnx
 
 from collage.backends import handover
 from collage.backends.base import Backend, Compiled, one_line
+from collage.backends.options import takes_options
 from collage.backends.tvm.options import BuildOptions
 from collage.backends.tvm.worker import (
     ABORT_ENV,
@@ -164,30 +166,47 @@ class TVMCompiled(Compiled):
         return {"files": [LIB_FILE, META_FILE], "inputs": self.input_names, "outputs": self.output_names}
 
 
+@dataclass(frozen=True)
+class TVMOptions:
+    """The TVM backend's constructor options (``--backend-option tvm.NAME=VALUE``; the module docstring says
+    what tuning, ``isolate`` and ``dlight`` do). ``mcpu`` None: this host's; ``threads`` None: its physical
+    cores; ``compile_timeout_s`` None: the worker's default."""
+
+    tuning: str = "none"
+    trials: int = 64
+    tuning_db: str | os.PathLike | None = None
+    isolate: bool = True
+    dlight: bool = False
+    mcpu: str | None = None
+    threads: int | None = None
+    check_timeout_s: float = 600.0
+    compile_timeout_s: float | None = None
+    seed: int | None = None
+
+
 class TVMBackend(Backend):
     """Apache TVM relax on the host CPU (see the module docstring)."""
 
     name = "tvm"
     device = "cpu"
 
-    def __init__(self, tuning: str = "none", trials: int = 64, tuning_db: str | os.PathLike | None = None, *,
-                 isolate: bool = True, dlight: bool = False, mcpu: str | None = None, threads: int | None = None,
-                 check_timeout_s: float = 600.0, compile_timeout_s: float | None = None,
-                 seed: int | None = None) -> None:
-        if tuning not in TUNING_MODES:
-            raise CollageError(f"tvm: unknown tuning mode {tuning!r}; choose one of {', '.join(TUNING_MODES)}")
-        if trials < 1:
-            raise CollageError(f"tvm: trials must be at least 1, not {trials}")
-        self.tuning = tuning
-        self.trials = int(trials)
-        self._tuning_db = Path(tuning_db) if tuning_db is not None else None
-        self.isolate = isolate
-        self.dlight = dlight
-        self._mcpu = mcpu
-        self.threads = thread_count(threads)
-        self.check_timeout_s = check_timeout_s
-        self.compile_timeout_s = compile_timeout_s
-        self.seed = seed
+    @takes_options(TVMOptions)
+    def __init__(self, options: TVMOptions) -> None:
+        o = options
+        if o.tuning not in TUNING_MODES:
+            raise CollageError(f"tvm: unknown tuning mode {o.tuning!r}; choose one of {', '.join(TUNING_MODES)}")
+        if o.trials < 1:
+            raise CollageError(f"tvm: trials must be at least 1, not {o.trials}")
+        self.tuning = o.tuning
+        self.trials = int(o.trials)
+        self._tuning_db = Path(o.tuning_db) if o.tuning_db is not None else None
+        self.isolate = o.isolate
+        self.dlight = o.dlight
+        self._mcpu = o.mcpu
+        self.threads = thread_count(o.threads)
+        self.check_timeout_s = o.check_timeout_s
+        self.compile_timeout_s = o.compile_timeout_s
+        self.seed = o.seed
 
     # ------------------------------------------------------------------ identity
     def available(self) -> str | None:
