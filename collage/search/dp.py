@@ -540,7 +540,8 @@ class CoverSearch:
         log.warning("%s: search stopped after %d states; using the greedy plan (%.3f ms, not proven optimal)",
                     self.graph.name, max_states, self.bound / SCALE)
         plan = self.plan(greedy)
-        plan.notes.append(Note(NoteKind.SEARCH, f"search stopped after {max_states} states: greedy plan, not proven optimal"))
+        plan.notes.append(Note(NoteKind.SEARCH,
+                               f"search stopped after {max_states} states: greedy plan, not proven optimal"))
         return plan
 
 

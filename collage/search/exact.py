@@ -123,8 +123,9 @@ def search_exact(graph: Graph, costs: Mapping[Candidate, Any], transition: Trans
         return plan
     how = "proven optimal" if stats.ilp.optimal else "best found, not proven optimal"
     plan.notes.append(Note(NoteKind.SEARCH, f"search: the DP's frontier {why}; solved as an ILP with HiGHS in "
-                           f"{stats.ilp_s:.1f} s ({how}" + (f"; the DP's greedy plan was {greedy.predicted_ms or 0.0:.3f} ms)"
-                                                           if greedy is not None else ")")))
+                           f"{stats.ilp_s:.1f} s ({how}"
+                           + (f"; the DP's greedy plan was {greedy.predicted_ms or 0.0:.3f} ms)" if greedy is not None
+                              else ")")))
     return plan
 
 

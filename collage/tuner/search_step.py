@@ -321,8 +321,8 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
                 # there, the search goes to one backend: that is its choice, not a mix it measured losing
                 closest = seen[best[2]]
                 plan.notes.append(Note(NoteKind.SEARCH, f"no mix the search measured ran faster than the best single "
-                                       f"backend beside it (the closest, {len(best[2])} partitions: {closest.ms:.3f} ms "
-                                       f"beside {closest.single_ms:.3f} ms): the searched plan is one backend"))
+                                       f"backend beside it (the closest, {len(best[2])} partitions: {closest.ms:.3f} "
+                                       f"ms beside {closest.single_ms:.3f} ms): the searched plan is one backend"))
                 return Checked(plan, charged, attempt, None, closest.single_ms)
             break  # one backend, though a mix won in its rounds: the best mix stands (never-worse judges it)
         shape = plan.parts()
