@@ -1,13 +1,100 @@
 """A plan: which backend runs which nodes, in which order. Plain data, JSON round-trip.
 
 A ``Plan`` is what the search returns and what the artifact records: partitions in an executable
-order that together cover every node of the graph exactly once, each one convex.
+order that together cover every node of the graph exactly once, each one convex, and its ``notes``:
+facts for the reader of the report, each a :class:`Note` of a :class:`NoteKind`.
 """
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
+
+
+class NoteKind(StrEnum):
+    """What a plan's note is about: the tune keeps, drops or rewrites notes by their kind, never by their
+    wording."""
+
+    #: the search's own facts (a greedy or ILP answer, the plan it kept and why)
+    SEARCH = "search"
+    #: how much of the prediction is transitions between backends: rewritten when the plan is priced again
+    TRANSITIONS = "transitions"
+    #: the plan is refinement's ("refined by N measured trials"): dropped when never-worse replaces the plan
+    REFINED = "refined"
+    #: what refinement did or why it did not run (kept whatever becomes of the plan)
+    REFINEMENT = "refinement"
+    #: the accuracy budget's outcome: replaced when the precision search runs again or the plan changes
+    PRECISION = "precision"
+    #: what the accuracy budget is judged on (the calibration inputs)
+    ACCURACY = "accuracy"
+    #: the plan is the best single backend because the searched one was not faster
+    NEVER_WORSE = "never worse"
+    #: facts of the baselines (a stale cost DB, baselines taken from it)
+    BASELINES = "baselines"
+    #: anything else (and every note of a plan.json written before notes had kinds)
+    OTHER = "other"
+
+
+class Note(str):
+    """One fact of a plan for the reader of the report: its sentence, and its ``kind``.
+
+    A Note *is* its text (a ``str``): report.json's ``notes``, the bench table and whoever reads or prints the
+    sentence see it as before, while the tune filters notes by kind (:func:`kind_of`). Immutable, like the
+    string it is; equal to its text (the kind is not compared). plan.json writes each note as ``{"kind": ...,
+    "text": ...}``; a plain string there (a plan.json from before kinds) reads as kind ``other``.
+    """
+
+    __slots__ = ("kind",)
+    kind: NoteKind
+
+    def __new__(cls, kind: NoteKind | str, text: str) -> Note:
+        note = super().__new__(cls, text)
+        object.__setattr__(note, "kind", NoteKind(kind))
+        return note
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a Note is immutable (set {name!r})")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a Note is immutable (delete {name!r})")
+
+    @property
+    def text(self) -> str:
+        return str.__str__(self)
+
+    def __repr__(self) -> str:
+        return f"Note({self.kind.value!r}, {str.__repr__(self)})"
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickle and copy: the kind travels with the text
+        return Note, (self.kind.value, self.text)
+
+    def to_dict(self) -> dict[str, str]:
+        return {"kind": self.kind.value, "text": self.text}
+
+    @classmethod
+    def from_json(cls, value: Any) -> Note:
+        """A note as plan.json holds it: ``{"kind", "text"}`` (an unknown kind reads as ``other``), or a plain
+        string (plan.json before kinds: ``other``)."""
+        if isinstance(value, Note):
+            return value
+        if isinstance(value, dict):
+            try:
+                kind = NoteKind(value.get("kind"))
+            except (ValueError, TypeError):
+                kind = NoteKind.OTHER
+            return cls(kind, str(value.get("text", "")))
+        return cls(NoteKind.OTHER, str(value))
+
+
+def kind_of(note: str) -> NoteKind:
+    """A note's kind; a plain string (a note made without one) is ``other``."""
+    return note.kind if isinstance(note, Note) else NoteKind.OTHER
+
+
+def as_notes(notes: Iterable[Any]) -> list[Note]:
+    return [Note.from_json(n) for n in notes]
 
 
 @dataclass(frozen=True)
@@ -50,13 +137,16 @@ class Plan:
     """Ordered partitions plus what the search predicted for them.
 
     ``predicted_ms``: the search's objective (sum of partition costs + transition costs).
-    ``notes``: free-form facts a reader of the report should see (for example "never worse: fell
-    back to onnxruntime").
+    ``notes``: facts a reader of the report should see (for example "never worse: fell back to
+    onnxruntime"), each a :class:`Note` (plain strings given here become notes of kind ``other``).
     """
 
     partitions: list[Partition]
     predicted_ms: float | None = None
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.notes = as_notes(self.notes)
 
     @property
     def backends(self) -> list[str]:
@@ -92,11 +182,13 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         return {"partitions": [p.to_dict() for p in self.partitions], "predicted_ms": self.predicted_ms,
-                "notes": list(self.notes)}
+                "notes": [Note.from_json(n).to_dict() for n in self.notes]}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Plan:
-        return cls([Partition.from_dict(p) for p in d["partitions"]], d.get("predicted_ms"), list(d.get("notes", [])))
+        """A plan as ``to_dict`` writes it; notes as plain strings (plan.json before kinds) read as ``other``."""
+        return cls([Partition.from_dict(p) for p in d["partitions"]], d.get("predicted_ms"),
+                   as_notes(d.get("notes") or []))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)

@@ -23,6 +23,8 @@ from typing import Any
 import onnx
 
 from collage.errors import ArtifactError, CollageError, ModelError
+from collage.report.model import Report, as_report
+from collage.report.records import write_value
 from collage.runtime.artifact import artifact_dir, verify_files
 from collage.runtime.manifest import read_manifest, read_report
 from collage.util import sha256_file
@@ -33,11 +35,11 @@ FOLDED = "(constant, folded into its consumers)"
 DROPPED = "(dropped: reaches no graph output)"
 
 
-def source_model(root: Path, manifest: dict, report: dict, model: str | os.PathLike | None) -> Path:
+def source_model(root: Path, manifest: dict, report: Report, model: str | os.PathLike | None) -> Path:
     """The model file the artifact was tuned from: ``model`` if given, else the path report.json records;
     its sha256 must match the manifest's when the manifest has the file's."""
     info = manifest.get("model") or {}
-    path = Path(model) if model is not None else Path(str(report.get("source") or info.get("source") or ""))
+    path = Path(model) if model is not None else Path(str(report.source or info.get("source") or ""))
     if not path.is_file():
         raise ArtifactError(f"{root}: the model it was tuned from ({path}) is not there; pass it with --model FILE.onnx")
     if info.get("sha256_of") == "source file" and info.get("sha256") and sha256_file(path) != info["sha256"]:
@@ -46,9 +48,9 @@ def source_model(root: Path, manifest: dict, report: dict, model: str | os.PathL
     return path
 
 
-def _precisions(manifest: dict, report: dict) -> dict[int, str]:
-    by_report = {int(q["index"]): str(q.get("precision", "fp32"))
-                 for q in ((report.get("precision") or {}).get("partitions") or [])}
+def _precisions(manifest: dict, report: Report) -> dict[int, str]:
+    by_report = {int(q.index): str(q.precision if q.precision is not None else "fp32")
+                 for q in (report.precision.partitions if report.precision is not None else ()) if q.index is not None}
     out = {}
     for p in manifest["partitions"]:
         settings = ((manifest.get("backends") or {}).get(p["backend"]) or {}).get("settings") or {}
@@ -80,7 +82,7 @@ def annotate(artifact: str | os.PathLike, out: str | os.PathLike, model: str | o
     with artifact_dir(artifact) as root:
         manifest = read_manifest(root)
         verify_files(root, manifest)  # a damaged artifact is named, as `collage run` names it
-        report = read_report(root, manifest)
+        report = as_report(read_report(root, manifest))
         path = source_model(root, manifest, report, model)
     try:
         original = onnx.load(str(path))
@@ -120,7 +122,7 @@ def annotate(artifact: str | os.PathLike, out: str | os.PathLike, model: str | o
         node.doc_string = (node.doc_string + "\n" if node.doc_string else "") + text
     parts = [{"index": int(p["index"]), "backend": p["backend"], "precision": precision[int(p["index"])],
               "nodes": len(p["nodes"]), "ms": p.get("cost_ms")} for p in manifest["partitions"]]
-    summary = {"partitions": parts, "plan_ms": report.get("plan_ms"), "baselines": report.get("baselines"),
+    summary = {"partitions": parts, "plan_ms": report.plan_ms, "baselines": write_value(report.baselines) or None,
                "nodes": counts, "artifact": str(Path(artifact).resolve())}
     line = f"{len(parts)} partition(s): " + ", ".join(f"{p['backend']}[{p['nodes']}]" for p in parts)
     _set(original.metadata_props, "collage.plan", line)

@@ -3,61 +3,9 @@ bullets, pandas tables and pictures) rendered to Markdown (``render_markdown``),
 (``render_html``, with the SVG pictures of :mod:`collage.report.svg`) and to JSON (``report_json``).
 
 Inputs are the artifact's ``manifest.json`` (partitions, ops, measured costs, runner-ups; see
-``collage.tuner.export``) and ``report.json``, which the tuner fills with this schema (every key
-optional; the report shows what is there)::
-
-    {
-      "model": "resnet50", "source": "/path/model.onnx", "target": "cpu",
-      "model_sha256": "...",      # written by export: the report is refused where it is not the manifest's
-      "backends": ["onnxruntime", "openvino"],              # backends the tuner considered
-      "baselines": {"onnxruntime": 30.1, "openvino": 29.8},  # whole model on one backend, median ms
-                                                             # (null or {"error": "..."} when it failed)
-      "plan_ms": 27.9,            # measured end-to-end median of the stitched artifact (same run)
-      "predicted_ms": 26.5,       # the search's objective (partition costs + transition costs)
-      "searched_plan": {"partitions": [{"backend": "openvino", "nodes": [0, 1, 2], "cost_ms": 3.1}, ...],
-                        "predicted_ms": 27.0, "searched_for_ms": 26.0, "measured_ms": 27.9,
-                        "best_single_ms": 29.5, "best_single_measured_ms": 29.8},
-                                  # the plan the search handed to the end-to-end checks, priced with the
-                                  # partition charges measured in this run (partition_charges: level, ms per cut) charged,
-                                  # or, for a mix the search's attempts ran, as it ran there: then
-                                  # searched_for_ms and each partition's searched_cost_ms are what the search
-                                  # priced it at before it ran; measured_ms: its time in the verification;
-                                  # best_single_ms: the best single backend priced alike (timed beside the
-                                  # plan in that attempt, or beside the closest mix where the search went to
-                                  # one backend after its mixes lost, or level x its worker cost), _measured_ms: in the
-                                  # verification (the predicted and measured gains are the ratios);
-                                  # several partitions: each also has in_plan_ms, its call in those runs;
-                                  # the final plan differs where never worse, refinement or a whole-model
-                                  # alternative replaced it (the notes say which)
-      "cost_db_plan": {...} | null,   # same form: the search over the cost DB's contents alone (candidate and
-                                  # transition costs, the partition charges the DB stores; none of this
-                                  # run's end-to-end timings charged): the search's first attempt; tunes on the
-                                  # same DB contents derive the same one; null under an accuracy budget (that
-                                  # search also rests on errors of stitched plans measured in the run)
-      "numerics": {"max_abs_err": 3e-6,                      # vs the ONNX Runtime fp32 reference
-                   "tolerance": 1e-3 | {"atol": 1e-4, "rtol": 1e-3},
-                   "ok": true,                               # optional; else max_abs_err <= tolerance
-                   "per_output": {"logits": 3e-6 | {"max_abs_err": 3e-6, ...}}},
-      "boundary_overhead_ms": 0.05 | {<Artifact.boundary_overhead().to_dict()>},
-      "notes": ["never worse: fell back to onnxruntime", ...],
-      "candidates": {"total": 812, "onnxruntime": 406, ...}, # counts by kind, free-form
-      "measurements": {"candidates": 812, "with_cost": 800, "failed": 12, ...},
-      "coverage": {"distinct": 242, "with_cost": 159, "unmeasured": 83, "budget_cut": true, ...,
-                   "refinement": {"requested": 4, "ran": 0, "why_none": "..."}},   # collage.report.coverage
-      "alone_ms": [31.2, 0.4],    # each partition of the final plan timed alone in a worker (null: not measured)
-      "search_s": 0.4, "tune_s": 512.0,
-      "load": {"folded_by": "onnxslim 0.1.98", "nodes_before": 860, "nodes_after": 397, "fold_s": 1.2,
-               "applied": true, "error": null},        # load-time folding (collage.graph.load.Folding): node ids number the
-                                      # folded model; the numerics reference runs the model as read
-      "precision": {                    # only under --accuracy (collage.tuner.precision.tuner.PrecisionTuner.report)
-        "budget": {"min_cos": 0.999, "max_rel": 0.01}, "budget_text": "cos>=0.999, rel<=0.01",
-        "calibration": {"source": "inputs.npz", "samples": 8, "hash": "...", "random": false},
-        "partitions": [{"index": 0, "backend": "openvino-bf16", "precision": "bf16", "rel": 2e-3,
-                        "cos": 0.99999, "finite": true, "budget_share": 0.2}],
-        "end_to_end": {"rel": 3e-3, "cos": 0.99998, "finite": true, "within_budget": true},
-        "rounds": [{"lambda": 0.0, "low_partitions": 3, "predicted_ms": 5.1, "ok": true, "error": {...}}],
-        "fallback_fp32": false, "notes": ["..."]}
-    }
+``collage.tuner.export``) and its ``report.json``, read as a :class:`collage.report.model.Report` (its records
+say what each key holds; ``report.schema.json`` is the contract the tuner writes to). Every key is optional:
+the report shows what is there. Every function that takes a ``report`` takes a Report or report.json's object.
 
 A partition's "ms" is its MEASURED time (``measured_ms``): where the plan is one partition, the plan's
 end-to-end measurement; else its call inside the plan's verification runs (``searched_plan.in_plan_ms``), or
@@ -76,7 +24,8 @@ from __future__ import annotations
 
 import html
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 import math
 import os
 from pathlib import Path
@@ -89,10 +38,16 @@ from collage.runtime.manifest import read_manifest, read_plan, read_report
 from collage.errors import ArtifactError
 from collage.extras import backend_extras
 from collage.report.coverage import estimates_line, load_line, measured_line, refinement_line
+from collage.report.model import (BaselineFailure, BoundaryOverhead, Calibration, Coverage, ErrorFigures, Numerics,
+                                  PartitionCharge, PlannedPartition, PrecisionPartition, Report, as_report)
+from collage.report.records import Record, write_value
 from collage.report.svg import num as _num, op_summary as _op_summary, render_bars, render_svg
 
+#: a report as the functions below take it: a Report, report.json's object, or None (nothing recorded)
+ReportLike = Report | dict[str, Any] | None
+
 # ---------------------------------------------------------------------- inputs
-def _sources(source: Any, report: dict | None = None) -> tuple[dict, dict]:
+def _sources(source: Any, report: ReportLike = None) -> tuple[dict, Report]:
     """(manifest, report) from an artifact directory, a manifest path, a manifest dict, or
     ``{"manifest": ..., "report": ...}``."""
     if isinstance(source, (str, os.PathLike)) and is_archive(source):
@@ -102,37 +57,37 @@ def _sources(source: Any, report: dict | None = None) -> tuple[dict, dict]:
         path = Path(source)
         manifest = read_manifest(path)
         root = path if path.is_dir() else path.parent
-        report = dict(read_report(root, manifest) if report is None else report)
+        rep = as_report(read_report(root, manifest) if report is None else report)
         plan = read_plan(root, manifest)  # checked against the manifest, like report.json
-        if report.get("predicted_ms") is None and plan is not None:  # the search's objective, from plan.json
-            report["predicted_ms"] = plan.get("predicted_ms")
-        return manifest, report
+        if rep.predicted_ms is None and plan is not None:  # the search's objective, from plan.json
+            rep = replace(rep, predicted_ms=_num(plan.get("predicted_ms")))
+        return manifest, rep
     if isinstance(source, dict) and "manifest" in source:
-        return source["manifest"], report if report is not None else (source.get("report") or {})
+        return source["manifest"], as_report(report if report is not None else source.get("report"))
     if isinstance(source, dict) and "partitions" in source:
-        return source, report or {}
+        return source, as_report(report)
     raise ArtifactError(f"report: expected an artifact directory or a manifest dict, got {type(source).__name__}")
 
 
-def _overhead(report: dict) -> tuple[float | None, float | None, int | None]:
-    """(total ms, mean ms per boundary, boundaries) from report['boundary_overhead_ms']."""
-    v = report.get("boundary_overhead_ms")
-    if isinstance(v, dict):
-        return _num(v.get("total_ms")), _num(v.get("mean_per_boundary_ms")), v.get("boundaries")
+def _overhead(report: Report) -> tuple[float | None, float | None, int | None]:
+    """(total ms, mean ms per boundary, boundaries) from the report's ``boundary_overhead_ms``."""
+    v = report.boundary_overhead_ms
+    if isinstance(v, BoundaryOverhead):
+        return _num(v.total_ms), _num(v.mean_per_boundary_ms), v.boundaries
     return None, _num(v), None
 
 
 def _tolerance(v: Any) -> str | None:
-    if isinstance(v, dict):
+    if isinstance(v, Mapping):
         return ", ".join(f"{k} {x:.3g}" if isinstance(x, (int, float)) else f"{k} {x}" for k, x in v.items()) or None
     n = _num(v)
     return None if n is None else f"{n:.3g}"
 
 
-def _numerics_ok(num: dict) -> bool | None:
-    if isinstance(num.get("ok"), bool):
-        return num["ok"]
-    err, tol = _num(num.get("max_abs_err")), _num(num.get("tolerance"))
+def _numerics_ok(num: Numerics) -> bool | None:
+    if isinstance(num.ok, bool):
+        return num.ok
+    err, tol = _num(num.max_abs_err), _num(num.tolerance)
     return None if err is None or tol is None else err <= tol
 
 
@@ -155,31 +110,36 @@ def ratio(ms: float | None, other_ms: float | None) -> float | None:
     return other_ms / ms if ms and other_ms is not None else None
 
 
-def _searched_rows(manifest: dict, report: dict) -> list[dict] | None:
-    """report.json's ``searched_plan`` partitions where they are the manifest's (same nodes and backends)."""
-    rows = (report.get("searched_plan") or {}).get("partitions") or []
+def _searched_rows(manifest: dict, report: Report) -> list[PlannedPartition] | None:
+    """The report's ``searched_plan`` partitions where they are the manifest's (same nodes and backends)."""
+    rows = report.searched_plan.partitions if report.searched_plan is not None else ()
     parts = manifest["partitions"]
-    same = len(rows) == len(parts) and all(r.get("backend") == p["backend"] and list(r.get("nodes") or []) ==
-                                           list(p["nodes"]) for r, p in zip(rows, parts))
-    return rows if same else None
+    same = len(rows) == len(parts) and all(r.backend == p["backend"] and list(r.nodes) == list(p["nodes"])
+                                           for r, p in zip(rows, parts))
+    return list(rows) if same else None
 
 
-def measured_ms(manifest: dict, report: dict) -> list[tuple[float | None, str]]:
+def _alone_ms(manifest: dict, report: Report) -> list[float | None]:
+    """The report's ``alone_ms`` where it has one per partition of the manifest, else unknowns."""
+    n = len(manifest["partitions"])
+    return list(report.alone_ms) if len(report.alone_ms) == n else [None] * n
+
+
+def measured_ms(manifest: dict, report: ReportLike) -> list[tuple[float | None, str]]:
     """Each partition's measured time and what it is: ``(plan_ms, "end to end")`` for a plan of one partition;
     its call inside the plan's verification runs, ``"in plan"`` (report.json ``searched_plan.in_plan_ms``);
     its cost timed alone in a worker, ``"alone"`` (``alone_ms``); else its predicted price (``cost_ms``),
     ``"predicted"`` (an older report, or a manifest without one)."""
+    report = as_report(report)
     parts = manifest["partitions"]
-    plan_ms = _num(report.get("plan_ms"))
+    plan_ms = _num(report.plan_ms)
     if len(parts) == 1 and plan_ms is not None:
         return [(plan_ms, "end to end")]
-    searched = _searched_rows(manifest, report) or [{}] * len(parts)
-    alone = list(report.get("alone_ms") or [])
-    alone = alone if len(alone) == len(parts) else [None] * len(parts)
+    searched = _searched_rows(manifest, report) or [PlannedPartition()] * len(parts)
     out = []
-    for p, row, a in zip(parts, searched, alone):
-        if _num(row.get("in_plan_ms")) is not None:
-            out.append((_num(row["in_plan_ms"]), "in plan"))
+    for p, row, a in zip(parts, searched, _alone_ms(manifest, report)):
+        if _num(row.in_plan_ms) is not None:
+            out.append((_num(row.in_plan_ms), "in plan"))
         elif _num(a) is not None:
             out.append((_num(a), "alone"))
         else:
@@ -187,20 +147,33 @@ def measured_ms(manifest: dict, report: dict) -> list[tuple[float | None, str]]:
     return out
 
 
-def _runner_up(p: dict, ms: float | None, how: str, report: dict) -> tuple[str | None, float | None, float | None, str]:
+def _runner_up(p: dict, ms: float | None, how: str, report: Report) -> tuple[str | None, float | None, float | None, str]:
     """(runner-up backend, its ms, its ms / the chosen one's, what both are): where the plan is one partition
     and the runner-up backend's whole model was measured beside it (its baseline), the two measurements (the
     baselines table's numbers, so its ratio is the table's); else both predicted prices."""
     ru = p.get("runner_up") or None
     if not ru:
         return None, None, None, ""
-    base = _num((report.get("baselines") or {}).get(ru[0]))
+    base = _num(report.baseline_ms().get(ru[0]))
     if how == "end to end" and base is not None:
         return ru[0], base, ratio(ms, base), "measured"
     return ru[0], _num(ru[1]), ratio(_num(p.get("cost_ms")), _num(ru[1])), "predicted"
 
 
-def partition_table(source: Any, report: dict | None = None) -> pd.DataFrame:
+def _precision_columns(df: pd.DataFrame, report: Report) -> None:
+    """Each partition's precision and measured error (``precision.partitions``), where the report has them."""
+    prec = report.precision
+    if prec is None or not prec.partitions:
+        return
+    by_index = {int(q.index): q for q in prec.partitions if q.index is not None}
+    rows = [by_index.get(int(k), PrecisionPartition()) for k in df["partition"]]
+    df["precision"] = [q.precision if q.precision is not None else "fp32" for q in rows]
+    df["rel_err"] = pd.to_numeric([_num(q.rel) if q.finite is not False else float("inf") for q in rows],
+                                  errors="coerce")
+    df["cos"] = pd.to_numeric([_num(q.cos) for q in rows], errors="coerce")
+
+
+def partition_table(source: Any, report: ReportLike = None) -> pd.DataFrame:
     """One row per partition: index, backend, ops, op types, ms (measured: ``ms_is`` says how, see
     ``measured_ms``), runner-up, its ms and ``runner_up_ratio`` (both measured, ``ratio_of`` "measured", where
     the plan is one partition and the runner-up's baseline ran; else both predicted), share (%) of the ms, and
@@ -221,24 +194,17 @@ def partition_table(source: Any, report: dict | None = None) -> pd.DataFrame:
         df[c] = pd.to_numeric(df[c], errors="coerce")
     total = df["ms"].sum(min_count=1)
     df.insert(7, "share_pct", df["ms"] / total * 100.0 if total and total > 0 else float("nan"))
-    prec = (report or {}).get("precision") or {}
-    if prec.get("partitions"):  # precision + measured error per partition (collage.tuner.precision.tuner)
-        by_index = {int(q["index"]): q for q in prec["partitions"]}
-        df["precision"] = [by_index.get(int(k), {}).get("precision", "fp32") for k in df["partition"]]
-        df["rel_err"] = pd.to_numeric([_num(by_index.get(int(k), {}).get("rel")) if by_index.get(int(k), {}).get("finite")
-                                       is not False else float("inf") for k in df["partition"]], errors="coerce")
-        df["cos"] = pd.to_numeric([_num(by_index.get(int(k), {}).get("cos")) for k in df["partition"]], errors="coerce")
+    _precision_columns(df, report)
     return df
 
 
-def baselines_table(source: Any, report: dict | None = None) -> pd.DataFrame:
+def baselines_table(source: Any, report: ReportLike = None) -> pd.DataFrame:
     """The whole model on each single backend (report.json "baselines") next to the plan."""
     _, report = _sources(source, report)
-    plan_ms = _num(report.get("plan_ms"))
+    plan_ms = _num(report.plan_ms)
     rows = []
-    for backend, v in (report.get("baselines") or {}).items():
-        ms = _num(v)
-        err = v.get("error") if isinstance(v, dict) else (None if ms is not None else "failed")
+    for (backend, v), ms in zip(report.baselines.items(), map(_num, report.baseline_ms().values())):
+        err = v.error if isinstance(v, BaselineFailure) else (None if ms is not None else "failed")
         rows.append({"backend": backend, "ms": ms, "error": err})
     if plan_ms is not None:
         rows.append({"backend": "collage plan", "ms": plan_ms, "error": None})
@@ -251,27 +217,27 @@ def baselines_table(source: Any, report: dict | None = None) -> pd.DataFrame:
     return df.sort_values("ms", na_position="last").reset_index(drop=True)
 
 
-def summary(source: Any, report: dict | None = None) -> dict[str, Any]:
+def summary(source: Any, report: ReportLike = None) -> dict[str, Any]:
     """Headline figures: plan vs best baseline, predicted vs measured, overhead, numerics."""
     manifest, report = _sources(source, report)
     parts = partition_table(manifest, report)
-    base = {k: _num(v) for k, v in (report.get("baselines") or {}).items()}
+    base = {k: _num(v) for k, v in report.baseline_ms().items()}
     base = {k: v for k, v in base.items() if v is not None}
     best = min(base.items(), key=lambda kv: kv[1]) if base else None
-    plan_ms = _num(report.get("plan_ms"))
+    plan_ms = _num(report.plan_ms)
     total, per, nb = _overhead(report)
-    num = report.get("numerics") or {}
+    num = report.numerics or Numerics()
     return {
-        "model": report.get("model") or manifest["model"].get("name"), "target": report.get("target") or manifest.get("target"),
+        "model": report.model or manifest["model"].get("name"), "target": report.target or manifest.get("target"),
         "partitions": len(parts), "backends": list(dict.fromkeys(parts["backend"])), "plan_ms": plan_ms,
-        "predicted_ms": _num(report.get("predicted_ms")), "sum_parts_ms": _num(parts["predicted_ms"].sum(min_count=1)),
+        "predicted_ms": _num(report.predicted_ms), "sum_parts_ms": _num(parts["predicted_ms"].sum(min_count=1)),
         "best_baseline": best[0] if best else None, "best_baseline_ms": best[1] if best else None,
         "speedup": (best[1] / plan_ms) if best and plan_ms else None,
         "overhead_total_ms": total, "overhead_per_boundary_ms": per,
         "boundaries": nb if nb is not None else max(0, len(parts) - 1),
-        "max_abs_err": _num(num.get("max_abs_err")), "tolerance": _tolerance(num.get("tolerance")),
+        "max_abs_err": _num(num.max_abs_err), "tolerance": _tolerance(num.tolerance),
         "numerics_ok": _numerics_ok(num),
-        "per_output": num.get("per_output") or {}, "notes": list(report.get("notes") or []),
+        "per_output": write_value(num.per_output), "notes": list(report.notes),
         "extras": list(manifest["extras"] if "extras" in manifest else backend_extras(manifest.get("backends") or {})),
     }
 
@@ -330,29 +296,37 @@ def display(df: pd.DataFrame) -> pd.DataFrame:
     return out.rename(columns=COLUMN_NAMES)
 
 
-def _coverage(report: dict) -> dict | None:
-    """report['coverage'] (collage.report.coverage), or what older reports' 'measurements' tell."""
-    if report.get("coverage"):
-        return report["coverage"]
-    m = report.get("measurements") or {}
-    if m.get("distinct_keys") is None:
+def _given(record: Record | None) -> bool:
+    """Whether the report holds this part, with something in it (an empty object shows as nothing)."""
+    return record is not None and bool(record.to_dict())
+
+
+def _coverage(report: Report) -> Coverage | None:
+    """The report's ``coverage`` (collage.report.coverage), or what older reports' ``measurements`` tell."""
+    if _given(report.coverage):
+        return report.coverage
+    m = report.measurements
+    if m is None or m.distinct_keys is None:
         return None
-    distinct, left = int(m["distinct_keys"]), int(m.get("unmeasured") or 0)
-    return {"distinct": distinct, "with_cost": distinct - left, "reused": m.get("reused") or 0,
-            "measured_now": m.get("measured_now") or 0, "failed": m.get("failed_candidates") or 0,
-            "unmeasured": left, "budget_s": None, "budget_cut": False, "unmeasured_nodes": None}
+    distinct, left = int(m.distinct_keys), int(m.unmeasured or 0)
+    return Coverage.from_dict({"distinct": distinct, "with_cost": distinct - left, "reused": m.reused or 0,
+                               "measured_now": m.measured_now or 0, "failed": m.failed_candidates or 0,
+                               "unmeasured": left, "budget_s": None, "budget_cut": False, "unmeasured_nodes": None})
 
 
-def _coverage_section(report: dict) -> Section | None:
+def _coverage_section(report: Report) -> Section | None:
+    """What was measured, in words (:mod:`collage.report.coverage`, which reads the records' JSON as the tuner
+    passes it), and the load-time folding."""
     cov = _coverage(report)
-    load = report.get("load")
+    load = report.load.to_dict() if report.load is not None else None
     if cov is None:
         return Section("What was measured", bullets=[_cap(load_line(load))]) if load else None
-    bullets = [measured_line(cov)[0].upper() + measured_line(cov)[1:]]
-    if cov.get("estimates"):
-        bullets.append(estimates_line(cov["estimates"])[0].upper() + estimates_line(cov["estimates"])[1:])
-    if cov.get("refinement"):
-        bullets.append(refinement_line(cov)[0].upper() + refinement_line(cov)[1:])
+    words = cov.to_dict()
+    bullets = [_cap(measured_line(words))]
+    if _given(cov.estimates):
+        bullets.append(_cap(estimates_line(words["estimates"])))
+    if _given(cov.refinement):
+        bullets.append(_cap(refinement_line(words)))
     if load:
         bullets.append(_cap(load_line(load)))
     return Section("What was measured", bullets=bullets)
@@ -362,31 +336,34 @@ def _cap(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _precision_section(report: dict) -> Section | None:
+def _dash(v: Any) -> Any:
+    return "–" if v is None else v
+
+
+def _precision_section(report: Report) -> Section | None:
     """The accuracy budget, its calibration inputs, the end-to-end error, and the search's rounds as a table."""
-    prec = report.get("precision")
-    if not prec:
+    prec = report.precision
+    if not _given(prec):
         return None
-    cal = prec.get("calibration") or {}
-    e2e = prec.get("end_to_end") or {}
-    bullets = [f"budget: {prec.get('budget_text') or '–'} (per output: cosine similarity, max error / output range)",
-               f"judged on: {cal.get('source', '–')}, {cal.get('samples', '–')} sample(s)"
-               + (" — random inputs, not representative data" if cal.get("random") else "")]
-    if e2e:
-        verdict = "within budget" if e2e.get("within_budget") else "OVER BUDGET"
-        err = "NaN/inf outputs" if e2e.get("finite") is False else \
-            f"rel {_sci(_num(e2e.get('rel')))}, cos {_fmt(_num(e2e.get('cos')), 6)}"
+    cal = prec.calibration or Calibration()
+    e2e = prec.end_to_end
+    bullets = [f"budget: {prec.budget_text or '–'} (per output: cosine similarity, max error / output range)",
+               f"judged on: {_dash(cal.source)}, {_dash(cal.samples)} sample(s)"
+               + (" — random inputs, not representative data" if cal.random else "")]
+    if _given(e2e):
+        verdict = "within budget" if e2e.within_budget else "OVER BUDGET"
+        err = "NaN/inf outputs" if e2e.finite is False else f"rel {_sci(_num(e2e.rel))}, cos {_fmt(_num(e2e.cos), 6)}"
         bullets.append(f"end to end (stitched artifact vs fp32 reference): {err}: **{verdict}**")
-    if prec.get("fallback_fp32"):
+    if prec.fallback_fp32:
         bullets.append("no plan with lower-precision partitions met the budget: the plan is fp32")
-    bullets += [str(n) for n in prec.get("notes") or []]
+    bullets += [str(n) for n in prec.notes]
     rows = []
-    for k, r in enumerate(prec.get("rounds") or []):
-        e = r.get("error") or {}
-        rows.append({"round": str(k), "lambda": _sci(_num(r.get("lambda"))),
-                     "lower-precision partitions": str(r.get("low_partitions", "–")),
-                     "predicted ms": _fmt(_num(r.get("predicted_ms"))), "rel. error": _sci(_num(e.get("rel"))),
-                     "cosine": _fmt(_num(e.get("cos")), 6), "verdict": "ok" if r.get("ok") else "over budget"})
+    for k, r in enumerate(prec.rounds):
+        e = r.error or ErrorFigures()
+        rows.append({"round": str(k), "lambda": _sci(_num(r.lam)),
+                     "lower-precision partitions": str(_dash(r.low_partitions)),
+                     "predicted ms": _fmt(_num(r.predicted_ms)), "rel. error": _sci(_num(e.rel)),
+                     "cosine": _fmt(_num(e.cos), 6), "verdict": "ok" if r.ok else "over budget"})
     return Section("Precision (accuracy budget)", bullets=bullets, table=pd.DataFrame(rows) if rows else None)
 
 
@@ -412,15 +389,15 @@ def _off(predicted: float | None, measured: float | None) -> bool:
     return bool(predicted and measured) and abs(predicted / measured - 1.0) > OFF_BY
 
 
-def _why(backend: str, predicted: float, measured: float, alone: float | None, report: dict, first: bool,
+def _why(backend: str, predicted: float, measured: float, alone: float | None, report: Report, first: bool,
          as_ran: bool) -> str:
     """Why a partition's (or a one-partition plan's) prediction is off its measurement, from what report.json
     records: the backend's partition charges (level, cut charge) and its cost timed alone."""
     if as_ran:
         return ("the prediction is its time as it ran in one of the search's attempts; the verification measured it "
                 "again later: the machine's speed moved between the two")
-    charge = (report.get("partition_charges") or {}).get(backend) or {}
-    level, cut = _num(charge.get("level")), _num(charge.get("cut_ms")) or 0.0
+    charge = report.partition_charges.get(backend) or PartitionCharge()
+    level, cut = _num(charge.level), _num(charge.cut_ms) or 0.0
     if level is None:
         return "report.json records no partition charges to tell why"
     text = (f"the prediction charged {backend}'s cost timed alone in a measurement worker"
@@ -434,32 +411,36 @@ def _why(backend: str, predicted: float, measured: float, alone: float | None, r
     return text
 
 
-def mispredictions(manifest: dict, report: dict) -> list[str]:
+def _as_ran(row: PlannedPartition) -> bool:
+    """Whether a searched partition's price is its time as it ran in one of the search's attempts."""
+    return row.searched_cost_ms not in (None, row.cost_ms)
+
+
+def mispredictions(manifest: dict, report: ReportLike) -> list[str]:
     """A line for the plan, and for each partition measured in the plan, whose prediction is more than ``OFF_BY``
     off its measurement, saying why (``_why``)."""
+    report = as_report(report)
     parts = manifest["partitions"]
-    rows = _searched_rows(manifest, report) or [{}] * len(parts)
-    alone = list(report.get("alone_ms") or [])
-    alone = alone if len(alone) == len(parts) else [None] * len(parts)
+    rows = _searched_rows(manifest, report) or [PlannedPartition()] * len(parts)
+    alone = _alone_ms(manifest, report)
     out = []
-    predicted, plan_ms = _num(report.get("predicted_ms")), _num(report.get("plan_ms"))
+    predicted, plan_ms = _num(report.predicted_ms), _num(report.plan_ms)
     if _off(predicted, plan_ms):
         line = f"**predicted {predicted:.3f} ms, measured {plan_ms:.3f} ms** end to end ({predicted / plan_ms:.2f}x)"
         if len(parts) == 1:
-            as_ran = rows[0].get("searched_cost_ms") not in (None, rows[0].get("cost_ms"))
-            line += ": " + _why(parts[0]["backend"], predicted, plan_ms, _num(alone[0]), report, True, as_ran)
+            line += ": " + _why(parts[0]["backend"], predicted, plan_ms, _num(alone[0]), report, True, _as_ran(rows[0]))
         out.append(line)
     for p, (ms, how), row, a in zip(parts, measured_ms(manifest, report), rows, alone):
         cost = _num(p.get("cost_ms"))
         if how == "in plan" and _off(cost, ms):
-            as_ran = row.get("searched_cost_ms") not in (None, row.get("cost_ms"))
+            as_ran = _as_ran(row)
             out.append(f"**partition {p['index']} on {p['backend']}: predicted {cost:.3f} ms, measured {ms:.3f} ms** "
                        f"in the plan ({cost / ms:.2f}x): " + _why(p["backend"], cost, ms, _num(a), report,
                                                                   0 in p["nodes"], as_ran))
     return out
 
 
-def document(source: Any, report: dict | None = None) -> tuple[str, list[Section]]:
+def document(source: Any, report: ReportLike = None) -> tuple[str, list[Section]]:
     """The report as (title, sections): the one source both renderers walk."""
     manifest, report = _sources(source, report)
     s = summary(manifest, report)
@@ -516,7 +497,7 @@ def _md_cell(v: str) -> str:
     return v.replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(source: Any, report: dict | None = None) -> str:
+def render_markdown(source: Any, report: ReportLike = None) -> str:
     """The report as Markdown."""
     title, sections = document(source, report)
     lines = [f"# {title}", ""]
@@ -553,7 +534,7 @@ def _inline(text: str) -> str:
 _NUMBER_CELL = re.compile(r"<td>([-+–0-9.e]+|inf)</td>")
 
 
-def html_page(source: Any, report: dict | None = None) -> str:
+def html_page(source: Any, report: ReportLike = None) -> str:
     """The report as one HTML page (a string)."""
     title, sections = document(source, report)
     body = [f"<h1>{html.escape(title)}</h1>"]
@@ -590,7 +571,7 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def report_json(source: Any, report: dict | None = None) -> dict[str, Any]:
+def report_json(source: Any, report: ReportLike = None) -> dict[str, Any]:
     """What ``collage report --format json`` prints (documented in the README): {"summary": summary(),
     "partitions": [partition_table rows], "baselines": [baselines_table rows], "coverage": {...} | null,
     "precision": report.json's "precision" | null}. NaN becomes null."""
@@ -598,4 +579,4 @@ def report_json(source: Any, report: dict | None = None) -> dict[str, Any]:
     rows = lambda df: [{k: _plain(v) for k, v in r.items()} for r in df.to_dict("records")]  # noqa: E731
     return {"summary": {k: _plain(v) for k, v in summary(manifest, report).items()},
             "partitions": rows(partition_table(manifest, report)), "baselines": rows(baselines_table(manifest, report)),
-            "coverage": _coverage(report), "precision": report.get("precision")}
+            "coverage": write_value(_coverage(report)), "precision": write_value(report.precision)}

@@ -195,6 +195,215 @@ def _legend(names: list[str], pairs: Mapping[str, tuple[str, str]], parts: list[
     return out, y
 
 
+#: the graph picture's spacing (px): between stacked boxes, between bands, around the picture, the left gutter
+#: (where arrows to a band further down run), and the node strip's cell
+_GAP_IN, _BAND_GAP, _MARGIN, _GUTTER, _CELL = 40, 72, 20, 24, 12
+
+
+@dataclass(frozen=True)
+class _Boxes:
+    """Each partition's box: its width (growing with its measured ms), its label lines (head, info), and the
+    height every box shares."""
+
+    widths: list[float]
+    lines: list[tuple[list[str], list[str]]]
+    height: int
+
+
+def _boxes(parts: list[dict]) -> _Boxes:
+    costs = [num(p.get("cost_ms")) for p in parts]
+    top_ms = max((c for c in costs if c is not None), default=None)
+    heads, infos, bw_min = _box_labels(parts, costs)
+    bw_max = bw_min + 124
+    widths = [bw_min if c is None or not top_ms else bw_min + (bw_max - bw_min) * c / top_ms for c in costs]
+    lines = [(wrap(h, w - 2 * _PAD, 11, 2), wrap(i, w - 2 * _PAD, 11, 2)) for h, i, w in zip(heads, infos, widths)]
+    return _Boxes(widths, lines, 8 + 16 * max((len(hs) + len(ls) for hs, ls in lines), default=2))
+
+
+def _columns(layer: list[int]) -> dict[int, list[int]]:
+    cols: dict[int, list[int]] = {}
+    for k, lv in enumerate(layer):
+        cols.setdefault(lv, []).append(k)
+    return cols
+
+
+def _bands(col_w: Mapping[int, float], hgap: int, max_width: int) -> list[list[int]]:
+    """The columns left to right, wrapped into bands no wider than ``max_width``."""
+    bands: list[list[int]] = [[]]
+    width_used = _GUTTER + _MARGIN
+    for lv in sorted(col_w):
+        if bands[-1] and width_used + col_w[lv] + _MARGIN > max_width:
+            bands.append([])
+            width_used = _GUTTER + _MARGIN
+        bands[-1].append(lv)
+        width_used += col_w[lv] + hgap
+    return bands
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """The boxes in columns and bands: ``layer`` of each partition (its column), the partitions of each column
+    (``cols``) and its width (``col_w``), the columns of each band, ``hgap`` between columns, and the picture's
+    width ``total_w``."""
+
+    layer: list[int]
+    boxes: _Boxes
+    cols: dict[int, list[int]]
+    col_w: dict[int, float]
+    bands: list[list[int]]
+    hgap: int
+    total_w: float
+
+
+def _grid(manifest: dict, max_width: int) -> _Grid:
+    layer = _layers(manifest)
+    cols = _columns(layer)
+    boxes = _boxes(manifest["partitions"])
+    hgap = 150 if len(cols) <= 12 else 40  # room for an arrow's label between columns
+    col_w = {lv: max(boxes.widths[k] for k in ks) for lv, ks in cols.items()}
+    bands = _bands(col_w, hgap, max_width)
+    band_widths = [_GUTTER + _MARGIN * 2 + sum(col_w[lv] for lv in b) + hgap * (len(b) - 1) for b in bands]
+    return _Grid(layer, boxes, cols, col_w, bands, hgap, max(600.0, min(float(max_width), max(band_widths))))
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where the boxes of ``grid`` go: ``pos`` of each box (top left), ``band_of`` each box, ``lane`` (the
+    middle of the gap under each band, where arrows down run) and ``bottom`` (under the last band's gap)."""
+
+    grid: _Grid
+    pos: dict[int, tuple[float, float]]
+    band_of: dict[int, int]
+    lane: list[float]
+    bottom: float
+
+
+def _place(grid: _Grid, top: float) -> _Layout:
+    """The bands one under the other from ``top``; in a band, each column's boxes stacked and centred."""
+    pos: dict[int, tuple[float, float]] = {}
+    band_of: dict[int, int] = {}
+    band_bottom: list[float] = []
+    bh, y = grid.boxes.height, top
+    for j, band in enumerate(grid.bands):
+        band_h = max(len(grid.cols[lv]) for lv in band) * (bh + _GAP_IN) - _GAP_IN
+        x = float(_GUTTER + _MARGIN)
+        for lv in band:
+            col_h = len(grid.cols[lv]) * (bh + _GAP_IN) - _GAP_IN
+            for r, k in enumerate(grid.cols[lv]):
+                pos[k] = (x + (grid.col_w[lv] - grid.boxes.widths[k]) / 2,
+                          y + (band_h - col_h) / 2 + r * (bh + _GAP_IN))
+                band_of[k] = j
+            x += grid.col_w[lv] + grid.hgap
+        y += band_h
+        band_bottom.append(y)
+        y += _BAND_GAP
+    return _Layout(grid, pos, band_of, [bottom + _BAND_GAP / 2 for bottom in band_bottom], y)
+
+
+def _handovers(parts: list[dict]) -> dict[tuple[int, int], list[str]]:
+    """The tensors each partition hands to a later one: (from, to) -> tensor names."""
+    producer: dict[str, int] = {}
+    edges: dict[tuple[int, int], list[str]] = {}
+    for k, p in enumerate(parts):
+        for t in p["inputs"]:
+            if t in producer:
+                edges.setdefault((producer[t], k), []).append(t)
+        for t in p["outputs"]:
+            producer[t] = k
+    return edges
+
+
+def _arrow_path(lay: _Layout, e: int, a: int, b: int) -> tuple[str, float, float, str]:
+    """The ``e``-th arrow's path from box ``a`` to box ``b``, and where its label goes (x, y, anchor)."""
+    (xa, ya), (xb, yb) = lay.pos[a], lay.pos[b]
+    boxes, layer, lane = lay.grid.boxes, lay.grid.layer, lay.lane
+    wa, wb, bh = boxes.widths[a], boxes.widths[b], boxes.height
+    ja, jb, jitter = lay.band_of[a], lay.band_of[b], (e % 5 - 2) * 4
+    if ja == jb and layer[b] == layer[a] + 1:  # next column: straight across, label above the middle
+        x1, y1, x2, y2 = xa + wa, ya + bh / 2, xb - 2, yb + bh / 2
+        mid = (x1 + x2) / 2
+        d = f"M {x1:.1f} {y1:.1f} C {mid:.1f} {y1:.1f}, {mid:.1f} {y2:.1f}, {x2:.1f} {y2:.1f}"
+        return d, mid, min(y1, y2) - 16, "middle"
+    if ja == jb:  # skips columns: an arc over the band, higher the further it goes
+        top = min(ya, yb) - 8 - 7 * (e % 3) - 4 * min(4, layer[b] - layer[a])
+        xs, xe = xa + wa * 0.75, xb + wb * 0.25
+        d = f"M {xs:.1f} {ya:.1f} C {xs:.1f} {top:.1f}, {xe:.1f} {top:.1f}, {xe:.1f} {yb - 2:.1f}"
+        return d, (xs + xe) / 2, top - 6, "middle"
+    x1, x2 = xa + wa / 2 + (b % 3 - 1) * 8, xb + wb / 2 + (a % 3 - 1) * 8
+    if jb == ja + 1:  # next band: down into the gap, across, down
+        d = (f"M {x1:.1f} {ya + bh:.1f} L {x1:.1f} {lane[ja] + jitter:.1f} L {x2:.1f} {lane[ja] + jitter:.1f} "
+             f"L {x2:.1f} {yb - 2:.1f}")
+    else:  # further: through the left gutter, so that no box is crossed
+        g = _GUTTER / 2 + jitter
+        d = (f"M {x1:.1f} {ya + bh:.1f} L {x1:.1f} {lane[ja] + jitter:.1f} L {g:.1f} {lane[ja] + jitter:.1f} "
+             f"L {g:.1f} {lane[jb - 1] + jitter:.1f} L {x2:.1f} {lane[jb - 1] + jitter:.1f} L {x2:.1f} {yb - 2:.1f}")
+    return d, x1 + 4, lane[ja] + jitter - 16, "start"
+
+
+def _arrows(parts: list[dict], tensors: Mapping[str, Any], lay: _Layout) -> tuple[list[str], list[str]]:
+    """(the arrows, their labels) for the tensors handed from one partition to another."""
+    paths, labels = [], []
+    for e, ((a, b), names_ab) in enumerate(_handovers(parts).items()):
+        name, size = tensor_label(names_ab[0], tensors.get(names_ab[0]))
+        name += f" +{len(names_ab) - 1}" if len(names_ab) > 1 else ""
+        d, lx, ly, anchor = _arrow_path(lay, e, a, b)
+        full = ", ".join(" ".join(tensor_label(t, tensors.get(t), 200)) for t in names_ab)
+        paths.append(f'<path d="{d}" fill="none" stroke="#444" stroke-width="1.2" marker-end="url(#arrow)">'
+                     f'<title>{_esc(full)}</title></path>')
+        labels.append(_edge_label(name, size, lx, ly, anchor, lay.grid.total_w, _MARGIN))
+    return paths, labels
+
+
+def _box_svgs(parts: list[dict], pairs: Mapping[str, tuple[str, str]], lay: _Layout) -> list[str]:
+    out, boxes = [], lay.grid.boxes
+    for k, p in enumerate(parts):
+        x, y = lay.pos[k]
+        fill, ink = pairs[p["backend"]]
+        tip = f"partition {k}: {p['backend']}, {len(p['nodes'])} ops ({op_summary(p.get('ops') or [], 8)})"
+        head, info = boxes.lines[k]
+        out.append(f'<g><title>{_esc(tip)}</title><rect x="{x:.1f}" y="{y:.1f}" width="{boxes.widths[k]:.1f}" '
+                   f'height="{boxes.height}" rx="6" fill="{fill}" stroke="#222" stroke-width="0.8"/>'
+                   + svg_text(x + _PAD, y + 16, head, 16, f'fill="{ink}" font-weight="bold"')
+                   + svg_text(x + _PAD, y + 16 + 16 * len(head), info, 16, f'fill="{ink}"') + "</g>")
+    return out
+
+
+@dataclass(frozen=True)
+class _Strip:
+    """Every node in topological order as a cell coloured by its partition's backend: ``nodes`` as (id, backend,
+    partition, op), ``per_row`` cells a row, ``title`` lines, ``top`` of the first row, ``height``."""
+
+    nodes: list[tuple[int, str, int, str]]
+    per_row: int
+    title: list[str]
+    top: float
+    height: int
+
+
+def _strip(parts: list[dict], total_w: float, top: float) -> _Strip:
+    nodes = sorted((i, p["backend"], k, op) for k, p in enumerate(parts)
+                   for i, op in zip(p["nodes"], p.get("ops") or ["?"] * len(p["nodes"])))
+    per_row = max(20, int((total_w - 2 * _MARGIN) // _CELL))
+    title = wrap(f"All {len(nodes)} nodes in topological order (a dark tick marks where a partition starts)",
+                 total_w - 2 * _MARGIN, 13)
+    return _Strip(nodes, per_row, title, top + 30 + 17 * (len(title) - 1), math.ceil(len(nodes) / per_row) * _CELL)
+
+
+def _strip_svgs(strip: _Strip, pairs: Mapping[str, tuple[str, str]]) -> list[str]:
+    out = [svg_text(_MARGIN, strip.top - 10 - 17 * (len(strip.title) - 1), strip.title, 17,
+                    'font-size="13" font-weight="bold"')]
+    last_part = None
+    for n, (i, backend, k, op) in enumerate(strip.nodes):
+        x = _MARGIN + (n % strip.per_row) * _CELL
+        y = strip.top + (n // strip.per_row) * _CELL
+        out.append(f'<rect x="{x}" y="{y}" width="{_CELL - 1}" height="{_CELL - 1}" fill="{pairs[backend][0]}">'
+                   f'<title>#{i} {_esc(op)} (partition {k}, {_esc(backend)})</title></rect>')
+        if k != last_part:
+            out.append(f'<rect x="{x}" y="{y}" width="2" height="{_CELL - 1}" fill="#111"/>')
+            last_part = k
+    return out
+
+
 def render_svg(manifest: dict, max_width: int = 1100) -> str:
     """The graph coloured by backend, as an SVG string that scales down to its container's width.
 
@@ -207,139 +416,28 @@ def render_svg(manifest: dict, max_width: int = 1100) -> str:
     upper bound over the common fonts; the picture's height follows the number of lines.
     """
     parts = manifest["partitions"]
-    tensors = manifest.get("tensors") or {}
     names = list(dict.fromkeys(p["backend"] for p in parts))
     pairs = {b: colour_pair(b) for b in names}
-    layer = _layers(manifest)
-    cols: dict[int, list[int]] = {}
-    for k, lv in enumerate(layer):
-        cols.setdefault(lv, []).append(k)
-    costs = [num(p.get("cost_ms")) for p in parts]
-    top_ms = max((c for c in costs if c is not None), default=None)
-    heads, infos, bw_min = _box_labels(parts, costs)
-    bw_max, gap_in, band_gap, margin, gutter = bw_min + 124, 40, 72, 20, 24
-    hgap = 150 if len(cols) <= 12 else 40  # room for an arrow's label between columns
-
-    def box_w(k: int) -> float:
-        c = costs[k]
-        return bw_min if c is None or not top_ms else bw_min + (bw_max - bw_min) * c / top_ms
-
-    box_lines = [(wrap(heads[k], box_w(k) - 2 * _PAD, 11, 2), wrap(infos[k], box_w(k) - 2 * _PAD, 11, 2))
-                 for k in range(len(parts))]
-    bh = 8 + 16 * max((len(hs) + len(ls) for hs, ls in box_lines), default=2)
-    col_w = {lv: max(box_w(k) for k in ks) for lv, ks in cols.items()}
-    bands: list[list[int]] = [[]]
-    width_used = gutter + margin
-    for lv in sorted(cols):
-        if bands[-1] and width_used + col_w[lv] + margin > max_width:
-            bands.append([])
-            width_used = gutter + margin
-        bands[-1].append(lv)
-        width_used += col_w[lv] + hgap
-    band_widths = [gutter + margin * 2 + sum(col_w[lv] for lv in b) + hgap * (len(b) - 1) for b in bands]
-    total_w = max(600.0, min(float(max_width), max(band_widths)))
-    text_w = total_w - 2 * margin
-    header = _Header(wrap(f"{len(parts)} partition(s) in execution order, left to right", text_w, 13),
-                     wrap("box width: measured ms of the partition; arrows: tensors handed from one partition "
-                          "to the next, with shape and size", text_w, 11))
-    pos: dict[int, tuple[float, float]] = {}
-    band_of: dict[int, int] = {}
-    band_bottom: list[float] = []
-    y = header.bottom(margin) + 54  # room for arcs (and their labels) over the first band, under the header
-    for j, band in enumerate(bands):
-        band_h = max(len(cols[lv]) for lv in band) * (bh + gap_in) - gap_in
-        x = float(gutter + margin)
-        for lv in band:
-            col_h = len(cols[lv]) * (bh + gap_in) - gap_in
-            for r, k in enumerate(cols[lv]):
-                pos[k] = (x + (col_w[lv] - box_w(k)) / 2, y + (band_h - col_h) / 2 + r * (bh + gap_in))
-                band_of[k] = j
-            x += col_w[lv] + hgap
-        y += band_h
-        band_bottom.append(y)
-        y += band_gap
-    blocks_h = y
-    nodes = sorted((i, p["backend"], k, op) for k, p in enumerate(parts)
-                   for i, op in zip(p["nodes"], p.get("ops") or ["?"] * len(p["nodes"])))
-    cell = 12
-    per_row = max(20, int((total_w - 2 * margin) // cell))
-    strip_title = wrap(f"All {len(nodes)} nodes in topological order (a dark tick marks where a partition "
-                       "starts)", text_w, 13)
-    strip_top = blocks_h + 30 + 17 * (len(strip_title) - 1)
-    strip_h = math.ceil(len(nodes) / per_row) * cell
-    legend, legend_bottom = _legend(names, pairs, parts, Counter(b for _, b, _, _ in nodes), margin,
-                                    strip_top + strip_h + 24, text_w)
-    height = legend_bottom + margin
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w:.0f}" height="{height:.0f}" '
-           f'viewBox="0 0 {total_w:.0f} {height:.0f}" style="max-width:100%;height:auto" '
-           'font-family="sans-serif" font-size="11" role="img">',
-           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" '
-           'orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#444"/></marker></defs>',
-           *header.svg(margin, margin)]
-    producer: dict[str, int] = {}
-    edges: dict[tuple[int, int], list[str]] = {}
-    for k, p in enumerate(parts):
-        for t in p["inputs"]:
-            if t in producer:
-                edges.setdefault((producer[t], k), []).append(t)
-        for t in p["outputs"]:
-            producer[t] = k
-    lane = [bottom + band_gap / 2 for bottom in band_bottom]
-    labels: list[str] = []
-    for e, ((a, b), names_ab) in enumerate(edges.items()):
-        (xa, ya), (xb, yb) = pos[a], pos[b]
-        wa, wb = box_w(a), box_w(b)
-        ja, jb, jitter = band_of[a], band_of[b], (e % 5 - 2) * 4
-        name, size = tensor_label(names_ab[0], tensors.get(names_ab[0]))
-        name += f" +{len(names_ab) - 1}" if len(names_ab) > 1 else ""
-        if ja == jb and layer[b] == layer[a] + 1:  # next column: straight across, label above the middle
-            x1, y1, x2, y2 = xa + wa, ya + bh / 2, xb - 2, yb + bh / 2
-            mid = (x1 + x2) / 2
-            d = f"M {x1:.1f} {y1:.1f} C {mid:.1f} {y1:.1f}, {mid:.1f} {y2:.1f}, {x2:.1f} {y2:.1f}"
-            lx, ly, anchor = mid, min(y1, y2) - 16, "middle"
-        elif ja == jb:  # skips columns: an arc over the band, higher the further it goes
-            top = min(ya, yb) - 8 - 7 * (e % 3) - 4 * min(4, layer[b] - layer[a])
-            xs, xe = xa + wa * 0.75, xb + wb * 0.25
-            d = f"M {xs:.1f} {ya:.1f} C {xs:.1f} {top:.1f}, {xe:.1f} {top:.1f}, {xe:.1f} {yb - 2:.1f}"
-            lx, ly, anchor = (xs + xe) / 2, top - 6, "middle"
-        else:
-            x1, x2 = xa + wa / 2 + (b % 3 - 1) * 8, xb + wb / 2 + (a % 3 - 1) * 8
-            if jb == ja + 1:  # next band: down into the gap, across, down
-                d = (f"M {x1:.1f} {ya + bh:.1f} L {x1:.1f} {lane[ja] + jitter:.1f} L {x2:.1f} {lane[ja] + jitter:.1f} "
-                     f"L {x2:.1f} {yb - 2:.1f}")
-            else:  # further: through the left gutter, so that no box is crossed
-                g = gutter / 2 + jitter
-                d = (f"M {x1:.1f} {ya + bh:.1f} L {x1:.1f} {lane[ja] + jitter:.1f} L {g:.1f} {lane[ja] + jitter:.1f} "
-                     f"L {g:.1f} {lane[jb - 1] + jitter:.1f} L {x2:.1f} {lane[jb - 1] + jitter:.1f} L {x2:.1f} {yb - 2:.1f}")
-            lx, ly, anchor = x1 + 4, lane[ja] + jitter - 16, "start"
-        full = ", ".join(" ".join(tensor_label(t, tensors.get(t), 200)) for t in names_ab)
-        out.append(f'<path d="{d}" fill="none" stroke="#444" stroke-width="1.2" marker-end="url(#arrow)">'
-                   f'<title>{_esc(full)}</title></path>')
-        labels.append(_edge_label(name, size, lx, ly, anchor, total_w, margin))
-    for k, p in enumerate(parts):
-        x, y = pos[k]
-        fill, ink = pairs[p["backend"]]
-        tip = f"partition {k}: {p['backend']}, {len(p['nodes'])} ops ({op_summary(p.get('ops') or [], 8)})"
-        head, info = box_lines[k]
-        out.append(f'<g><title>{_esc(tip)}</title><rect x="{x:.1f}" y="{y:.1f}" width="{box_w(k):.1f}" '
-                   f'height="{bh}" rx="6" fill="{fill}" stroke="#222" stroke-width="0.8"/>'
-                   + svg_text(x + _PAD, y + 16, head, 16, f'fill="{ink}" font-weight="bold"')
-                   + svg_text(x + _PAD, y + 16 + 16 * len(head), info, 16, f'fill="{ink}"') + "</g>")
-    out += labels  # over the arrows and boxes
-    out.append(svg_text(margin, strip_top - 10 - 17 * (len(strip_title) - 1), strip_title, 17,
-                        'font-size="13" font-weight="bold"'))
-    last_part = None
-    for n, (i, backend, k, op) in enumerate(nodes):
-        x = margin + (n % per_row) * cell
-        y = strip_top + (n // per_row) * cell
-        out.append(f'<rect x="{x}" y="{y}" width="{cell - 1}" height="{cell - 1}" fill="{pairs[backend][0]}">'
-                   f'<title>#{i} {_esc(op)} (partition {k}, {_esc(backend)})</title></rect>')
-        if k != last_part:
-            out.append(f'<rect x="{x}" y="{y}" width="2" height="{cell - 1}" fill="#111"/>')
-            last_part = k
-    out += legend
-    out.append("</svg>")
-    return "\n".join(out)
+    grid = _grid(manifest, max_width)
+    total_w = grid.total_w
+    header = _Header(wrap(f"{len(parts)} partition(s) in execution order, left to right", total_w - 2 * _MARGIN, 13),
+                     wrap("box width: measured ms of the partition; arrows: tensors handed from one partition to the "
+                          "next, with shape and size", total_w - 2 * _MARGIN, 11))
+    lay = _place(grid, header.bottom(_MARGIN) + 54)  # room for arcs (and their labels) over the first band
+    strip = _strip(parts, total_w, lay.bottom)
+    legend, legend_bottom = _legend(names, pairs, parts, Counter(b for _, b, _, _ in strip.nodes), _MARGIN,
+                                    strip.top + strip.height + 24, total_w - 2 * _MARGIN)
+    height = legend_bottom + _MARGIN
+    paths, labels = _arrows(parts, manifest.get("tensors") or {}, lay)
+    return "\n".join([
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w:.0f}" height="{height:.0f}" '
+        f'viewBox="0 0 {total_w:.0f} {height:.0f}" style="max-width:100%;height:auto" '
+        'font-family="sans-serif" font-size="11" role="img">',
+        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" '
+        'orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#444"/></marker></defs>',
+        *header.svg(_MARGIN, _MARGIN), *paths, *_box_svgs(parts, pairs, lay),
+        *labels,  # over the arrows and boxes
+        *_strip_svgs(strip, pairs), *legend, "</svg>"])
 
 
 # ---------------------------------------------------------------------- bar chart

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from collage.errors import CollageError
-from collage.plan import Partition, Plan
+from collage.plan import Note, NoteKind, Partition, Plan
 from collage.search.candidates import Candidate
 
 if TYPE_CHECKING:
@@ -95,13 +95,13 @@ def to_plan(graph: Graph, parts: list[tuple[tuple[int, ...], str]],
     return plan
 
 
-#: how a plan's notes begin the line that says what its transitions cost (``transitions_note``)
+#: the words a transitions note (``transitions_note``, kind ``transitions``) begins with
 TRANSITIONS_NOTE = "transitions between backends:"
 
 
-def transitions_note(moved_ms: float, predicted_ms: float) -> str:
-    """The plan note that says how much of its prediction is transitions."""
-    return f"{TRANSITIONS_NOTE} {moved_ms:.3f} ms of the predicted {predicted_ms:.3f} ms"
+def transitions_note(moved_ms: float, predicted_ms: float) -> Note:
+    """The plan note that says how much of its prediction is transitions (kind ``transitions``)."""
+    return Note(NoteKind.TRANSITIONS, f"{TRANSITIONS_NOTE} {moved_ms:.3f} ms of the predicted {predicted_ms:.3f} ms")
 
 
 def plan_from_parts(graph: Graph, parts: Sequence[tuple[tuple[int, ...], str]],

@@ -57,7 +57,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from collage.errors import CollageError
-from collage.plan import Plan
+from collage.plan import Note, NoteKind, Plan
 from collage.search.candidates import Candidate
 from collage.search.cover import Transition, to_plan, usable_costs
 from collage.search.dp_tables import SCALE, Group, HandOver, build_groups, drop_dominated_options, prepare
@@ -540,7 +540,8 @@ class CoverSearch:
         log.warning("%s: search stopped after %d states; using the greedy plan (%.3f ms, not proven optimal)",
                     self.graph.name, max_states, self.bound / SCALE)
         plan = self.plan(greedy)
-        plan.notes.append(f"search stopped after {max_states} states: greedy plan, not proven optimal")
+        plan.notes.append(Note(NoteKind.SEARCH,
+                               f"search stopped after {max_states} states: greedy plan, not proven optimal"))
         return plan
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from collage.errors import CollageError
-from collage.plan import Plan
+from collage.plan import Note, NoteKind, Plan
 from collage.search.candidates import Candidate
 from collage.search.cover import Transition
 from collage.search.dp import OutOfTime, SearchStats, search
@@ -114,16 +114,18 @@ def search_exact(graph: Graph, costs: Mapping[Candidate, Any], transition: Trans
         if greedy is None:
             raise CollageError(f"{graph.name}: the search found no plan in time: the DP ran out and HiGHS did not "
                                f"answer within {held:g} s")
-        greedy.notes.append(f"search: the DP's frontier {why}; HiGHS did not answer within {held:g} s and was "
-                            "stopped: the DP's greedy plan, not proven optimal")
+        greedy.notes.append(Note(NoteKind.SEARCH, f"search: the DP's frontier {why}; HiGHS did not answer within "
+                                 f"{held:g} s and was stopped: the DP's greedy plan, not proven optimal"))
         return greedy
     if stats.ilp.kept == "start":  # HiGHS was stopped before it had a plan of its own
-        plan.notes.append(f"search: the DP's frontier {why}; HiGHS had no plan of its own within {ilp_time_limit:g} s: "
-                          "the DP's greedy plan, not proven optimal")
+        plan.notes.append(Note(NoteKind.SEARCH, f"search: the DP's frontier {why}; HiGHS had no plan of its own "
+                               f"within {ilp_time_limit:g} s: the DP's greedy plan, not proven optimal"))
         return plan
     how = "proven optimal" if stats.ilp.optimal else "best found, not proven optimal"
-    plan.notes.append(f"search: the DP's frontier {why}; solved as an ILP with HiGHS in {stats.ilp_s:.1f} s ({how}"
-                      + (f"; the DP's greedy plan was {greedy.predicted_ms or 0.0:.3f} ms)" if greedy is not None else ")"))
+    plan.notes.append(Note(NoteKind.SEARCH, f"search: the DP's frontier {why}; solved as an ILP with HiGHS in "
+                           f"{stats.ilp_s:.1f} s ({how}"
+                           + (f"; the DP's greedy plan was {greedy.predicted_ms or 0.0:.3f} ms)" if greedy is not None
+                              else ")")))
     return plan
 
 

@@ -67,7 +67,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from collage.errors import CollageError
-from collage.plan import Plan
+from collage.plan import Note, NoteKind, Plan
 from collage.search.candidates import Candidate
 from collage.search.cover import Transition, to_plan, usable_costs
 from collage.search.dp_tables import HandOver, quantize
@@ -317,7 +317,7 @@ def ilp_search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transit
               stats.status, stats.solve_s, stats.build_s)
     if not stats.optimal:
         gap = f", gap {stats.gap:.2%}" if math.isfinite(stats.gap) else ""
-        plan.notes.append(f"exact ILP search stopped ({stats.status}{gap}): not proven optimal")
+        plan.notes.append(Note(NoteKind.SEARCH, f"exact ILP search stopped ({stats.status}{gap}): not proven optimal"))
     return plan
 
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from collage.errors import CollageError
-from collage.plan import Partition, Plan
+from collage.plan import Note, NoteKind, Partition, Plan
 from collage.search.candidates import Candidate
 from collage.search.cover import Transition, cover_cost, usable_costs
 
@@ -351,8 +351,8 @@ def refine(graph: Graph, plan: Plan, costs: Mapping[Candidate, Any], evaluate: C
     if best.value < start_ms:
         parts = [(tuple(nodes), b) for nodes, b in best.user_attrs["parts"]]
         result_plan = _plan(graph, parts, table, transition)
-        result_plan.notes.append(f"refined: measured {best.value:.3f} ms against {start_ms:.3f} ms for the DP "
-                                 f"plan (trial {best.number} of {len(trials)})")
+        result_plan.notes.append(Note(NoteKind.REFINEMENT, f"refined: measured {best.value:.3f} ms against "
+                                      f"{start_ms:.3f} ms for the DP plan (trial {best.number} of {len(trials)})"))
         best_ms = float(best.value)
     else:
         result_plan = plan  # the very object passed in: nothing measured beat it

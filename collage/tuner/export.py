@@ -5,7 +5,7 @@ An artifact is a directory (optionally also packed as ``<dir>.tar.gz``)::
     out/
       manifest.json                 what is in it, and the checksums that prove it (schema below)
       plan.json                     the Plan, boundaries filled in (collage.plan.Plan.from_json), and model_sha256
-      report.json                   the tuner's report dict (schema: collage.report.render), and model_sha256
+      report.json                   the tuner's report, version first (report/report.schema.json), and model_sha256
       partitions/000-onnxruntime/   one file set per partition, written by the backend's
       partitions/001-openvino/      Compiled.save(dir); read back by Backend.load(dir, entry)
       ...
@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 from collage.errors import ArtifactError, BackendUnavailable
 from collage.extras import backend_extras
 from collage.graph.inputs import input_specs
+from collage.report.model import REPORT_VERSION
 from collage.runtime.manifest import FORMAT_VERSION, MANIFEST, PLAN_FILE, REPORT_FILE, collage_version
 from collage.tuner.outdir import (archive_path, carry_over, check_output_location, inspect_output, install,
                                   recover_replaced, staging_dir, umask, warn_kept)
@@ -219,7 +220,7 @@ def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike, *,
         # both name the model they belong to: `collage report` refuses a plan or report of another model
         _write_json(tmp / PLAN_FILE, {**_Plan(tied, plan.predicted_ms, list(plan.notes)).to_dict(),
                                       "model_sha256": sha})
-        _write_json(tmp / REPORT_FILE, {**(report or {}), "model_sha256": sha})
+        _write_json(tmp / REPORT_FILE, {"version": REPORT_VERSION, **(report or {}), "model_sha256": sha})
         renamed = carry_over(where, tmp)  # the user's files in the old artifact
         _write_json(tmp / MANIFEST, manifest)  # last: a directory with a manifest is complete
         install(tmp, where)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from collage.errors import BackendUnavailable, CollageError, UnsupportedError
 from collage.graph.ir import Graph
-from collage.plan import Plan
+from collage.plan import Note, NoteKind, Plan, kind_of
 from collage.report.coverage import (estimates_line, load_line, measured_line, measurement_coverage, refinement,
                                      refinement_line)
 from collage.tuner.arguments import check_sources
@@ -881,12 +881,12 @@ class TuneJob:
         stale = stale_costs({b: ms for b, ms in base.whole_ms.items() if b in earlier}, verified.timings, earlier)
         if stale:
             log.warning("%s", stale)
-            verified.plan.notes.append(stale)
+            verified.plan.notes.append(Note(NoteKind.BASELINES, stale))
         if base.from_db:
-            verified.plan.notes.append(
-                "baselines of " + ", ".join(f"{k} ({v:.1f} ms)" for k, v in base.from_db.items())
+            verified.plan.notes.append(Note(
+                NoteKind.BASELINES, "baselines of " + ", ".join(f"{k} ({v:.1f} ms)" for k, v in base.from_db.items())
                 + f" are their cost-DB whole-model medians: more than {SLOW_BASELINE_FACTOR}x behind, not re-run "
-                "interleaved")
+                "interleaved"))
 
     def refine(self, verified: Verified, charged: Mapping[Any, float], base: Baselines) -> Verified:
         """7. Optional: measured Optuna trials around the plan; a faster plan is measured against the
@@ -894,20 +894,21 @@ class TuneJob:
         trials, plan = self.options.refine_trials, verified.plan
         self.coverage["refinement"] = refinement(trials)
         if trials > 0 and self.precision.is_low(plan):
-            plan.notes.append("refinement skipped: it does not measure errors, and the plan holds lower-precision "
-                              "partitions")
+            plan.notes.append(Note(NoteKind.REFINEMENT, "refinement skipped: it does not measure errors, and the "
+                                   "plan holds lower-precision partitions"))
             self.coverage["refinement"] = refinement(trials, 0, plan.notes[-1])
             return verified
         if trials > 0 and len(plan.partitions) < 2:
-            plan.notes.append("refinement skipped: the plan is one backend on the whole model; refinement moves nodes "
-                              "between the partitions of a mixed plan")
+            plan.notes.append(Note(NoteKind.REFINEMENT, "refinement skipped: the plan is one backend on the whole "
+                                   "model; refinement moves nodes between the partitions of a mixed plan"))
             self.coverage["refinement"] = refinement(trials, 0, plan.notes[-1])
             return verified
         if trials <= 0:
             return verified
         fit = self.trials_for(base, trials)
         if fit < trials:
-            plan.notes.append(f"refinement cut by the budget: {fit} of {trials} trial(s) fitted what was left")
+            plan.notes.append(Note(NoteKind.REFINEMENT, f"refinement cut by the budget: {fit} of {trials} trial(s) "
+                                   "fitted what was left"))
             self.say("%s", plan.notes[-1])
             if fit == 0:
                 self.coverage["refinement"] = refinement(trials, 0, plan.notes[-1])
@@ -926,7 +927,8 @@ class TuneJob:
         if res.plan is plan or res.measured_ms >= verified.plan_ms:
             return verified
         plan = fill_boundaries(self.graph, res.plan)
-        plan.notes.append(f"refined by {res.trials} measured trials: {verified.plan_ms:.3f} -> {res.measured_ms:.3f} ms")
+        plan.notes.append(Note(NoteKind.REFINED, f"refined by {res.trials} measured trials: {verified.plan_ms:.3f} -> "
+                               f"{res.measured_ms:.3f} ms"))
         artifact = self.load(self.export(plan, self.work / "refined"))
         timings = measure_interleaved({"plan": lambda: artifact.run(self.feeds),
                                        **{k: (lambda c=c: c.run(self.feeds)) for k, c in base.singles.items()}})
@@ -974,9 +976,9 @@ class TuneJob:
                 # priced as the search priced it before it ran (part_ms: the searched plan was verified)
                 + furthest_over_price(self.searched_for or plan, verified.part_ms))
         self.say(note)
-        kept = [x for x in plan.notes if not x.startswith("refined by")]  # facts of the run, not of the mix
+        kept = [x for x in plan.notes if kind_of(x) != NoteKind.REFINED]  # facts of the run, not of the mix
         single = fill_boundaries(self.graph, Plan.single(best, len(self.graph), self.whole_prediction(measured, best)))
-        single.notes.extend(kept + [note])
+        single.notes.extend(kept + [Note(NoteKind.NEVER_WORSE, note)])
         return Verified(single, best_ms, None, verified.timings, baselines)
 
     def numerics(self, plan: Plan, artifact: Any) -> dict[str, Any] | None:

@@ -35,7 +35,7 @@ import numpy as np
 from collage.measure.db import CostDB, canonical_json
 from collage.errors import CollageError
 from collage.graph.ir import Graph
-from collage.plan import Partition, Plan
+from collage.plan import Note, NoteKind, Partition, Plan, kind_of
 from collage.util import machine_id, say, sha256_bytes
 from collage.tuner.verify import VERIFY_ROUNDS, measure_interleaved
 
@@ -320,9 +320,9 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
                 # no mix ran faster than the single backends timed beside it, and those priced as they ran
                 # there, the search goes to one backend: that is its choice, not a mix it measured losing
                 closest = seen[best[2]]
-                plan.notes.append(f"no mix the search measured ran faster than the best single backend beside it "
-                                  f"(the closest, {len(best[2])} partitions: {closest.ms:.3f} ms beside "
-                                  f"{closest.single_ms:.3f} ms): the searched plan is one backend")
+                plan.notes.append(Note(NoteKind.SEARCH, f"no mix the search measured ran faster than the best single "
+                                       f"backend beside it (the closest, {len(best[2])} partitions: {closest.ms:.3f} "
+                                       f"ms beside {closest.single_ms:.3f} ms): the searched plan is one backend"))
                 return Checked(plan, charged, attempt, None, closest.single_ms)
             break  # one backend, though a mix won in its rounds: the best mix stands (never-worse judges it)
         shape = plan.parts()
@@ -367,8 +367,9 @@ def search_checked(graph: Graph, costs: Mapping[Any, float], charges: dict[str, 
     if all(s in key for s in shape):
         kept_charged = {**kept_charged, **dict(zip((key[s] for s in shape), run.as_ran))}
         kept = priced_as(kept, run.as_ran)
-        kept.notes.append(f"the searched plan, priced as it ran: its partitions timed inside it in the search, "
-                          f"{run.ms:.3f} ms end to end; searched for {run.searched_for.predicted_ms or 0.0:.3f} ms")
+        kept.notes.append(Note(NoteKind.SEARCH, f"the searched plan, priced as it ran: its partitions timed inside it "
+                               f"in the search, {run.ms:.3f} ms end to end; searched for "
+                               f"{run.searched_for.predicted_ms or 0.0:.3f} ms"))
     single_ms = run.single_ms if math.isfinite(run.single_ms) else None  # inf: no single backend to time beside it
     return Checked(kept, kept_charged, attempt, run.searched_for, single_ms)
 
@@ -390,12 +391,12 @@ def in_plan_costs(plan: Plan, part_ms: Sequence[float], measured_ms: float) -> l
 
 def priced_as(plan: Plan, part_costs: Sequence[float]) -> Plan:
     """``plan`` with its partitions' costs replaced by ``part_costs``: the same transitions, a new prediction."""
-    from collage.search.cover import TRANSITIONS_NOTE, transitions_note
+    from collage.search.cover import transitions_note
 
     moved = transitions_ms(plan)
     parts = [dataclasses.replace(p, cost_ms=ms) for p, ms in zip(plan.partitions, part_costs)]
     predicted = moved + sum(part_costs)
-    notes = [transitions_note(moved, predicted) if n.startswith(TRANSITIONS_NOTE) else n for n in plan.notes]
+    notes = [transitions_note(moved, predicted) if kind_of(n) == NoteKind.TRANSITIONS else n for n in plan.notes]
     return Plan(parts, predicted, notes)
 
 
@@ -433,7 +434,7 @@ def whole_if_one_backend(graph: Graph, plan: Plan, costs: Mapping[Any, float], p
     if best != whole:
         note += f", priced {costs[best]:.3f} ms against {name}'s whole model at {costs[whole]:.3f} ms"
     merged = Plan.single(best.backend, n, costs[best])
-    merged.notes = [*plan.notes, note]
+    merged.notes = [*plan.notes, Note(NoteKind.SEARCH, note)]
     if best.backend in low:
         prec.use_whole_model(best.backend, f"precision: {note}")
     return merged

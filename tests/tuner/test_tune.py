@@ -539,13 +539,14 @@ def test_a_plan_measured_in_an_earlier_attempt_is_kept_priced_as_it_ran(monkeypa
     its share of the time outside them, plus its priced transitions), not at the prediction it was found
     with, and the costs returned say so."""
     from collage.tuner import search_step as tune_search
-    from collage.plan import Partition, Plan
+    from collage.plan import Note, NoteKind, Partition, Plan
 
     x, y, z = _Cand("x", (0,), "onnxruntime"), _Cand("y", (1,), "openvino"), _Cand("z", (2,), "onnxruntime")
     y2 = _Cand("y2", (1, 2), "openvino")
     first = Plan([Partition((0,), "onnxruntime", 1.0), Partition((1,), "openvino", 1.0),
                   Partition((2,), "onnxruntime", 1.0)],
-                 predicted_ms=3.5, notes=["transitions between backends: 0.500 ms of the predicted 3.500 ms"])
+                 predicted_ms=3.5, notes=[Note(NoteKind.TRANSITIONS,
+                                               "transitions between backends: 0.500 ms of the predicted 3.500 ms")])
     plans = iter([  # three attempts, and no fourth search (a fourth call raises StopIteration)
         first, Plan([Partition((0,), "onnxruntime", 1.0), Partition((1, 2), "openvino", 2.0)], predicted_ms=3.0),
         Plan([Partition((0, 1, 2), "openvino", 3.0)], predicted_ms=3.0)])
@@ -561,6 +562,7 @@ def test_a_plan_measured_in_an_earlier_attempt_is_kept_priced_as_it_ran(monkeypa
     assert plan.predicted_ms == pytest.approx(6.5)
     assert [charged[c] for c in (x, y, z)] == pytest.approx([2.4, 1.2, 2.4])  # A's own, not B's 1.167 for x
     assert plan.notes[0] == "transitions between backends: 0.500 ms of the predicted 6.500 ms"
+    assert plan.notes[0].kind == NoteKind.TRANSITIONS  # rewritten by its kind, not its wording
     assert plan.notes[-1].endswith("6.500 ms end to end; searched for 3.500 ms")
 
 

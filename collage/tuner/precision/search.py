@@ -34,7 +34,7 @@ from typing import Any
 
 from collage.measure.accuracy import ErrorMeasure, measure_errors
 from collage.errors import CollageError
-from collage.plan import Plan
+from collage.plan import Note, NoteKind, Plan, kind_of
 
 MAX_ROUNDS = 12
 #: A worst partition larger than this is a coarse range (collage.search.ranges): tightening drops it and
@@ -73,7 +73,7 @@ class BudgetedSearch:
         graph = self.graph
         # tune may search more than once (re-charged overheads): each call starts afresh, errors stay cached
         self.rounds, self.fallback, self.final_error = [], False, None
-        self.notes = [n for n in self.notes if not n.startswith("precision:")]
+        self.notes = [n for n in self.notes if kind_of(n) != NoteKind.PRECISION]
         fp32 = {c: v for c, v in costs.items() if c.backend not in self.low}
         low = {c: v for c, v in costs.items() if c.backend in self.low}
         try:
@@ -105,8 +105,9 @@ class BudgetedSearch:
                                           self.db, progress=self.progress, budget_s=left))
         scores = {c: self.budget.score(self.errors[c]) for c in worth if c in self.errors}
         if len(scores) < len(worth):
-            self.notes.append(f"precision: {len(worth) - len(scores)} of {len(worth)} lower-precision candidates have "
-                              "no measured error (error budget spent, or they failed) and were not used")
+            self.notes.append(Note(NoteKind.PRECISION, f"precision: {len(worth) - len(scores)} of {len(worth)} "
+                                   "lower-precision candidates have no measured error (error budget spent, or they "
+                                   "failed) and were not used"))
         admissible = {c for c, s in scores.items() if s <= 1.0}
         broken = sum(1 for s in scores.values() if not math.isfinite(s))
         self._say("precision: %d candidates within budget on their own, %d over it (%d with NaN/inf outputs)",
@@ -182,7 +183,7 @@ class BudgetedSearch:
             note = (f"precision: {len(admissible)} lower-precision candidate(s) are within the accuracy budget on their "
                     "own, but none makes the plan faster; the plan is fp32")
         self._say(note)
-        self.notes.append(note)
+        self.notes.append(Note(NoteKind.PRECISION, note))
         fp32_plan.notes.extend(self.notes)
         return fp32_plan
 
@@ -200,7 +201,7 @@ class BudgetedSearch:
     def _accept(self, plan: Plan, err: ErrorMeasure, what: str) -> Plan:
         """``plan`` is the answer: its measured end-to-end error ``err`` is within budget; say so in its notes."""
         self.final_error = err
-        self.notes.append(f"precision: {what} within the accuracy budget "
-                          f"({self.budget.describe()}): measured end to end {err.describe()}")
+        self.notes.append(Note(NoteKind.PRECISION, f"precision: {what} within the accuracy budget "
+                               f"({self.budget.describe()}): measured end to end {err.describe()}"))
         plan.notes.extend(self.notes)
         return plan

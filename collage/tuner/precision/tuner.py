@@ -42,7 +42,7 @@ from collage.measure.accuracy import (Budget, Calibration, ErrorMeasure, ErrorSt
                                           load_calibration, measure_errors, parse_accuracy, reference_runs, run_error)
 from collage.util import cache_dir
 from collage.errors import CollageError
-from collage.plan import Plan
+from collage.plan import Note, NoteKind, Plan, kind_of
 from collage.backends.openvino.lowp import (VARIANTS, OpenVINOBF16Backend, OpenVINOFP16Backend,
                                         cpu_bf16_reason, native_support, precision_of)
 from collage.tuner.precision.output_errors import OutputErrors, screen_ranges
@@ -121,8 +121,8 @@ class PrecisionTuner(BudgetedSearch):
         tuner.backend_options = {k: dict(v) for k, v in (backend_options or {}).items()}
         tuner.prepare_int8()
         if calib.random:
-            tuner.notes.append(f"accuracy judged on {len(calib.samples)} seeded random input sample(s), not on "
-                               "representative data: pass --calibration inputs.npz")
+            tuner.notes.append(Note(NoteKind.ACCURACY, f"accuracy judged on {len(calib.samples)} seeded random input "
+                                    "sample(s), not on representative data: pass --calibration inputs.npz"))
         return tuner
 
     # ------------------------------------------------------------------ int8 ranges, once per model
@@ -250,7 +250,7 @@ class PrecisionTuner(BudgetedSearch):
     def use_whole_model(self, backend: str, note: str) -> list[str]:
         """tune chose ``backend`` on the whole model over the searched plan: the notes that now hold."""
         self.fallback = False
-        self.notes = [x for x in self.notes if not x.startswith("precision:")] + [note]
+        self.notes = [x for x in self.notes if kind_of(x) != NoteKind.PRECISION] + [Note(NoteKind.PRECISION, note)]
         return list(self.notes)
 
     def is_low(self, plan: Plan) -> bool:
