@@ -28,7 +28,7 @@ from collage.errors import CollageError, UnsupportedError
 
 RTOL, ATOL = 1e-4, 1e-5
 GPU_RTOL, GPU_ATOL = 1e-3, 1e-4  # cuDNN/cuBLAS pick other algorithms than MLAS (TF32 is off)
-GPU_BACKENDS = ["tensorrt", "onnxruntime-cuda", "torch"]
+GPU_BACKENDS = ["tensorrt", "onnxruntime-cuda", "torch", "torch-inductor"]
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=17) -> onnx.ModelProto:
