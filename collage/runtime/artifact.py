@@ -238,6 +238,10 @@ class Artifact:
 
         return (self._resident or ResidentRunner(self, "cpu")).run_tensors(feeds)
 
+    def graph_report(self) -> dict[str, Any] | None:
+        """How a device-resident artifact runs: CUDA-graph segments and what splits them (None: a host artifact)."""
+        return None if self._resident is None else self._resident.graph_report()
+
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         """Seeded random feeds of the right shapes, dtypes and index ranges: the one rule of
         :mod:`collage.seeded_inputs`, so they equal ``collage.graph.inputs.random_inputs(graph, seed)`` of the tuned

@@ -3,8 +3,8 @@
 A GPU partition loaded with ``device_io=True`` (every GPU backend takes that option: torch, torch-inductor, the torch
 variants, tensorrt, onnxruntime-cuda) takes torch tensors and returns torch tensors on its device. ``load`` turns
 that on for the partitions of GPU backends (:func:`resident_options`; ``device_resident=True`` for every backend that
-takes the option, e.g. the torch backend on a CPU in the tests, ``False`` for none), and an :class:`Artifact`
-with such a partition runs through :class:`ResidentRunner`:
+takes the option, e.g. the torch backend on a CPU in the tests, ``False`` for none), and an artifact with such a
+partition runs through :class:`ResidentRunner`:
 
 * ``Artifact.run(feeds)`` (numpy in, numpy out, as always): the host copies happen at the artifact's own inputs
   (a device partition uploads what it reads) and outputs (downloaded once, at the end), and where a CPU partition
@@ -12,25 +12,60 @@ with such a partition runs through :class:`ResidentRunner`:
 * ``Artifact.run_tensors(feeds)``: takes torch tensors (CUDA tensors on a GPU; numpy is accepted too) and returns
   torch tensors on the artifact's device, with no host copy at all when every partition is on the device.
 
+On a CUDA device the plan is captured in CUDA graphs and replayed (:mod:`collage.runtime.graphs`: where a partition
+cannot be captured it splits the plan; ``Artifact.graph_report()`` says where and why). Runs that time each
+partition (``run(feeds, times)``) run the partitions one by one instead.
+
 A device partition's output that the backend overwrites at its next call (``reuses_outputs``: TensorRT's bound
-buffers) is cloned where it leaves the artifact, like the numpy path copies reused host buffers.
-Nothing here imports torch until a device-resident artifact runs (an ONNX Runtime artifact never does).
+buffers; a replayed graph's outputs) is copied where it leaves the artifact, as the numpy path copies reused host
+buffers. Nothing here imports torch until a device-resident artifact runs (an ONNX Runtime artifact never does).
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from collage.errors import BackendUnavailable, CollageError, InputError, InputTypeError
-
-if TYPE_CHECKING:
-    from collage.runtime.artifact import Artifact, LoadedPartition
+from collage.runtime.parts import Part, call, is_resident, last_uses, output, to_host
 
 #: a torch tensor (torch is imported lazily: annotations stay Any)
 Tensor = Any
+
+
+class Spec(Protocol):
+    """An input or output of the artifact (``collage.runtime.artifact.TensorSpec``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> np.dtype[Any]: ...
+
+    def describe(self) -> str: ...
+
+
+class Loaded(Protocol):
+    """What the runner asks of a loaded artifact (:class:`collage.runtime.artifact.Artifact`)."""
+
+    allow_nonfinite: bool
+    backend_objects: dict[str, Any]
+
+    @property
+    def partitions(self) -> Sequence[Part]: ...
+
+    @property
+    def inputs(self) -> Sequence[Spec]: ...
+
+    @property
+    def outputs(self) -> Sequence[Spec]: ...
+
+    def check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray[Any, Any]]: ...
 
 
 def resident_options(manifest: Mapping[str, Any], backend_options: Mapping[str, Mapping[str, Any]] | None,
@@ -54,11 +89,6 @@ def resident_options(manifest: Mapping[str, Any], backend_options: Mapping[str, 
     return out
 
 
-def is_resident(partition: LoadedPartition) -> bool:
-    """Whether ``partition`` takes and returns torch tensors (loaded with ``device_io=True``)."""
-    return bool(getattr(partition.compiled, "device_io", False))
-
-
 def _torch() -> Any:
     import torch  # noqa: PLC0415 - lazy: a host-only artifact never imports torch
 
@@ -70,40 +100,54 @@ def torch_dtype(dtype: np.dtype[Any]) -> Any:
     return _torch().from_numpy(np.empty(0, dtype)).dtype
 
 
-def to_host(value: Any) -> np.ndarray[Any, Any]:
-    """A numpy array of ``value`` (a torch tensor on any device, or an array); a fresh copy for a tensor."""
-    if isinstance(value, np.ndarray):
-        return value
-    return np.array(value.detach().cpu().numpy(), copy=True)
+def host_input(part: Part, value: Any) -> Any:
+    """What ``part`` is fed for ``value``: as it is for a device-resident part, else a host array."""
+    return value if is_resident(part) else to_host(value)
 
 
 class ResidentRunner:
     """Runs an artifact whose device partitions keep their tensors on the device (module docstring)."""
 
-    def __init__(self, artifact: Artifact, device: str) -> None:
+    def __init__(self, artifact: Loaded, device: str) -> None:
+        from collage.runtime import graphs
+
         self.artifact = artifact
         self.device = device
-        self.resident = [is_resident(p) for p in artifact.partitions]
-        reused = {t for p in artifact.partitions if getattr(p.compiled, "reuses_outputs", True) for t in p.outputs}
-        self._clone = {t for t in artifact._output_names if t in reused}
+        self.parts = list(artifact.partitions)
+        self.resident = [is_resident(p) for p in self.parts]
+        self.output_names = [s.name for s in artifact.outputs]
+        self.last_use = last_uses(self.parts)
+        self.segments = graphs.plan_segments([graphs.capture_refusal(p) for p in self.parts])
+        self.graphs_off = graphs.graphs_wanted(device, self.segments)
+        self.replay = (graphs.GraphReplay(self.parts, self.segments, self.output_names, device)
+                       if self.graphs_off is None else None)
+        reused = {t for p in self.parts if getattr(p.compiled, "reuses_outputs", True) for t in p.outputs}
+        self._copy = {t for t in self.output_names if t in reused or self.replay is not None}
+
+    def graph_report(self) -> dict[str, Any]:
+        """Whether the plan is replayed as CUDA graphs, which segments are captured and what splits them."""
+        from collage.runtime.graphs import describe
+
+        return {"replayed": self.replay is not None, "why_not": self.graphs_off,
+                **describe(self.segments, self.parts)}
 
     def run_host(self, feeds: Mapping[str, np.ndarray[Any, Any]], times: list[float] | None = None
                  ) -> dict[str, np.ndarray[Any, Any]]:
         """``Artifact.run``: numpy feeds (already checked) in, numpy outputs out."""
         env = self._run(dict(feeds), times)
-        return {t: to_host(env[t]) if not isinstance(env[t], np.ndarray) or t in self._clone else env[t]
-                for t in self.artifact._output_names}
+        return {t: to_host(env[t]) if not isinstance(env[t], np.ndarray) or t in self._copy else env[t]
+                for t in self.output_names}
 
     def run_tensors(self, feeds: Mapping[str, Any]) -> dict[str, Tensor]:
         """``Artifact.run_tensors``: torch tensors (or arrays) in, torch tensors on ``device`` out."""
         env = self._run(self.check_tensors(feeds), None)
         torch = _torch()
         out: dict[str, Tensor] = {}
-        for t in self.artifact._output_names:
+        for t in self.output_names:
             value = env[t]
             if isinstance(value, np.ndarray):
                 value = torch.from_numpy(np.array(value, copy=True))
-            elif t in self._clone:
+            elif t in self._copy:
                 value = value.clone()
             out[t] = value.to(self.device)
         return out
@@ -129,10 +173,11 @@ class ResidentRunner:
         return {**checked, **tensors}
 
     def _run(self, env: dict[str, Any], times: list[float] | None) -> dict[str, Any]:
-        art = self.artifact
-        keep = set(art._output_names)
-        for p, resident in zip(art.partitions, self.resident):
-            pfeeds = {t: env[t] if resident else to_host(env[t]) for t in p.inputs}
+        if self.replay is not None and times is None:
+            return self.replay.run(env, host_input)
+        keep = set(self.output_names)
+        for p in self.parts:
+            pfeeds = {t: host_input(p, env[t]) for t in p.inputs}
             t0 = time.perf_counter_ns()
             result = call(p, pfeeds)
             if times is not None:
@@ -140,42 +185,21 @@ class ResidentRunner:
             for t in p.outputs:
                 env[t] = output(p, result, t)
             for t in p.inputs:
-                if art._last_use.get(t) == p.index and t not in keep:
+                if self.last_use.get(t) == p.index and t not in keep:
                     del env[t]
         return env
 
 
-def call(p: LoadedPartition, feeds: Mapping[str, Any]) -> dict[str, Any]:
-    """Partition ``p``'s run on ``feeds``; CollageError naming the partition when its backend fails."""
-    try:
-        result: dict[str, Any] = p.compiled.run(feeds)
-    except CollageError:
-        raise
-    except Exception as e:
-        raise CollageError(f"partition {p.index} ({p.backend}, {p.directory.name}) failed: "
-                           f"{type(e).__name__}: {e}") from e
-    return result
-
-
-def output(p: LoadedPartition, result: Mapping[str, Any], name: str) -> Any:
-    """Output ``name`` of partition ``p``'s ``result``; CollageError when the partition did not return it."""
-    try:
-        return result[name]
-    except KeyError:
-        raise CollageError(f"partition {p.index} ({p.backend}, {p.directory.name}) returned no tensor {name!r} (it "
-                           f"returned {sorted(result)}); the artifact is inconsistent: re-export it") from None
-
-
-def resident_runner(artifact: Artifact) -> ResidentRunner | None:
+def resident_runner(artifact: Loaded) -> ResidentRunner | None:
     """The runner of ``artifact`` when a partition of it keeps its tensors on the device, else None (a host run)."""
     if not any(is_resident(p) for p in artifact.partitions):
         return None
     return ResidentRunner(artifact, artifact_device(artifact.partitions, artifact.backend_objects))
 
 
-def artifact_device(partitions: Sequence[LoadedPartition], backends: Mapping[str, Any]) -> str:
+def artifact_device(parts: Sequence[Part], backends: Mapping[str, Any]) -> str:
     """Where ``run_tensors`` returns its tensors: the device of the first device-resident partition's backend."""
-    for p in partitions:
+    for p in parts:
         if is_resident(p):
             device = str(getattr(backends.get(p.backend), "device", "cuda"))
             return "cpu" if device == "cpu" else device

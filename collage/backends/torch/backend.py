@@ -195,6 +195,10 @@ class TorchCompiled(Compiled):
             return {n: t.contiguous().numpy().copy() for n, t in out.items()}
         return {n: t.contiguous().cpu().numpy() for n, t in out.items()}
 
+    def capture_refusal(self) -> str | None:
+        """None when this partition can be captured in a CUDA graph (collage.runtime.graphs), else why not."""
+        return capture_refusal(self._program.device.type, [s.label for s in self._program.steps])
+
     def save(self, directory: Path) -> dict[str, Any]:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -204,6 +208,20 @@ class TorchCompiled(Compiled):
         return {"backend": self.backend, "files": [fname], "format": "onnx (interpreted by collage's torch op table)",
                 "device": self._backend.device, "version": self._backend.version(), "options": self._backend.options,
                 "inputs": self.input_names, "outputs": self.output_names}
+
+
+#: ops whose step builds a tensor from host values at run time (an upload that a CUDA graph would replay stale)
+HOST_STEPS = frozenset({"Shape"})
+
+
+def capture_refusal(device_type: str, step_labels: list[str]) -> str | None:
+    """Why a program of these steps on ``device_type`` cannot be captured in a CUDA graph (None: it can)."""
+    if device_type != "cuda":
+        return f"runs on {device_type}: only CUDA work can be captured in a CUDA graph"
+    host = [label for label in step_labels if label.split()[0] in HOST_STEPS]
+    if host:
+        return f"{host[0]} builds a tensor from host values at run time (a graph would replay it stale)"
+    return None
 
 
 class TorchBackend(Backend):
@@ -348,6 +366,7 @@ class _Autocast:
 
     def __call__(self, env: dict[str, Any]) -> dict[str, Any]:
         torch = _torch()
-        with torch.autocast(self.device_type, dtype=self.dtype):
+        # no weight cache: a CUDA graph captured over it must not keep casts from before the capture
+        with torch.autocast(self.device_type, dtype=self.dtype, cache_enabled=False):
             out = self.program(env)
         return {n: t.to(self.program.out_dtypes.get(n, t.dtype)) for n, t in out.items()}
