@@ -248,7 +248,7 @@ class TorchBackend(Backend):
         if self.device == "cpu":
             return self._cpu_precision_reason()
         if torch.version.cuda is None:
-            return f"this torch build ({torch.__version__}) has no CUDA support: no CUDA device for backend torch"
+            return f"this torch build ({torch.__version__}) has no CUDA support: no CUDA device for backend {self.name}"
         if not torch.cuda.is_available():
             return f"no CUDA device (torch {torch.__version__} sees none: torch.cuda.is_available() is False)"
         index = int(self.device.partition(":")[2] or 0)

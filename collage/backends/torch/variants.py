@@ -45,18 +45,40 @@ def fresh_entry(run: Callable[[dict[str, Any]], dict[str, Any]], inputs: Sequenc
     return types.FunctionType(code, entry.__globals__, code.co_name, entry.__defaults__, entry.__closure__)
 
 
-class _Inductor:
-    """A program (or its autocast runner) compiled by ``torch.compile``; called like the program (env -> outputs)."""
+def _torch() -> Any:
+    import torch  # noqa: PLC0415 - lazy: importing collage.backends loads no runtime
+
+    return torch
+
+
+class InductorRunner:
+    """A program (or its autocast runner) compiled by ``torch.compile``; called like the program (env -> outputs).
+
+    TorchInductor's pattern passes can fail on a graph they match (torch 2.13: its attention fusion takes BERT's
+    ``MatMul -> Div(constant) -> Softmax -> MatMul`` and passes the 0-d constant as SDPA's float ``scale``, which
+    raises BackendCompilerFailed). Then the partition is compiled again once with ``pattern_matcher`` off (fusion
+    and code generation unchanged) and ``patterns_off`` says so."""
 
     def __init__(self, program: Program, run: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-        import torch  # noqa: PLC0415 - lazy: importing collage.backends loads no runtime
-
         self.names = [n for n, _, _ in program.in_specs]
         self.outputs = list(program.output_names)
-        self.compiled = torch.compile(fresh_entry(run, self.names, self.outputs), fullgraph=True, dynamic=False)
+        self.entry = fresh_entry(run, self.names, self.outputs)
+        self.compiled = _torch().compile(self.entry, fullgraph=True, dynamic=False)
+        self.patterns_off = False
+        self.called = False
 
     def __call__(self, env: dict[str, Any]) -> dict[str, Any]:
-        got = self.compiled(*[env[n] for n in self.names])
+        args = [env[n] for n in self.names]
+        try:
+            got = self.compiled(*args)
+        except _torch()._dynamo.exc.BackendCompilerFailed:
+            if self.called or self.patterns_off:
+                raise
+            self.patterns_off = True
+            self.compiled = _torch().compile(self.entry, fullgraph=True, dynamic=False,
+                                             options={"pattern_matcher": False})
+            got = self.compiled(*args)
+        self.called = True
         return dict(zip(self.outputs, got))
 
 
@@ -73,7 +95,7 @@ class TorchInductorBackend(TorchBackend):
         return super().version() + "-inductor"
 
     def runner(self, program: Program) -> Any:
-        return _Inductor(program, super().runner(program))
+        return InductorRunner(program, super().runner(program))
 
     def support_runner(self, program: Program) -> Any:
         return super().runner(program)
