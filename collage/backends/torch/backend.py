@@ -177,7 +177,7 @@ class TorchCompiled(Compiled):
         return t.to(device=self._program.device, dtype=dtype, non_blocking=t.device.type == "cpu" and t.is_pinned())
 
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
-        handover.run_on(self.backend)
+        handover.run_on("torch")
         torch = _torch()
         self._backend._set_math_mode()
         env: dict[str, Any] = {}
