@@ -121,8 +121,8 @@ class ResidentRunner:
         self.graphs_off = graphs.graphs_wanted(device, self.segments)
         self.replay = (graphs.GraphReplay(self.parts, self.segments, self.output_names, device)
                        if self.graphs_off is None else None)
-        reused = {t for p in self.parts if getattr(p.compiled, "reuses_outputs", True) for t in p.outputs}
-        self._copy = {t for t in self.output_names if t in reused or self.replay is not None}
+        #: outputs whose producer overwrites them at its next call (numpy buffers; TensorRT's bound tensors)
+        self._reused = {t for p in self.parts if getattr(p.compiled, "reuses_outputs", True) for t in p.outputs}
 
     def graph_report(self) -> dict[str, Any]:
         """Whether the plan is replayed as CUDA graphs, which segments are captured and what splits them."""
@@ -135,8 +135,14 @@ class ResidentRunner:
                  ) -> dict[str, np.ndarray[Any, Any]]:
         """``Artifact.run``: numpy feeds (already checked) in, numpy outputs out."""
         env = self._run(dict(feeds), times)
-        return {t: to_host(env[t]) if not isinstance(env[t], np.ndarray) or t in self._copy else env[t]
-                for t in self.output_names}
+        out: dict[str, np.ndarray[Any, Any]] = {}
+        for t in self.output_names:
+            value = env[t]
+            if isinstance(value, np.ndarray):  # a host partition's output: copied where the numpy path copies it
+                out[t] = np.array(value, copy=True) if t in self._reused else value
+            else:  # a device tensor: downloaded, a fresh array
+                out[t] = to_host(value)
+        return out
 
     def run_tensors(self, feeds: Mapping[str, Any]) -> dict[str, Tensor]:
         """``Artifact.run_tensors``: torch tensors (or arrays) in, torch tensors on ``device`` out."""
@@ -147,7 +153,7 @@ class ResidentRunner:
             value = env[t]
             if isinstance(value, np.ndarray):
                 value = torch.from_numpy(np.array(value, copy=True))
-            elif t in self._copy:
+            elif t in self._reused or self.replay is not None:  # a replayed graph's outputs are its own buffers
                 value = value.clone()
             out[t] = value.to(self.device)
         return out

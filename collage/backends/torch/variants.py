@@ -87,14 +87,11 @@ class TorchInductorBackend(TorchBackend):
 
     name = "torch-inductor"
 
-    def __init__(self, device: str = "cuda", precision: str = "fp32", device_io: bool = False) -> None:
-        super().__init__(device=device, precision=precision, device_io=device_io)
-        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "torch-inductor"))
-
     def version(self) -> str:
         return super().version() + "-inductor"
 
     def runner(self, program: Program) -> Any:
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "torch-inductor"))
         return InductorRunner(program, super().runner(program))
 
     def support_runner(self, program: Program) -> Any:
