@@ -108,9 +108,13 @@ def merge(args: argparse.Namespace) -> Path:
         w.writerow(["kind", *cols])
         w.writerows([["plan", *[p.get(c) for c in cols]] for p in plans])
         w.writerows([["anchor", m, a, None, None, ms] for (m, a), ms in anchors.items()])
+    from collage.backends.cuda_timing import gpu_name
+    from collage.util import source_commit
+
     md = [f"# GPU check: collage's plans beside native torch ({dt.date.today().isoformat()})", "",
-          "benchmarks/gpu_check.sh, one run. Plans: device-resident, CUDA-graph replayed where they can be, CUDA events "
-          "(benchmarks/cuda_results.py). Anchors: benchmarks/torch_anchors.py in the same run.", "",
+          f"benchmarks/gpu_check.sh, one run on {gpu_name(0)}, collage at commit {source_commit()}. Plans: device-resident, CUDA-graph "
+          "replayed where they can be, CUDA events (benchmarks/cuda_results.py). Anchors: benchmarks/torch_anchors.py "
+          "in the same run.", "",
           "## Goal (issue 41)", "", *goal_lines(plans, anchors), "", "## Plans", "", *table(plans, cols), ""]
     if Path(args.anchors).with_suffix(".md").is_file():
         md += ["## Torch anchors", "", Path(args.anchors).with_suffix(".md").read_text(), ""]

@@ -16,7 +16,7 @@
 #   4. `collage bench --target cuda` on mobilenetv2, resnet50, bert-base over every available fp32 GPU backend,
 #      keeping the artifacts; then each artifact timed as it deploys (device-resident, graph-replayed, CUDA events);
 #   5. resnet50 and bert-base tuned with the lower-precision variants under cos=0.999,rel=0.01, timed alike;
-#   6. results/<date>-cuda.md and .csv under $RESULTS (default $OUT/results): the goal of issue 41 per model, the
+#   6. results/bench/<date>-cuda.md and .csv, in $RESULTS (default $OUT/results/bench): the goal of issue 41 per model, the
 #      plans, the anchors and bench's table (benchmarks/cuda_results.py).
 # Every step has its own time limit, cut to what is left of CHECK_S seconds, so the whole stays under 7 minutes;
 # a step that fails or times out is reported and the script goes on. Exit status: 0 if every step passed, else 1.
@@ -26,7 +26,7 @@ START=$(date +%s)
 CHECK_S=${CHECK_S:-420}
 ROOT=$(pwd)
 DEST=${OUT:-/tmp/collage-gpu-check}
-RESULTS=${RESULTS:-$DEST/results}
+RESULTS=${RESULTS:-$DEST/results/bench}
 mkdir -p "$DEST" "$RESULTS"
 export COLLAGE_CACHE=${COLLAGE_CACHE:-/tmp/collage-gpu-cache}
 PY=${PYTHON:-python3}
