@@ -34,6 +34,8 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "tensorrt": ("collage.backends.tensorrt:TensorRTBackend", "cuda"),
     "onnxruntime-cuda": ("collage.backends.onnxruntime.cuda:OnnxRuntimeCudaBackend", "cuda"),
     "torch": ("collage.backends.torch.backend:TorchBackend", "cuda"),
+    # the torch program through torch.compile (TorchInductor's generated kernels): the generated-code competitor
+    "torch-inductor": ("collage.backends.torch.variants:TorchInductorBackend", "cuda"),
 }
 
 #: Lower-precision variants (collage.tuner.precision.tuner), name -> ("module:Class", device). ``get_backend`` finds
@@ -46,6 +48,10 @@ VARIANTS: dict[str, tuple[str, str]] = {
     "onnxruntime-int8": ("collage.backends.onnxruntime.int8:OnnxRuntimeInt8Backend", "cpu"),
     "openvino-int8": ("collage.backends.openvino.lowp:OpenVINOInt8Backend", "cpu"),
     "openvino-int8-bf16": ("collage.backends.openvino.lowp:OpenVINOInt8BF16Backend", "cpu"),
+    # torch eager with TF32 math, or under bf16 / fp16 autocast (collage.backends.torch.variants)
+    "torch-tf32": ("collage.backends.torch.variants:TorchTF32Backend", "cuda"),
+    "torch-bf16": ("collage.backends.torch.variants:TorchBF16Backend", "cuda"),
+    "torch-fp16": ("collage.backends.torch.variants:TorchFP16Backend", "cuda"),
 }
 
 

@@ -23,11 +23,12 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 log = logging.getLogger(__name__)
 
 
-def torch_cuda():
+def torch_cuda() -> Any:
     """The ``torch`` module if it is installed and sees a CUDA device, else None."""
     try:
         import torch

@@ -24,6 +24,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import onnx
 
+from collage.backends.device_timing import device_timer
+
 #: ops whose integer inputs index into another input, as (index input position, data input position)
 
 
@@ -200,8 +202,12 @@ def measure_model(send: Callable[[tuple], None], job: MeasureJob) -> dict[str, A
     send(("phase", "run"))
     before = reference_probe() if job.probe else None
     samples: list[float] = []
-    stats = time_calls(lambda: compiled.run(feeds), TimingRule(cap_s=job.cap_s, warmup_s=job.warmup_s),
+    gpu = device_timer(b, compiled, feeds)  # a GPU candidate: CUDA events on device-resident inputs
+    stats = time_calls(gpu or (lambda: compiled.run(feeds)), TimingRule(cap_s=job.cap_s, warmup_s=job.warmup_s),
                        on_estimate=lambda s: send(("estimate", s)), out_samples=samples)
+    if gpu is not None:
+        stats.update(gpu.stats(len(samples), median_ci_halfwidth))
+        samples[:] = gpu.event_ms[-len(samples):]
     if job.probe:
         stats["probe_ms"] = (before + reference_probe()) / 2
     stats["compile_s"] = compile_s

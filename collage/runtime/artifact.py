@@ -148,6 +148,10 @@ class Artifact:
         self._copy_out = {t: any(getattr(p.compiled, "reuses_outputs", True) for p in partitions
                                  if t in p.outputs) for t in self._output_names}
         self._finalizer = weakref.finalize(self, shutil.rmtree, str(cleanup), True) if cleanup else None
+        from collage.runtime.resident import resident_runner
+
+        #: device-resident partitions (GPU backends loaded with device_io): run by collage.runtime.resident
+        self._resident = resident_runner(self)
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{p.backend}[{p.n_nodes}]" for p in self.partitions)
@@ -197,6 +201,8 @@ class Artifact:
     def run(self, feeds: Mapping[str, Any], times: list[float] | None = None) -> dict[str, np.ndarray]:
         """Run every partition in order on ``feeds``; return the graph outputs by name. With ``times`` (a list),
         each partition's call is timed and its ms appended, in order (what it costs where it runs)."""
+        if self._resident is not None:  # tensors stay on the device between device partitions
+            return self._resident.run_host(self.check_feeds(feeds), times)
         env: dict[str, np.ndarray] = self.check_feeds(feeds)
         keep = set(self._output_names)
         for p in self.partitions:
@@ -224,6 +230,17 @@ class Artifact:
                 if self._last_use.get(t) == p.index and t not in keep:
                     del env[t]
         return {t: (np.array(env[t], copy=True) if self._copy_out.get(t) else env[t]) for t in self._output_names}
+
+    def run_tensors(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        """``run`` on torch tensors (CUDA tensors for a GPU artifact): torch tensors out, on the artifact's device
+        (:mod:`collage.runtime.resident`)."""
+        from collage.runtime.resident import ResidentRunner
+
+        return (self._resident or ResidentRunner(self, "cpu")).run_tensors(feeds)
+
+    def graph_report(self) -> dict[str, Any] | None:
+        """How a device-resident artifact runs: CUDA-graph segments and what splits them (None: a host artifact)."""
+        return None if self._resident is None else self._resident.graph_report()
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         """Seeded random feeds of the right shapes, dtypes and index ranges: the one rule of
@@ -530,14 +547,16 @@ def _backends(manifest: dict, root: Path, check_versions: bool,
 
 
 def load(path: str | os.PathLike, *, check_versions: bool = True,
-         backend_options: Mapping[str, Mapping[str, Any]] | None = None, allow_nonfinite: bool = False) -> Artifact:
+         backend_options: Mapping[str, Mapping[str, Any]] | None = None, allow_nonfinite: bool = False,
+         device_resident: bool | None = None) -> Artifact:
     """Load an artifact directory or ``.tar.gz`` (see the module docstring for what is checked); a multi-size
     artifact gives a :class:`collage.runtime.multisize.MultiSizeArtifact` (the same API, dispatching by size).
 
     Backends are created as they were tuned (same options and recorded settings, e.g. thread
     count); ``backend_options={"openvino": {"threads": 8}}`` overrides settings after the version
     check (the plan was measured with the recorded ones). ``allow_nonfinite=True`` lets inputs hold NaN or
-    infinity (refused by default: :class:`Artifact`).
+    infinity (refused by default: :class:`Artifact`). ``device_resident`` (None: for GPU backends) loads partitions
+    with ``device_io`` so that tensors stay on the device between them (:mod:`collage.runtime.resident`).
     """
     src = Path(path)
     cleanup: Path | None = None
@@ -558,6 +577,9 @@ def load(path: str | os.PathLike, *, check_versions: bool = True,
                                    backend_options=backend_options, allow_nonfinite=allow_nonfinite)
         manifest = read_manifest(root)
         verify_files(root, manifest)
+        from collage.runtime.resident import resident_options
+
+        backend_options = resident_options(manifest, backend_options, device_resident)
         backends = _backends(manifest, root, check_versions, backend_options)
         parts = []
         for part in manifest["partitions"]:

@@ -1038,6 +1038,9 @@ class TuneJob:
         from collage.tuner.export import export
 
         compiled = {p.index: p.compiled for p in artifact.partitions}
+        graphs = artifact.graph_report() if hasattr(artifact, "graph_report") else None
+        if graphs is not None:  # a device-resident (GPU) artifact: its CUDA-graph segments, what splits them
+            report["cuda_graph"] = graphs
         self.say("exporting the artifact to %s (%d partition(s))%s", out_dir, len(verified.plan.partitions),
                  f", {self.clock.left():.0f} s left of the budget" if self.clock.budgeted else "")
         final = export(self.graph, verified.plan, out_dir, target=self.options.target, report=report,

@@ -11,7 +11,11 @@ plus a trial run on zeros; an op outside the table raises ``UnsupportedError`` n
 ``"cuda:N"`` or ``"cpu"`` (the same interpreter on the CPU, which is how the tests check it without a
 GPU). fp32 means fp32: on CUDA, compiling a partition turns PyTorch's TF32 switches off
 (``torch.backends.cudnn.allow_tf32`` / ``torch.backends.cuda.matmul.allow_tf32``; process-wide, set
-on every run); ``precision="tf32"`` turns them on instead.
+on every run); ``precision="tf32"`` turns them on instead (CUDA only, sm80+). ``precision="bf16"`` /
+``"fp16"`` run the program under ``torch.autocast`` (matmuls and convolutions in the lower precision,
+reductions and norms in fp32) and cast its outputs back to their ONNX types; fp16 is CUDA only, bf16 also
+runs on a CPU. Those are the lower-precision variants ``torch-tf32`` / ``torch-bf16`` / ``torch-fp16``
+(:mod:`.variants`, with ``torch-inductor``: the same program through ``torch.compile``).
 
 IO: with ``device_io=False`` (default, what ``collage.runtime.artifact`` passes) ``run`` takes and returns numpy
 arrays (one host->device copy per input, one device->host copy per output). With ``device_io=True`` it
@@ -36,7 +40,9 @@ from collage.util import sha256_bytes
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("fp32", "tf32")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+#: precisions run under torch.autocast, with the autocast dtype's name
+AUTOCAST = {"bf16": "bfloat16", "fp16": "float16"}
 
 
 def _torch():
@@ -83,6 +89,8 @@ class Program:
         init_names = set(static)
         self.input_names = [i.name for i in g.input if i.name not in init_names]
         self.output_names = [o.name for o in g.output]
+        #: each output's dtype as the ONNX graph declares it (what autocast's lower-precision results are cast back to)
+        self.out_dtypes = {o.name: torch_dtype(dtypes[o.name]) for o in g.output if dtypes.get(o.name)}
         self.in_specs = []
         for name in self.input_names:
             shape = shapes.get(name)
@@ -143,10 +151,13 @@ class Program:
 class TorchCompiled(Compiled):
     """A built program; ``run`` takes numpy (or torch tensors with ``device_io``) by input name."""
 
-    def __init__(self, backend: TorchBackend, program: Program, model: onnx.ModelProto) -> None:
+    def __init__(self, backend: TorchBackend, program: Program, model: onnx.ModelProto,
+                 runner: Any = None) -> None:
         self.backend = backend.name
         self._backend = backend
         self._program = program
+        #: env -> outputs: the program itself, under autocast, or compiled (``TorchBackend.runner``)
+        self._run = runner if runner is not None else program
         self._model = model
         self.input_names = list(program.input_names)
         self.output_names = list(program.output_names)
@@ -177,12 +188,16 @@ class TorchCompiled(Compiled):
                 raise CollageError(f"torch: missing input {name!r} (expected {self.input_names})") from None
             env[name] = self._input(name, dtype, shape, value)
         with torch.inference_mode():
-            out = self._program(env)
+            out = self._run(env)
         if self.device_io:
             return {n: t.contiguous() for n, t in out.items()}
         if self._program.device.type == "cpu":  # .cpu() is then no copy: never hand out our constants or inputs
             return {n: t.contiguous().numpy().copy() for n, t in out.items()}
         return {n: t.contiguous().cpu().numpy() for n, t in out.items()}
+
+    def capture_refusal(self) -> str | None:
+        """None when this partition can be captured in a CUDA graph (collage.runtime.graphs), else why not."""
+        return capture_refusal(self._program.device.type, [s.label for s in self._program.steps])
 
     def save(self, directory: Path) -> dict[str, Any]:
         directory = Path(directory)
@@ -193,6 +208,20 @@ class TorchCompiled(Compiled):
         return {"backend": self.backend, "files": [fname], "format": "onnx (interpreted by collage's torch op table)",
                 "device": self._backend.device, "version": self._backend.version(), "options": self._backend.options,
                 "inputs": self.input_names, "outputs": self.output_names}
+
+
+#: ops whose step builds a tensor from host values at run time (an upload that a CUDA graph would replay stale)
+HOST_STEPS = frozenset({"Shape"})
+
+
+def capture_refusal(device_type: str, step_labels: list[str]) -> str | None:
+    """Why a program of these steps on ``device_type`` cannot be captured in a CUDA graph (None: it can)."""
+    if device_type != "cuda":
+        return f"runs on {device_type}: only CUDA work can be captured in a CUDA graph"
+    host = [label for label in step_labels if label.split()[0] in HOST_STEPS]
+    if host:
+        return f"{host[0]} builds a tensor from host values at run time (a graph would replay it stale)"
+    return None
 
 
 class TorchBackend(Backend):
@@ -217,14 +246,31 @@ class TorchBackend(Backend):
             return ("torch is not installed: PyTorch is expected preinstalled on the GPU machine "
                     "(else pip install torch with the CUDA build that matches the driver)")
         if self.device == "cpu":
-            return None
+            return self._cpu_precision_reason()
         if torch.version.cuda is None:
-            return f"this torch build ({torch.__version__}) has no CUDA support: no CUDA device for backend torch"
+            return f"this torch build ({torch.__version__}) has no CUDA support: no CUDA device for backend {self.name}"
         if not torch.cuda.is_available():
             return f"no CUDA device (torch {torch.__version__} sees none: torch.cuda.is_available() is False)"
         index = int(self.device.partition(":")[2] or 0)
         if index >= torch.cuda.device_count():
             return f"no CUDA device {index} (torch sees {torch.cuda.device_count()})"
+        return self._cuda_precision_reason(index)
+
+    def _cpu_precision_reason(self) -> str | None:
+        if self.precision == "tf32":
+            return (f"{self.name}: TF32 is a CUDA tensor-core math mode (sm80+); on a CPU torch computes fp32, so "
+                    "there is no tf32 variant to measure here")
+        if self.precision == "fp16":
+            return (f"{self.name}: fp16 autocast runs on CUDA only here (a CPU's fp16 convolutions and matmuls in "
+                    "torch are emulated, not a faster variant)")
+        return None
+
+    def _cuda_precision_reason(self, index: int) -> str | None:
+        torch = _torch()
+        major, minor = torch.cuda.get_device_capability(index)
+        if self.precision in ("tf32", "bf16") and major < 8:
+            return (f"{self.name}: {self.precision} needs compute capability 8.0 or later (Ampere); "
+                    f"device {index} is sm{major}{minor}")
         return None
 
     def version(self) -> str:
@@ -248,7 +294,17 @@ class TorchBackend(Backend):
         torch.backends.cudnn.allow_tf32 = tf32
         torch.backends.cuda.matmul.allow_tf32 = tf32
 
-    def _trial(self, program: Program) -> None:
+    def runner(self, program: Program) -> Any:
+        """What runs ``program`` (env -> outputs): the program itself; under autocast for bf16/fp16."""
+        if self.precision in AUTOCAST:
+            return _Autocast(program, AUTOCAST[self.precision])
+        return program
+
+    def support_runner(self, program: Program) -> Any:
+        """What the support check runs on a one-node program (``runner``; torch-inductor: the eager one)."""
+        return self.runner(program)
+
+    def _trial(self, program: Program, run: Any) -> None:
         torch = _torch()
         self._set_math_mode()
         # integer inputs are ones first (a divisor of zero raises), zeros second (an index of one can be out of range)
@@ -259,7 +315,7 @@ class TorchBackend(Backend):
                    for n, dtype, shape in program.in_specs}
             try:
                 with torch.inference_mode():
-                    program(env)
+                    run(env)
                 break
             except Exception as e:  # noqa: BLE001 - retried once, then the first error is the answer
                 first = first or e
@@ -269,20 +325,24 @@ class TorchBackend(Backend):
             torch.cuda.synchronize(program.device)
 
     def _check_supported(self, model: onnx.ModelProto) -> str | None:
-        return trial_refusal(lambda: self._trial(Program(model, self.device)))
+        def trial() -> None:
+            program = Program(model, self.device)
+            self._trial(program, self.support_runner(program))
+        return trial_refusal(trial)
 
     def compile(self, model: onnx.ModelProto) -> TorchCompiled:
         try:
             program = Program(model, self.device)
+            run = self.runner(program)
         except CollageError:
             raise
         except Exception as e:  # noqa: BLE001 - classified by the base class
             self.raise_compile_error(model, e, "build a torch program for")
         try:
-            self._trial(program)
+            self._trial(program, run)
         except Exception as e:  # noqa: BLE001
             self.raise_compile_error(model, e, "run a trial of")
-        return TorchCompiled(self, program, model)
+        return TorchCompiled(self, program, model, run)
 
     def load(self, directory: Path, entry: Mapping[str, Any]) -> TorchCompiled:
         path = Path(directory) / entry["files"][0]
@@ -293,3 +353,20 @@ class TorchBackend(Backend):
         except Exception as e:  # noqa: BLE001
             raise ArtifactError(f"{path}: not a readable ONNX file ({e}); re-export the artifact") from e
         return self.compile(model)
+
+
+class _Autocast:
+    """``program`` under ``torch.autocast`` in ``dtype`` (matmuls and convolutions in it, reductions in fp32), its
+    outputs cast back to the ONNX types the graph declares."""
+
+    def __init__(self, program: Program, dtype: str) -> None:
+        self.program = program
+        self.dtype = getattr(_torch(), dtype)
+        self.device_type = program.device.type
+
+    def __call__(self, env: dict[str, Any]) -> dict[str, Any]:
+        torch = _torch()
+        # no weight cache: a CUDA graph captured over it must not keep casts from before the capture
+        with torch.autocast(self.device_type, dtype=self.dtype, cache_enabled=False):
+            out = self.program(env)
+        return {n: t.to(self.program.out_dtypes.get(n, t.dtype)) for n, t in out.items()}
