@@ -73,7 +73,7 @@ from collage.search.cover import Part, Transition, UsableCosts, to_plan, usable_
 from collage.search.dp_tables import HandOver, quantize
 
 if TYPE_CHECKING:
-    from highspy import Highs
+    from highspy import Highs, HighsCallbackEvent
 
     from collage.graph.ir import Graph
 
@@ -521,7 +521,7 @@ def _stop_at(h: Highs, deadline: float) -> None:
     Inception-v2's MIP over 268,038 columns ran 529 s against a 60 s limit (results/search/search-time.md)."""
     h.setOptionValue("time_limit", max(0.5, deadline - time.monotonic()))
 
-    def check(e: Any) -> None:
+    def check(e: HighsCallbackEvent) -> None:
         if time.monotonic() >= deadline:
             e.interrupt()
 
