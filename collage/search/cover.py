@@ -10,6 +10,7 @@ checks that a plan is an executable exact cover by convex partitions.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -34,13 +35,17 @@ def usable_costs(graph: Graph, costs: CostTable) -> dict[tuple[int, ...], dict[s
     n = len(graph)
     table: dict[tuple[int, ...], dict[str, float]] = {}
     for cand, raw in costs.items():
-        cost = Cost.of(raw)
-        if not cost.is_value:
-            continue
+        if type(raw) is float and 0.0 <= raw < math.inf:  # a value, read without a Cost (NaN fails both tests)
+            ms = raw
+        else:
+            cost = Cost.of(raw)
+            if not cost.is_value:
+                continue
+            ms = cost.ms
         if cand.nodes[0] < 0 or cand.nodes[-1] >= n:
             raise CollageError(f"candidate {cand} names a node outside {graph.name} (nodes 0..{n - 1}); "
                                "were the costs computed for another model?")
-        table.setdefault(cand.nodes, {})[cand.backend] = cost.ms
+        table.setdefault(cand.nodes, {})[cand.backend] = ms
     return table
 
 

@@ -45,7 +45,7 @@ with ``min(C) > r*``, the partition holding ``r*`` would be ready (``r*`` is unb
 smaller first node, and picked instead. Usually ``v`` itself is unblocked, ``r* == v``, and the rule
 is Collage's.
 
-The property test in tests/test_search.py checks the result against :mod:`exhaustive` on random DAGs.
+The property test in tests/search/test_search.py checks the result against :mod:`exhaustive` on random DAGs.
 """
 from __future__ import annotations
 

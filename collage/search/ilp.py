@@ -13,7 +13,7 @@ Variables and constraints (``n`` nodes, candidate ``c`` = node set ``S_c`` on ba
   and "``u`` and ``v`` share a partition" ``s_uv = sum_{c ∋ u, v} x_c`` are then linear in ``x``.
 * **Executable order** (the partitions' quotient graph is acyclic; convex candidates alone do not
   ensure it: ``A = {a1 -> a2}``, ``B = {b2 -> b1}`` with edges ``a1 -> b1`` and ``b2 -> a2`` are both
-  convex and need each other). By default lazily (``order="lazy"``): solve without it; if the chosen
+  convex and need each other). By default lazily (``IlpOptions.order="lazy"``): solve without it; if the chosen
   partitions close a cycle ``P_1 -> ... -> P_k -> P_1`` through graph edges ``u_i -> v_i``, add the row
   ``sum_i s(v_i, u_{i+1}) - sum_i s(u_i, v_i) <= k - 1`` (it cuts off every cover that keeps each link pair
   in one partition and cuts each edge, i.e. closes that walk; an executable cover always meets it) and
