@@ -33,7 +33,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Literal, NamedTuple, TypeAlias
 
 from collage.errors import CollageError
 from collage.plan import Note, NoteKind, Partition, Plan
@@ -58,7 +58,7 @@ class Move(NamedTuple):
     switch: a node of the partition; move and split: the node that moves), ``other`` (merge: a node of the
     other partition; move: a node of the partition it goes to) and ``backend`` (merge and switch)."""
 
-    kind: str
+    kind: Literal["merge", "switch", "split", "move"]
     node: int
     other: int = -1
     backend: str = ""
