@@ -34,17 +34,15 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from collage.errors import ArtifactError, CollageError
 from collage.runtime.manifest import MANIFEST, JsonObject
+from collage.runtime.records import BoundaryOverhead, LoadedPartition, TensorSpec
 from collage.util import sha256_file, timed_runs
-
-if TYPE_CHECKING:
-    from collage.runtime.artifact import Artifact, BoundaryOverhead, LoadedPartition, TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +53,29 @@ DYNAMIC_DIR = "dynamic"
 DYNAMIC_FILE = "model.onnx"
 
 Shapes = tuple[tuple[str, tuple[int, ...]], ...]
+
+
+class SizeSet(Protocol):
+    """What a multi-size artifact uses of each size set's artifact (a :class:`collage.runtime.artifact.Artifact`,
+    named here by what it offers: the artifact module imports this one to load multi-size artifacts)."""
+
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    partitions: list[LoadedPartition]
+
+    @property
+    def backends(self) -> list[str]: ...
+
+    def close(self) -> None: ...
+
+    def check_feeds(self, feeds: Mapping[str, npt.ArrayLike]) -> dict[str, np.ndarray]: ...
+
+    def run(self, feeds: Mapping[str, npt.ArrayLike], times: list[float] | None = None) -> dict[str, np.ndarray]: ...
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]: ...
+
+    def boundary_overhead(self, feeds: Mapping[str, npt.ArrayLike] | None = None, repeat: int = 20,
+                          warmup: int = 3) -> BoundaryOverhead: ...
 
 
 def is_multi_size(root: str | os.PathLike[str]) -> bool:
@@ -122,7 +143,7 @@ def dynamic_model_path(root: Path, manifest: JsonObject) -> Path:
     return path
 
 
-def load_multi_size(root: Path, load: Callable[[Path], Artifact | MultiSizeArtifact],
+def load_multi_size(root: Path, load: Callable[[Path], SizeSet | MultiSizeArtifact],
                     cleanup: Path | None = None) -> MultiSizeArtifact:
     """Every size set's artifact (``load(dir)``: ``collage.runtime.artifact.load`` with the caller's options) and
     the checked dynamic model of the multi-size artifact ``root``; ``cleanup``: an extraction folder it then owns."""
@@ -146,15 +167,15 @@ class MultiSizeArtifact:
     plan tuned for its feeds' shapes (``artifact_for``), or by the original model on ONNX Runtime for a size
     that was not tuned. ``inputs`` / ``outputs`` / ``random_inputs`` are those of the first size set."""
 
-    def __init__(self, path: Path, manifest: JsonObject, sizes: list[Artifact], dynamic: Path,
+    def __init__(self, path: Path, manifest: JsonObject, sizes: list[SizeSet], dynamic: Path,
                  cleanup: Path | None = None) -> None:
         self.path, self.manifest, self.sizes, self.dynamic = path, manifest, sizes, dynamic
-        self._by_shapes: dict[Shapes, Artifact] = {tuple(sorted((s.name, tuple(s.shape)) for s in a.inputs)): a
+        self._by_shapes: dict[Shapes, SizeSet] = {tuple(sorted((s.name, tuple(s.shape)) for s in a.inputs)): a
                                               for a in sizes}
         first = sizes[0]
         self.inputs: list[TensorSpec] = first.inputs
         self.outputs: list[TensorSpec] = first.outputs
-        self._input_specs = dict(first._input_specs)
+        self._input_specs = {s.name: s for s in first.inputs}
         self._dynamic_inputs = {d["name"]: d for d in manifest["dynamic"].get("inputs") or []}
         self._output_names = [d["name"] for d in manifest["dynamic"].get("outputs") or []] or [s.name for s in self.outputs]
         self._session: Any = None  # an onnxruntime.InferenceSession (onnxruntime ships no type information)
@@ -181,7 +202,7 @@ class MultiSizeArtifact:
         if self._finalizer is not None:
             self._finalizer()
 
-    def artifact_for(self, feeds: Mapping[str, npt.ArrayLike]) -> Artifact | None:
+    def artifact_for(self, feeds: Mapping[str, npt.ArrayLike]) -> SizeSet | None:
         """The size set's artifact tuned for the shapes of ``feeds``, or None (a size not tuned)."""
         return self._by_shapes.get(_shapes_of(feeds))
 
