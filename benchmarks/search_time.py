@@ -5,7 +5,7 @@
     python -m benchmarks.search_time --models bert-base resnet50 --no-stress
     python -m benchmarks.search_time --undropped  # also each search with the DP's option dropping off
 
-The search timed is the tuner's, ``collage.search.exact.search_exact``: module by module where the graph
+The search timed is the tuner's, ``collage.search.solve`` (strategy "auto"): module by module where the graph
 is a series of fork-join modules of chains (``collage.search.forkjoin``), else the DP, and the ILP (HiGHS)
 where the DP's frontier passes its valve; where the module-by-module search answers, the DP is also run
 by itself and the two compared. Unless ``--no-ilp``, the ILP (``collage.search.ilp.ilp_search``) also
@@ -42,7 +42,7 @@ from collage.graph.ir import Graph
 from collage.search import Limits, candidate_counts, dp, enumerate_candidates
 from collage.search.cover import cover_cost, usable_costs
 from collage.search.dp_tables import quantize
-from collage.search.exact import DP_STATES, ExactStats, ilp_held, search_exact
+from collage.search.solver import DP_STATES, SolveStats, ilp_held, solve
 from collage.search.ranges import range_candidates
 from collage.search.candidates import Candidate
 from collage.util import machine_id, source_commit
@@ -155,19 +155,19 @@ def bench(name: str, repeats: int, ilp: bool = True, graph: Graph | None = None,
     costs = synthetic_costs(graph, cands)
     kept_s: list[float] = []
     for _ in range(repeats):
-        stats = ExactStats()
+        stats = SolveStats()
         t0 = time.perf_counter()
-        plan = search_exact(graph, costs, transition, stats=stats)
+        plan = solve(graph, costs, transition, stats=stats)
         exact_s.append(time.perf_counter() - t0)
     fj = stats.forkjoin
     dstats, dplan = stats, plan
     if stats.method == "forkjoin":  # the DP on the same costs by itself (its ILP where it runs out), to compare
-        dstats = ExactStats()
-        dplan = search_exact(graph, costs, transition, stats=dstats, decompose=False)
+        dstats = SolveStats()
+        dplan = solve(graph, costs, transition, strategy="dp-ilp", stats=dstats)
     if undropped:  # the DP with every backend option kept, right after (the DP before it dropped any)
         with mock.patch.object(dp, "drop_dominated_options", lambda *a: 0):
             t0 = time.perf_counter()
-            kept = search_exact(graph, costs, transition, decompose=False)
+            kept = solve(graph, costs, transition, strategy="dp-ilp")
             kept_s.append(time.perf_counter() - t0)
         if _price(graph, kept, costs) != _price(graph, plan, costs) or len(kept.partitions) != len(plan.partitions):
             raise AssertionError(f"{name}: the search with every option kept found another optimum")
@@ -186,7 +186,7 @@ def bench(name: str, repeats: int, ilp: bool = True, graph: Graph | None = None,
            "partitions": len(plan.partitions), "backends": plan.backends, "predicted_ms": plan.predicted_ms,
            "proven": proven, "greedy": greedy}
     if ilp:
-        held = ExactStats()
+        held = SolveStats()
         t0 = time.perf_counter()
         alone = ilp_held(graph, costs, transition, stats=held)  # stopped ILP_GRACE_S past its limit if need be
         ist = held.ilp
@@ -249,20 +249,20 @@ def main(argv: list[str] | None = None) -> int:
         "(max 12 nodes, at most 1 heavy op per candidate) plus the coarse range candidates the tuner adds "
         "(`collage.search.ranges`).",
         "",
-        f"**exact s** is the tuner's search, `search_exact`: module by module where the graph is a series of "
+        f"**exact s** is the tuner's search, `collage.search.solve`: module by module where the graph is a series of "
         "fork-join modules of plain chains (`collage.search.forkjoin`; **method** forkjoin), else the DP, and where "
         f"the DP passes {DP_STATES} expanded states, the ILP (HiGHS) started from the DP's greedy plan; **method** "
         "says which answered. **proven**: the answer is a proven optimum (no valve, no greedy fallback). "
         "**modules / chains**: the module-by-module search's shape, or why the graph has none. "
-        "**DP s / states**: the DP (by itself where the module-by-module search answered: `search_exact(..., "
-        "decompose=False)`; states expanded: kept after dominance and expanded; reached: records created or "
+        "**DP s / states**: the DP (by itself where the module-by-module search answered: `solve(..., "
+        "strategy=\"dp-ilp\")`; states expanded: kept after dominance and expanded; reached: records created or "
         "improved; options dropped: (node set, backend) options another backend on the same set beats whatever "
         "the rest of the plan, of all of them; \"(ilp)\": the DP ran out and the ILP answered); **DP agrees**: the "
         "DP's plan and the module-by-module one have the same cost (integer ns) and the same number of partitions "
         "(\"-\": the DP answered the exact search itself, or one of the two is not a proven optimum). "
         "**options kept s** (with `--undropped`): the DP with no option dropped, timed right after (the same "
         "optimum: checked). **ILP alone s**: `ilp_search` on the same costs by itself (in a process stopped 30 s "
-        "past its 60 s limit: `collage.search.exact.ilp_held`); **agree**: its plan and the exact search's "
+        "past its 60 s limit: `collage.search.solver.ilp_held`); **agree**: its plan and the exact search's "
         "have the same cost (integer ns) and the same number of partitions (\"-\": one of them is not a proven optimum).",
         "",
         "| model | nodes | candidates per backend | enumeration s | exact s | method | proven | modules / chains | DP s | "

@@ -14,6 +14,9 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 _DURATION_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)([a-z]*)")
@@ -98,7 +101,7 @@ def file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def timed_runs(run: Callable[[object], object], feeds: object, repeat: int, warmup: int) -> list[float]:
+def timed_runs(run: Callable[[T], object], feeds: T, repeat: int, warmup: int) -> list[float]:
     """Wall-clock times (ms) of ``repeat`` calls ``run(feeds)`` after ``warmup`` untimed ones."""
     for _ in range(warmup):
         run(feeds)

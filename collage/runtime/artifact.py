@@ -20,6 +20,7 @@ CLI: ``collage run OUT --input NAME=x.npy ... [--random] [--output DIR] [--repea
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import logging
 import os
@@ -29,78 +30,27 @@ import tempfile
 import time
 import weakref
 import zlib
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
-from collage.runtime.manifest import MANIFEST, PLAN_FILE, REPORT_FILE, read_manifest
+from collage.runtime.manifest import MANIFEST, PLAN_FILE, REPORT_FILE, JsonObject, read_manifest
+# the records live in collage.runtime.records (the multi-size artifact names them too); exported here as before
+from collage.runtime.records import BoundaryOverhead as BoundaryOverhead
+from collage.runtime.records import LoadedPartition as LoadedPartition
+from collage.runtime.records import TensorSpec as TensorSpec
 from collage.errors import ArtifactError, BackendUnavailable, CollageError, InputError, InputTypeError
 from collage.seeded_inputs import InputSpec, seeded_inputs
 from collage.util import sha256_file, timed_runs
 
+if TYPE_CHECKING:
+    from collage.backends.base import Backend
+    from collage.runtime.multisize import MultiSizeArtifact
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    name: str
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    #: an integer input's index range (exclusive), as the manifest records it: random inputs stay in range
-    high: int | None = None
-
-    def describe(self) -> str:
-        return f"shape {self.shape} {self.dtype.name}"
-
-
-@dataclass
-class LoadedPartition:
-    index: int
-    backend: str
-    directory: Path
-    inputs: list[str]
-    outputs: list[str]
-    compiled: Any
-    n_nodes: int
-    cost_ms: float | None = None
-
-
-@dataclass
-class BoundaryOverhead:
-    """What stitching costs: the stitched run minus the partitions' own run times.
-
-    ``per_boundary_ms[k]`` is the overhead of the hand-over between partitions k and k+1, measured
-    as (time of running k then k+1) - (time of k alone) - (time of k+1 alone), all interleaved.
-    ``in_chain_ms[k]``: partition k's own call timed inside the stitched runs (what it costs where it
-    runs, after whatever ran before it), beside ``parts_ms[k]``, the same call alone on its captured inputs.
-    """
-
-    stitched_ms: float
-    parts_ms: list[float]
-    per_boundary_ms: list[float] = field(default_factory=list)
-    repeat: int = 0
-    in_chain_ms: list[float] = field(default_factory=list)
-
-    @property
-    def boundaries(self) -> int:
-        return max(0, len(self.parts_ms) - 1)
-
-    @property
-    def total_ms(self) -> float:
-        return self.stitched_ms - sum(self.parts_ms)
-
-    @property
-    def mean_per_boundary_ms(self) -> float:
-        return self.total_ms / self.boundaries if self.boundaries else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"stitched_ms": self.stitched_ms, "parts_ms": list(self.parts_ms), "sum_parts_ms": sum(self.parts_ms),
-                "boundaries": self.boundaries, "total_ms": self.total_ms,
-                "mean_per_boundary_ms": self.mean_per_boundary_ms, "per_boundary_ms": list(self.per_boundary_ms),
-                "in_chain_ms": list(self.in_chain_ms), "repeat": self.repeat}
 
 
 def _spec(d: Mapping[str, Any]) -> TensorSpec:
@@ -127,13 +77,13 @@ class Artifact:
     non-finite ones they do not (an OpenVINO partition can turn NaN into finite numbers that look right).
     """
 
-    def __init__(self, path: Path, manifest: dict, partitions: list[LoadedPartition],
-                 cleanup: Path | None = None, backends: Mapping[str, Any] | None = None,
+    def __init__(self, path: Path, manifest: JsonObject, partitions: list[LoadedPartition],
+                 cleanup: Path | None = None, backends: Mapping[str, Backend] | None = None,
                  allow_nonfinite: bool = False) -> None:
         self.path = path
         self.allow_nonfinite = allow_nonfinite
         #: the backend objects running the partitions, by name
-        self.backend_objects: dict[str, Any] = dict(backends or {})
+        self.backend_objects: dict[str, Backend] = dict(backends or {})
         self.manifest = manifest
         self.partitions = partitions
         self.inputs: list[TensorSpec] = [_spec(d) for d in manifest["inputs"]]
@@ -167,7 +117,7 @@ class Artifact:
             self._finalizer()
 
     # ------------------------------------------------------------------ running
-    def check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    def check_feeds(self, feeds: Mapping[str, npt.ArrayLike]) -> dict[str, np.ndarray]:
         """Feeds as C-contiguous arrays; InputError naming the tensor when one is missing, extra, of the wrong
         shape or dtype, or holds NaN or infinity (unless ``allow_nonfinite``); InputTypeError when ``feeds``
         is not a mapping by input name."""
@@ -198,7 +148,7 @@ class Artifact:
             out[spec.name] = arr if arr.flags.c_contiguous else np.asarray(arr, order="C")
         return out
 
-    def run(self, feeds: Mapping[str, Any], times: list[float] | None = None) -> dict[str, np.ndarray]:
+    def run(self, feeds: Mapping[str, npt.ArrayLike], times: list[float] | None = None) -> dict[str, np.ndarray]:
         """Run every partition in order on ``feeds``; return the graph outputs by name. With ``times`` (a list),
         each partition's call is timed and its ms appended, in order (what it costs where it runs)."""
         if self._resident is not None:  # tensors stay on the device between device partitions
@@ -248,11 +198,11 @@ class Artifact:
         model (for artifacts whose manifest records index ranges)."""
         return seeded_inputs([InputSpec(s.name, s.shape, s.dtype, s.high) for s in self.inputs], seed)
 
-    def latency_ms(self, feeds: Mapping[str, Any], repeat: int = 20, warmup: int = 3) -> list[float]:
+    def latency_ms(self, feeds: Mapping[str, npt.ArrayLike], repeat: int = 20, warmup: int = 3) -> list[float]:
         """Wall-clock times (ms) of ``repeat`` runs after ``warmup`` runs."""
         return timed_runs(self.run, self.check_feeds(feeds), repeat, warmup)
 
-    def boundary_overhead(self, feeds: Mapping[str, Any] | None = None, repeat: int = 20,
+    def boundary_overhead(self, feeds: Mapping[str, npt.ArrayLike] | None = None, repeat: int = 20,
                           warmup: int = 3) -> BoundaryOverhead:
         """Measure the per-boundary overhead of stitching, interleaving all timings (medians)."""
         feeds = self.check_feeds(feeds if feeds is not None else self.random_inputs())
@@ -262,7 +212,7 @@ class Artifact:
         pfeeds = [{t: env[t] for t in p.inputs} for p in self.partitions]
         n = len(self.partitions)
 
-        def timed(fn) -> float:
+        def timed(fn: Callable[[], object]) -> float:
             t0 = time.perf_counter_ns()
             fn()
             return (time.perf_counter_ns() - t0) / 1e6
@@ -278,8 +228,8 @@ class Artifact:
         chain = PartitionTimes(self, feeds)
         for r in range(warmup + repeat):
             s = timed(chain)
-            ps = [timed(lambda p=p, f=f: p.compiled.run(f)) for p, f in zip(self.partitions, pfeeds)]
-            qs = [timed(lambda k=k: pair(k)) for k in range(n - 1)]
+            ps = [timed(functools.partial(p.compiled.run, f)) for p, f in zip(self.partitions, pfeeds)]
+            qs = [timed(functools.partial(pair, k)) for k in range(n - 1)]
             if r >= warmup:
                 stitched.append(s)
                 for k in range(n):
@@ -296,7 +246,7 @@ class PartitionTimes:
     the artifact once on ``feeds``; :meth:`medians` is each partition's median over the runs kept (the first
     ``skip`` left out; :meth:`clear` drops those so far, e.g. a warm-up's)."""
 
-    def __init__(self, artifact: Artifact, feeds: Mapping[str, Any]) -> None:
+    def __init__(self, artifact: Artifact, feeds: Mapping[str, npt.ArrayLike]) -> None:
         self.artifact, self.feeds = artifact, feeds
         self.runs: list[list[float]] = []
 
@@ -425,7 +375,7 @@ def _only(archive: Path, members: list[tarfile.TarInfo], name: PurePosixPath, mo
 
 
 def _listed(archive: Path, members: list[tarfile.TarInfo], prefix: PurePosixPath,
-            manifest: dict) -> list[tarfile.TarInfo]:
+            manifest: JsonObject) -> list[tarfile.TarInfo]:
     """The members to unpack after the manifest: what it lists (checked by :func:`_only`), nothing else."""
     sizes: dict[PurePosixPath, tuple[int | None, int | None]] = {
         prefix / manifest.get(key, default): (META_MAX_BYTES, None)
@@ -437,13 +387,13 @@ def _listed(archive: Path, members: list[tarfile.TarInfo], prefix: PurePosixPath
     return [_only(archive, members, name, *limits) for name, limits in sizes.items() if name in present]
 
 
-def is_archive(path: str | os.PathLike) -> bool:
+def is_archive(path: str | os.PathLike[str]) -> bool:
     src = Path(path)
     return src.is_file() and (src.name.endswith((".tar.gz", ".tgz", ".tar")) or tarfile.is_tarfile(src))
 
 
 @contextlib.contextmanager
-def artifact_dir(path: str | os.PathLike) -> Iterator[Path]:
+def artifact_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     """The artifact directory of ``path``: itself, or for a ``.tar.gz`` a temporary extraction (checked like
     ``load`` does: no absolute paths, links or members outside it), removed when the block ends. For every
     command that reads an artifact (report, annotate, ...)."""
@@ -458,7 +408,7 @@ def artifact_dir(path: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def verify_files(root: Path, manifest: dict) -> None:
+def verify_files(root: Path, manifest: JsonObject) -> None:
     """Check each partition's listed files before anything opens them: inside the artifact (no absolute
     path, no ``..``, no symbolic link leading out), regular files, and of the recorded sha256.
     ArtifactError naming the first file that is missing, outside or changed."""
@@ -483,7 +433,7 @@ def verify_files(root: Path, manifest: dict) -> None:
                                     "artifact again or re-export it")
 
 
-def partition_files(root: Path, manifest: dict, part: Mapping[str, Any]) -> list[str]:
+def partition_files(root: Path, manifest: JsonObject, part: Mapping[str, Any]) -> list[str]:
     """The ONE list of a partition's files (``part["files"]``, each with its checksum): the only files its
     backend may open. An ``entry["files"]`` (written by collage before this list was the only one) must name
     exactly the same files; ArtifactError naming the first file listed in one and not the other."""
@@ -501,7 +451,8 @@ def partition_files(root: Path, manifest: dict, part: Mapping[str, Any]) -> list
     return names
 
 
-def _make_backend(name: str, info: Mapping[str, Any], root: Path, overrides: Mapping[str, Any] | None = None) -> Any:
+def _make_backend(name: str, info: Mapping[str, Any], root: Path, overrides: Mapping[str, Any] | None = None
+                  ) -> Backend:
     """The backend as it was tuned: get_backend(name, **options), with the recorded settings that are
     constructor parameters (thread count, precision...) filled in, then ``overrides`` on top."""
     from collage.backends import get_backend
@@ -523,8 +474,8 @@ def _make_backend(name: str, info: Mapping[str, Any], root: Path, overrides: Map
     return b
 
 
-def _backends(manifest: dict, root: Path, check_versions: bool,
-              backend_options: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any]:
+def _backends(manifest: JsonObject, root: Path, check_versions: bool,
+              backend_options: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Backend]:
     out = {}
     for name, info in manifest["backends"].items():
         b = _make_backend(name, info, root)
@@ -546,9 +497,9 @@ def _backends(manifest: dict, root: Path, check_versions: bool,
     return out
 
 
-def load(path: str | os.PathLike, *, check_versions: bool = True,
+def load(path: str | os.PathLike[str], *, check_versions: bool = True,
          backend_options: Mapping[str, Mapping[str, Any]] | None = None, allow_nonfinite: bool = False,
-         device_resident: bool | None = None) -> Artifact:
+         device_resident: bool | None = None) -> Artifact | MultiSizeArtifact:
     """Load an artifact directory or ``.tar.gz`` (see the module docstring for what is checked); a multi-size
     artifact gives a :class:`collage.runtime.multisize.MultiSizeArtifact` (the same API, dispatching by size).
 
@@ -573,8 +524,9 @@ def load(path: str | os.PathLike, *, check_versions: bool = True,
         from collage.runtime.multisize import is_multi_size, load_multi_size
 
         if is_multi_size(root):  # one plan per tuned input size (collage.runtime.multisize): same API
-            return load_multi_size(root, load, cleanup, check_versions=check_versions,  # type: ignore[return-value]
-                                   backend_options=backend_options, allow_nonfinite=allow_nonfinite)
+            return load_multi_size(root, functools.partial(load, check_versions=check_versions,
+                                                           backend_options=backend_options,
+                                                           allow_nonfinite=allow_nonfinite), cleanup)
         manifest = read_manifest(root)
         verify_files(root, manifest)
         from collage.runtime.resident import resident_options

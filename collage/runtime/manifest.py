@@ -14,11 +14,18 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeAlias, TypeVar
 
 import numpy as np
 
 from collage.errors import ArtifactError
+
+#: A JSON object as ``json.loads`` gives it (manifest.json, plan.json, report.json): its values are whatever the
+#: file holds, so ``Any`` (the json module's type); :func:`check_structure` checks every key the runtime and the
+#: report read before they read it.
+JsonObject: TypeAlias = dict[str, Any]
+
+T = TypeVar("T")
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -40,7 +47,7 @@ def collage_version() -> str:
     return __version__
 
 
-def read_manifest(path: str | os.PathLike) -> dict:
+def read_manifest(path: str | os.PathLike[str]) -> JsonObject:
     """Read and check ``manifest.json`` of an artifact directory (or the manifest file itself).
 
     Raises ``ArtifactError`` naming the file when it is missing, an ONNX model rather than an artifact, not
@@ -98,39 +105,41 @@ class _Checker:
     def fail(self, key: str, what: str) -> NoReturn:
         raise ArtifactError(f"{self.mpath}: key {key!r} {what}; the artifact is corrupted or was edited: re-export it")
 
-    def typed(self, key: str, value: Any, want: type | tuple[type, ...], label: str) -> Any:
+    def typed(self, key: str, value: object, want: type[T] | tuple[type[T], ...], label: str) -> T:
+        """``value`` where it is of type ``want`` (a bool only where ``want`` names bool), else the failure."""
         wants = want if isinstance(want, tuple) else (want,)
         if not isinstance(value, wants) or (isinstance(value, bool) and bool not in wants):
             self.fail(key, f"must be {label}, not {_JSON_TYPES.get(type(value), type(value).__name__)}")
         return value
 
-    def text(self, key: str, value: Any) -> str:
-        self.typed(key, value, str, "a string")
+    def text(self, key: str, value: object) -> str:
+        text = self.typed(key, value, str, "a string")
         try:
-            value.encode("utf-8")
+            text.encode("utf-8")
         except UnicodeEncodeError:
-            self.fail(key, f"holds {value!r}, which is not valid UTF-8 text")
-        return value
+            self.fail(key, f"holds {text!r}, which is not valid UTF-8 text")
+        return text
 
-    def count(self, key: str, value: Any) -> int:
-        self.typed(key, value, int, "a whole number")
-        if value < 0:
-            self.fail(key, f"is {value}, a negative number")
-        return value
+    def count(self, key: str, value: object) -> int:
+        number = self.typed(key, value, int, "a whole number")
+        if number < 0:
+            self.fail(key, f"is {number}, a negative number")
+        return number
 
-    def texts(self, key: str, value: Any) -> list[str]:
-        self.typed(key, value, list, "a list of names")
-        return [self.text(f"{key}[{k}]", v) for k, v in enumerate(value)]
+    def texts(self, key: str, value: object) -> list[str]:
+        items = self.typed(key, value, list, "a list of names")
+        return [self.text(f"{key}[{k}]", v) for k, v in enumerate(items)]
 
-    def inside(self, key: str, value: Any) -> str:
+    def inside(self, key: str, value: object) -> str:
         """A relative path inside the artifact (no absolute path, no '..')."""
-        rel = PurePosixPath(self.text(key, value))
-        if not value or rel.is_absolute() or value.startswith("\\") or ".." in rel.parts or ".." in Path(value).parts:
-            self.fail(key, f"is {value!r}, which points outside the artifact; refused")
-        return value
+        text = self.text(key, value)
+        rel = PurePosixPath(text)
+        if not text or rel.is_absolute() or text.startswith("\\") or ".." in rel.parts or ".." in Path(text).parts:
+            self.fail(key, f"is {text!r}, which points outside the artifact; refused")
+        return text
 
-    def tensor(self, key: str, value: Any) -> str:
-        self.typed(key, value, dict, "an object (name, shape, dtype)")
+    def tensor(self, key: str, value: object) -> str:
+        value = self.typed(key, value, dict, "an object (name, shape, dtype)")
         lacking = [k for k in ("name", "shape", "dtype") if k not in value]
         if lacking:
             self.fail(key, f"lacks {lacking}")
@@ -160,7 +169,7 @@ def known_dtype(name: str) -> bool:
     return dt.name == name and (dt.kind in "biufcO" or dt.type.__module__ == "ml_dtypes")
 
 
-def check_structure(manifest: dict, mpath: str | os.PathLike = MANIFEST) -> None:
+def check_structure(manifest: JsonObject, mpath: str | os.PathLike[str] = MANIFEST) -> None:
     """ArtifactError naming ``mpath`` and the first key that is missing or of the wrong type or value: the top
     keys, the model, the backends, the input/output/boundary tensors and every partition (its files inside the
     artifact, its backend described, every tensor it reads made before it runs)."""
@@ -206,11 +215,11 @@ def check_structure(manifest: dict, mpath: str | os.PathLike = MANIFEST) -> None
         c.fail("outputs", f"names {lost[0]!r}, which no partition makes")
 
 
-def _check_partition(c: _Checker, k: int, part: Any, backends: Mapping[str, Any], made: set[str]) -> set[str]:
+def _check_partition(c: _Checker, k: int, part: object, backends: Mapping[str, Any], made: set[str]) -> set[str]:
     """Partition ``k``'s keys; the tensors it makes. ``made``: the model inputs and what earlier partitions make."""
     key = f"partitions[{k}]"
     lacking = [name for name in PARTITION_KEYS if name not in part] if isinstance(part, dict) else list(PARTITION_KEYS)
-    if lacking:
+    if lacking or not isinstance(part, dict):
         raise ArtifactError(f"{c.mpath}: partition {k} lacks field(s) {lacking}; the artifact is corrupted: re-export it")
     if c.count(f"{key}.index", part["index"]) != k:
         c.fail(f"{key}.index", f"is {part['index']}, not {k} (partitions are listed in the order they run)")
@@ -252,7 +261,7 @@ def _check_partition(c: _Checker, k: int, part: Any, backends: Mapping[str, Any]
 
 
 # ---------------------------------------------------------------------- report.json, plan.json
-def read_report(root: Path, manifest: dict) -> dict:
+def read_report(root: Path, manifest: JsonObject) -> JsonObject:
     """The artifact's report.json ({} where it has none); ArtifactError naming it where it cannot be read or
     belongs to another model than the manifest's."""
     rpath = root / manifest.get("report", REPORT_FILE)
@@ -267,7 +276,7 @@ def read_report(root: Path, manifest: dict) -> dict:
     return report
 
 
-def read_plan(root: Path, manifest: dict) -> dict | None:
+def read_plan(root: Path, manifest: JsonObject) -> JsonObject | None:
     """The artifact's plan.json as a dict (None where it has none); ArtifactError naming it where it cannot be
     read, or belongs to another model or plan: its partitions (nodes, backend, fingerprint) are the manifest's."""
     ppath = root / manifest.get("plan", PLAN_FILE)
@@ -290,14 +299,14 @@ def read_plan(root: Path, manifest: dict) -> dict | None:
     return plan
 
 
-def _part_key(part: Any) -> tuple[Any, Any, str]:
+def _part_key(part: object) -> tuple[object, object, str]:
     if not isinstance(part, dict):
         return None, None, ""
     nodes = part.get("nodes")
     return (tuple(nodes) if isinstance(nodes, list) else nodes), part.get("backend"), str(part.get("fingerprint") or "")
 
 
-def _said(key: tuple[Any, Any, str]) -> str:
+def _said(key: tuple[object, object, str]) -> str:
     if key[0] is None and key[1] is None:
         return "missing"
     nodes = key[0] if isinstance(key[0], tuple) else ()
@@ -305,7 +314,7 @@ def _said(key: tuple[Any, Any, str]) -> str:
     return f"{key[1]!r} on {len(nodes)} node(s) ({span}" + (f", fingerprint {key[2]})" if key[2] else ")")
 
 
-def _same_model(path: Path, doc: dict, manifest: dict) -> None:
+def _same_model(path: Path, doc: JsonObject, manifest: JsonObject) -> None:
     """ArtifactError naming ``path`` where report.json / plan.json is of another model than the manifest:
     its ``model_sha256`` (written since this check exists) or, in older ones, the report's model name."""
     model = manifest["model"]

@@ -34,12 +34,14 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from collage.errors import ArtifactError, CollageError
-from collage.runtime.manifest import MANIFEST
+from collage.runtime.manifest import MANIFEST, JsonObject
+from collage.runtime.records import BoundaryOverhead, LoadedPartition, TensorSpec
 from collage.util import sha256_file, timed_runs
 
 log = logging.getLogger(__name__)
@@ -53,7 +55,30 @@ DYNAMIC_FILE = "model.onnx"
 Shapes = tuple[tuple[str, tuple[int, ...]], ...]
 
 
-def is_multi_size(root: str | os.PathLike) -> bool:
+class SizeSet(Protocol):
+    """What a multi-size artifact uses of each size set's artifact (a :class:`collage.runtime.artifact.Artifact`,
+    named here by what it offers: the artifact module imports this one to load multi-size artifacts)."""
+
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    partitions: list[LoadedPartition]
+
+    @property
+    def backends(self) -> list[str]: ...
+
+    def close(self) -> None: ...
+
+    def check_feeds(self, feeds: Mapping[str, npt.ArrayLike]) -> dict[str, np.ndarray]: ...
+
+    def run(self, feeds: Mapping[str, npt.ArrayLike], times: list[float] | None = None) -> dict[str, np.ndarray]: ...
+
+    def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]: ...
+
+    def boundary_overhead(self, feeds: Mapping[str, npt.ArrayLike] | None = None, repeat: int = 20,
+                          warmup: int = 3) -> BoundaryOverhead: ...
+
+
+def is_multi_size(root: str | os.PathLike[str]) -> bool:
     """Whether the artifact directory ``root`` holds a multi-size manifest (False for anything unreadable: the
     ordinary reader names that)."""
     try:
@@ -63,7 +88,7 @@ def is_multi_size(root: str | os.PathLike) -> bool:
     return isinstance(manifest, dict) and manifest.get("kind") == MULTI_SIZE_KIND
 
 
-def _inside(root: Path, rel: Any, mpath: Path, what: str) -> Path:
+def _inside(root: Path, rel: object, mpath: Path, what: str) -> Path:
     p = Path(str(rel))
     if not rel or p.is_absolute() or ".." in p.parts:
         raise ArtifactError(f"{mpath}: {what} {rel!r} points outside the artifact; refused")
@@ -74,13 +99,15 @@ def _inside(root: Path, rel: Any, mpath: Path, what: str) -> Path:
     return path
 
 
-def read_multi_manifest(root: Path) -> dict:
+def read_multi_manifest(root: Path) -> JsonObject:
     """The multi-size manifest of ``root``, its fields checked; ArtifactError naming what is wrong."""
     mpath = root / MANIFEST
     try:
         manifest = json.loads(mpath.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ArtifactError(f"{mpath}: unreadable manifest ({e}); the artifact is corrupted: re-export it") from None
+    if not isinstance(manifest, dict):
+        raise ArtifactError(f"{mpath}: not a collage manifest (expected a JSON object)")
     if manifest.get("format_version") != MULTI_SIZE_FORMAT:
         raise ArtifactError(f"{mpath}: multi-size manifest of format version {manifest.get('format_version')!r}; "
                             f"this collage reads version {MULTI_SIZE_FORMAT}: upgrade collage or re-tune")
@@ -99,7 +126,7 @@ def read_multi_manifest(root: Path) -> dict:
     return manifest
 
 
-def dynamic_model_path(root: Path, manifest: dict) -> Path:
+def dynamic_model_path(root: Path, manifest: JsonObject) -> Path:
     """The checked path of the dynamic model: inside the artifact, a file, of the recorded sha256."""
     mpath = root / MANIFEST
     dynamic = manifest["dynamic"]
@@ -116,22 +143,22 @@ def dynamic_model_path(root: Path, manifest: dict) -> Path:
     return path
 
 
-def load_multi_size(root: Path, load: Callable[..., Any], cleanup: Path | None = None,
-                    **load_options: Any) -> MultiSizeArtifact:
-    """Every size set's artifact (``load(dir, **load_options)``: ``collage.runtime.artifact.load``) and the
-    checked dynamic model of the multi-size artifact ``root``; ``cleanup``: an extraction folder it then owns."""
+def load_multi_size(root: Path, load: Callable[[Path], SizeSet | MultiSizeArtifact],
+                    cleanup: Path | None = None) -> MultiSizeArtifact:
+    """Every size set's artifact (``load(dir)``: ``collage.runtime.artifact.load`` with the caller's options) and
+    the checked dynamic model of the multi-size artifact ``root``; ``cleanup``: an extraction folder it then owns."""
     manifest = read_multi_manifest(root)
     dynamic = dynamic_model_path(root, manifest)
     subs = []
     for s in manifest["sizes"]:
-        sub = load(root / s["dir"], **load_options)
+        sub = load(root / s["dir"])
         if isinstance(sub, MultiSizeArtifact):
             raise ArtifactError(f"{root / s['dir']}: a size set's artifact is itself a multi-size artifact; refused")
         subs.append(sub)
     return MultiSizeArtifact(root, manifest, subs, dynamic, cleanup)
 
 
-def _shapes_of(feeds: Mapping[str, Any]) -> Shapes:
+def _shapes_of(feeds: Mapping[str, npt.ArrayLike]) -> Shapes:
     return tuple(sorted((str(n), tuple(int(d) for d in np.shape(v))) for n, v in feeds.items()))
 
 
@@ -140,16 +167,18 @@ class MultiSizeArtifact:
     plan tuned for its feeds' shapes (``artifact_for``), or by the original model on ONNX Runtime for a size
     that was not tuned. ``inputs`` / ``outputs`` / ``random_inputs`` are those of the first size set."""
 
-    def __init__(self, path: Path, manifest: dict, sizes: list[Any], dynamic: Path, cleanup: Path | None = None) -> None:
+    def __init__(self, path: Path, manifest: JsonObject, sizes: list[SizeSet], dynamic: Path,
+                 cleanup: Path | None = None) -> None:
         self.path, self.manifest, self.sizes, self.dynamic = path, manifest, sizes, dynamic
-        self._by_shapes: dict[Shapes, Any] = {tuple(sorted((s.name, tuple(s.shape)) for s in a.inputs)): a
+        self._by_shapes: dict[Shapes, SizeSet] = {tuple(sorted((s.name, tuple(s.shape)) for s in a.inputs)): a
                                               for a in sizes}
         first = sizes[0]
-        self.inputs, self.outputs = first.inputs, first.outputs
-        self._input_specs = dict(first._input_specs)
+        self.inputs: list[TensorSpec] = first.inputs
+        self.outputs: list[TensorSpec] = first.outputs
+        self._input_specs = {s.name: s for s in first.inputs}
         self._dynamic_inputs = {d["name"]: d for d in manifest["dynamic"].get("inputs") or []}
         self._output_names = [d["name"] for d in manifest["dynamic"].get("outputs") or []] or [s.name for s in self.outputs]
-        self._session: Any = None
+        self._session: Any = None  # an onnxruntime.InferenceSession (onnxruntime ships no type information)
         self._warned: set[Shapes] = set()
         self._finalizer = weakref.finalize(self, shutil.rmtree, str(cleanup), True) if cleanup else None
 
@@ -163,7 +192,7 @@ class MultiSizeArtifact:
         return list(dict.fromkeys(b for a in self.sizes for b in a.backends))
 
     @property
-    def partitions(self) -> list[Any]:
+    def partitions(self) -> list[LoadedPartition]:
         """The first size set's partitions (``artifact_for(feeds).partitions``: those of a size)."""
         return self.sizes[0].partitions
 
@@ -173,15 +202,15 @@ class MultiSizeArtifact:
         if self._finalizer is not None:
             self._finalizer()
 
-    def artifact_for(self, feeds: Mapping[str, Any]) -> Any:
+    def artifact_for(self, feeds: Mapping[str, npt.ArrayLike]) -> SizeSet | None:
         """The size set's artifact tuned for the shapes of ``feeds``, or None (a size not tuned)."""
         return self._by_shapes.get(_shapes_of(feeds))
 
-    def check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    def check_feeds(self, feeds: Mapping[str, npt.ArrayLike]) -> dict[str, np.ndarray]:
         art = self.artifact_for(feeds)
         return art.check_feeds(feeds) if art is not None else self._check_dynamic(feeds)
 
-    def run(self, feeds: Mapping[str, Any], times: list[float] | None = None) -> dict[str, np.ndarray]:
+    def run(self, feeds: Mapping[str, npt.ArrayLike], times: list[float] | None = None) -> dict[str, np.ndarray]:
         """The outputs of ``feeds`` by the plan tuned for their shapes; a size not tuned runs on the dynamic model
         (one logged warning per size). ``times``: as ``Artifact.run`` (the dynamic model: one entry, the whole call)."""
         art = self.artifact_for(feeds)
@@ -203,9 +232,10 @@ class MultiSizeArtifact:
                                f"{dict(key)}: {' '.join(str(e).split())}") from e
         if times is not None:
             times.append((time.perf_counter_ns() - t0) / 1e6)
-        return dict(zip(self._output_names, got))
+        outputs: dict[str, np.ndarray] = dict(zip(self._output_names, got))
+        return outputs
 
-    def _dynamic_session(self) -> Any:
+    def _dynamic_session(self) -> Any:  # an onnxruntime.InferenceSession (untyped)
         if self._session is None:
             from collage.backends.onnxruntime.session import make_session
 
@@ -215,7 +245,7 @@ class MultiSizeArtifact:
                 raise ArtifactError(f"{self.dynamic}: onnxruntime cannot load the dynamic model: {e}") from e
         return self._session
 
-    def _check_dynamic(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    def _check_dynamic(self, feeds: Mapping[str, npt.ArrayLike]) -> dict[str, np.ndarray]:
         """Feeds for the dynamic model: each input given once, of its dtype, rank and fixed sizes."""
         specs = self._dynamic_inputs
         extra = [n for n in feeds if n not in specs]
@@ -240,17 +270,18 @@ class MultiSizeArtifact:
         """Seeded random feeds at the first tuned size (``Artifact.random_inputs`` of ``sizes[0]``)."""
         return self.sizes[0].random_inputs(seed)
 
-    def latency_ms(self, feeds: Mapping[str, Any], repeat: int = 20, warmup: int = 3) -> list[float]:
+    def latency_ms(self, feeds: Mapping[str, npt.ArrayLike], repeat: int = 20, warmup: int = 3) -> list[float]:
         """Wall-clock times (ms) of ``repeat`` runs after ``warmup`` runs, at the feeds' size."""
         return timed_runs(self.run, self.check_feeds(feeds), repeat, warmup)
 
-    def boundary_overhead(self, feeds: Mapping[str, Any] | None = None, **kw: Any) -> Any:
+    def boundary_overhead(self, feeds: Mapping[str, npt.ArrayLike] | None = None, repeat: int = 20,
+                          warmup: int = 3) -> BoundaryOverhead:
         """``Artifact.boundary_overhead`` of the size set tuned for ``feeds`` (the first one without feeds)."""
         art = self.sizes[0] if feeds is None else self.artifact_for(feeds)
         if art is None:
             raise CollageError(f"input size {dict(_shapes_of(feeds or {}))} was not tuned: it runs on the whole "
                                "original model, which has no partitions")
-        return art.boundary_overhead(feeds, **kw)
+        return art.boundary_overhead(feeds, repeat, warmup)
 
 
 __all__ = ["MULTI_SIZE_KIND", "MultiSizeArtifact", "is_multi_size", "load_multi_size", "read_multi_manifest"]

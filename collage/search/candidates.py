@@ -90,7 +90,7 @@ class Limits:
     max_nodes: int = 12
     max_depth: int | None = None
     max_heavy: int = 1
-    heavy_ops: frozenset = field(default_factory=lambda: HEAVY_OPS)
+    heavy_ops: frozenset[str] = field(default_factory=lambda: HEAVY_OPS)
     fuses_heavy: frozenset[str] = frozenset()
     max_per_backend: int | None = None
     ranges: bool = True
@@ -118,9 +118,21 @@ def _depth(mask: int, preds: list[int]) -> int:
     return best
 
 
-def _grow(n: int, allowed: int, heavy: int, max_heavy: int | None, limits: Limits,
-          adj: list[int], desc: list[int], anc: list[int], preds: list[int]) -> list[int]:
+@dataclass(frozen=True)
+class _Bitsets:
+    """The graph as bitsets, per node: its neighbours either way, descendants, ancestors and predecessors; and
+    the heavy nodes (``Limits.heavy_ops``)."""
+
+    adj: list[int]
+    desc: list[int]
+    anc: list[int]
+    preds: list[int]
+    heavy: int
+
+
+def _grow(allowed: int, max_heavy: int | None, limits: Limits, graph_bits: _Bitsets) -> list[int]:
     """Every convex connected set within ``allowed`` and the limits, as masks (singletons included)."""
+    adj, desc, anc, preds, heavy = graph_bits.adj, graph_bits.desc, graph_bits.anc, graph_bits.preds, graph_bits.heavy
     max_nodes = max(1, min(limits.max_nodes, allowed.bit_count()))  # never more levels than nodes to fill them
     cap = limits.max_per_backend
     seen: set[int] = set()
@@ -199,6 +211,7 @@ def enumerate_candidates(graph: Graph, supports: Mapping[str, Mapping[int, bool]
             heavy |= 1 << i
         if graph.is_control_flow(i):
             atomic |= 1 << i
+    graph_bits = _Bitsets(adj, desc, anc, preds, heavy)
     out: list[Candidate] = []
     memo: dict[tuple[int, bool], list[int]] = {}
     for backend in sorted(supports):
@@ -212,8 +225,8 @@ def enumerate_candidates(graph: Graph, supports: Mapping[str, Mapping[int, bool]
         exempt = backend in limits.fuses_heavy
         key = (allowed, exempt)
         if key not in memo:
-            memo[key] = _grow(n, allowed & ~atomic, heavy, None if exempt else limits.max_heavy, limits, adj, desc,
-                              anc, preds) + [1 << i for i in _bits(allowed & atomic)]
+            memo[key] = _grow(allowed & ~atomic, None if exempt else limits.max_heavy, limits, graph_bits) + [
+                1 << i for i in _bits(allowed & atomic)]
         masks = list(memo[key])
         if allowed == full and full not in masks:
             masks.append(full)

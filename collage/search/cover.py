@@ -2,8 +2,8 @@
 
 What the search (:mod:`collage.search.dp`), the brute-force reference (:mod:`collage.search.exhaustive`)
 and the refinement (:mod:`collage.search.refine`) share: ``usable_costs`` reads a cost table
-(``{Candidate: cost}``, where a cost is ms, a measurement record, or a failure) into
-``{nodes: {backend: ms}}``; ``cover_cost`` prices a cover (partition costs plus one
+(``{Candidate: raw cost}``, each read by :meth:`collage.search.cost.Cost.of`) into ``{nodes: {backend: ms}}``,
+the values only; ``cover_cost`` prices a cover (partition costs plus one
 ``transition(src, dst, nbytes)`` per distinct tensor a partition reads from a node on another
 backend); ``plan_from_parts`` / ``to_plan`` make it a :class:`~collage.plan.Plan`; ``check_plan``
 checks that a plan is an executable exact cover by convex partitions.
@@ -12,47 +12,36 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from collage.errors import CollageError
 from collage.plan import Note, NoteKind, Partition, Plan
-from collage.search.candidates import Candidate
+from collage.search.cost import Cost, CostTable
 
 if TYPE_CHECKING:
     from collage.graph.ir import Graph
 
-Transition = Callable[[str, str, int], float]
+#: ``transition(src, dst, nbytes)``: ms to hand a tensor of ``nbytes`` from backend ``src`` to ``dst``.
+Transition: TypeAlias = Callable[[str, str, int], float]
+#: A partition as the searches build it: its sorted node ids and its backend.
+Part: TypeAlias = tuple[tuple[int, ...], str]
+#: The usable costs of a cost table (:func:`usable_costs`): ``{nodes: {backend: ms}}``, every ms a value.
+UsableCosts: TypeAlias = Mapping[tuple[int, ...], Mapping[str, float]]
 
 
-def cost_ms(value: Any) -> float | None:
-    """A usable cost in ms from what a cost table holds, or None (missing, failed, not finite)."""
-    if value is None:
-        return None
-    if not isinstance(value, (int, float)):
-        if getattr(value, "ok", True) is False or getattr(value, "error", None):
-            return None
-        for attr in ("median_ms", "ms", "cost_ms"):
-            if hasattr(value, attr):
-                value = getattr(value, attr)
-                break
-        else:
-            return None
-        if value is None:
-            return None
-    value = float(value)
-    if not math.isfinite(value) or value < 0:
-        return None
-    return value
-
-
-def usable_costs(graph: Graph, costs: Mapping[Candidate, Any]) -> dict[tuple[int, ...], dict[str, float]]:
-    """Usable costs grouped by node set: ``{nodes: {backend: ms}}`` (missing / failed ones dropped)."""
+def usable_costs(graph: Graph, costs: CostTable) -> dict[tuple[int, ...], dict[str, float]]:
+    """Usable costs grouped by node set: ``{nodes: {backend: ms}}``; failed and unknown costs are dropped
+    (:class:`~collage.search.cost.Cost`)."""
     n = len(graph)
     table: dict[tuple[int, ...], dict[str, float]] = {}
-    for cand, value in costs.items():
-        ms = cost_ms(value)
-        if ms is None:
-            continue
+    for cand, raw in costs.items():
+        if type(raw) is float and 0.0 <= raw < math.inf:  # a value, read without a Cost (NaN fails both tests)
+            ms = raw
+        else:
+            cost = Cost.of(raw)
+            if not cost.is_value:
+                continue
+            ms = cost.ms
         if cand.nodes[0] < 0 or cand.nodes[-1] >= n:
             raise CollageError(f"candidate {cand} names a node outside {graph.name} (nodes 0..{n - 1}); "
                                "were the costs computed for another model?")
@@ -60,8 +49,7 @@ def usable_costs(graph: Graph, costs: Mapping[Candidate, Any]) -> dict[tuple[int
     return table
 
 
-def cover_cost(graph: Graph, parts: list[tuple[tuple[int, ...], str]],
-               table: Mapping[tuple[int, ...], Mapping[str, float]],
+def cover_cost(graph: Graph, parts: Sequence[Part], table: UsableCosts,
                transition: Transition | None) -> tuple[float, float]:
     """(sum of partition costs, sum of transition costs) of a cover, in ms."""
     owner: dict[int, str] = {}
@@ -79,8 +67,8 @@ def cover_cost(graph: Graph, parts: list[tuple[tuple[int, ...], str]],
     return compute, moved
 
 
-def to_plan(graph: Graph, parts: list[tuple[tuple[int, ...], str]],
-             table: Mapping[tuple[int, ...], Mapping[str, float]], transition: Transition | None) -> Plan:
+def to_plan(graph: Graph, parts: Sequence[Part], table: UsableCosts, transition: Transition | None) -> Plan:
+    """The Plan of ``parts`` in their order, every part with a usable cost in ``table``."""
     partitions = []
     for nodes, b in parts:
         others = [(ms, other) for other, ms in table[nodes].items() if other != b]
@@ -104,8 +92,8 @@ def transitions_note(moved_ms: float, predicted_ms: float) -> Note:
     return Note(NoteKind.TRANSITIONS, f"{TRANSITIONS_NOTE} {moved_ms:.3f} ms of the predicted {predicted_ms:.3f} ms")
 
 
-def plan_from_parts(graph: Graph, parts: Sequence[tuple[tuple[int, ...], str]],
-                    costs: Mapping[Candidate, Any], transition: Transition | None = None) -> Plan:
+def plan_from_parts(graph: Graph, parts: Sequence[tuple[Sequence[int], str]], costs: CostTable,
+                    transition: Transition | None = None) -> Plan:
     """A Plan (boundaries, fingerprints, runner-ups, predicted ms) for given ``(nodes, backend)`` parts.
 
     Every part needs a usable cost in ``costs``; the order is kept as given (check it with

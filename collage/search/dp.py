@@ -1,6 +1,6 @@
 """The Collage search: the cheapest exact cover of the graph by measured candidates.
 
-:func:`search` is a shortest path over states ``(covered, frontier)``:
+:func:`dp_search` is a shortest path over states ``(covered, frontier)``:
 
 * ``covered`` is the bitset of nodes already assigned. A step adds one candidate (a node set on one
   backend) whose external inputs are all covered, so ``covered`` is always closed under predecessors
@@ -45,7 +45,7 @@ with ``min(C) > r*``, the partition holding ``r*`` would be ready (``r*`` is unb
 smaller first node, and picked instead. Usually ``v`` itself is unblocked, ``r* == v``, and the rule
 is Collage's.
 
-The property test in tests/test_search.py checks the result against :mod:`exhaustive` on random DAGs.
+The property test in tests/search/test_search.py checks the result against :mod:`exhaustive` on random DAGs.
 """
 from __future__ import annotations
 
@@ -54,12 +54,12 @@ import math
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from collage.errors import CollageError
 from collage.plan import Note, NoteKind, Plan
-from collage.search.candidates import Candidate
-from collage.search.cover import Transition, to_plan, usable_costs
+from collage.search.cost import CostTable
+from collage.search.cover import Transition, UsableCosts, to_plan, usable_costs
 from collage.search.dp_tables import SCALE, Group, HandOver, build_groups, drop_dominated_options, prepare
 
 if TYPE_CHECKING:
@@ -68,8 +68,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class SearchStats:
-    """What the last :func:`search` did, for benchmarks and logs: ``expanded`` states (kept and expanded),
+class DpStats:
+    """What the last :func:`dp_search` did, for benchmarks and logs: ``expanded`` states (kept and expanded),
     ``pushed`` (state records created or improved) and ``dropped`` (backend options that another option of
     the same node set beats whatever the rest of the plan: never expanded)."""
 
@@ -139,6 +139,17 @@ class Successor(NamedTuple):
     frontier: int
 
 
+#: One step of a path: the group and the backend index it runs on.
+Step = tuple[Group, int]
+
+
+class Dive(NamedTuple):
+    """A greedy plan: its quantized cost and its steps."""
+
+    cost: int
+    path: list[Step]
+
+
 class Kept(NamedTuple):
     """A state of the covered set being settled that no other one dominates."""
 
@@ -147,8 +158,8 @@ class Kept(NamedTuple):
     frontier: int
 
 
-def search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition | None = None,
-           *, stats: SearchStats | None = None, max_states: int = 1_000_000, deadline: float | None = None) -> Plan:
+def dp_search(graph: Graph, costs: CostTable, transition: Transition | None = None,
+              *, stats: DpStats | None = None, max_states: int = 1_000_000, deadline: float | None = None) -> Plan:
     """The cheapest executable exact cover of ``graph`` by the candidates in ``costs`` (module docstring).
 
     ``max_states`` is a safety valve: past that many expanded states the greedy plan found first is
@@ -170,7 +181,7 @@ def search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition 
         raise CollageError(f"{graph.name}: no candidate with a usable cost covers {graph.node_label(i)}: no backend "
                            "supports it, or every measurement of it failed; enable a backend that runs "
                            f"{graph.op_type(i)} (onnxruntime runs every ONNX op)")
-    return CoverSearch(graph, table, transition, deadline).run(stats or SearchStats(), max_states)
+    return CoverSearch(graph, table, transition, deadline).run(stats or DpStats(), max_states)
 
 
 class OutOfTime(CollageError):
@@ -184,8 +195,8 @@ class CoverSearch:
     """One run of the search (module docstring): the tables set up once per graph, the covered sets
     registered as they are reached, the greedy bound, then the covered sets settled by increasing size."""
 
-    def __init__(self, graph: Graph, table: Mapping[tuple[int, ...], Mapping[str, float]],
-                 transition: Transition | None, deadline: float | None = None) -> None:
+    def __init__(self, graph: Graph, table: UsableCosts, transition: Transition | None,
+                 deadline: float | None = None) -> None:
         self.t_start = time.perf_counter()
         self.deadline = deadline
         self.graph, self.table, self.transition = graph, table, transition
@@ -350,7 +361,7 @@ class CoverSearch:
             nid = self.register(new_cov, nodes)
         return _make(Move, (grp, nid))
 
-    def enter(self, move: Move, front: int, f: int) -> tuple[int, list, int]:
+    def enter(self, move: Move, front: int, f: int) -> tuple[int, list[tuple[int, ...]], int]:
         """What a step from frontier ``front`` shares across its backends: ``f`` less the heuristic of the
         nodes it covers and of the hand-overs it settles, the transition rows of the tensors it reads
         (by their producers' backends), and the frontier digits that stay."""
@@ -379,32 +390,35 @@ class CoverSearch:
                 step = q + sum(row[b] for row in rows)
                 yield Successor(base + step + grp.hadd[b], step, grp, b, mv.next_id, nf0 | grp.fresh[b])
 
-    def dive(self, rank: Callable[[Successor], Any]) -> tuple[float, list[tuple[Group, int]]]:
-        """A greedy plan (the successor ``rank`` puts first at every step) and its cost: an upper bound."""
+    def dive(self, rank: Callable[[Successor], tuple[float, ...] | int]) -> Dive | None:
+        """A greedy plan (the successor ``rank`` puts first at every step) and its cost, an upper bound; None
+        where a step finds no successor (the dive is stuck)."""
         cid, front, g_cost, f = self.register(0, 0), 0, 0, self.h0
-        path = []
+        path: list[Step] = []
         while self.covs[cid] != self.full:
             pick = min(self.successors(cid, front, f), default=None, key=rank)
             if pick is None:
-                return math.inf, []
+                return None
             f, cid, front = pick.f, pick.next_id, pick.frontier
             path.append((pick.group, pick.backend))
             g_cost += pick.step
-        return g_cost, path
+        return Dive(g_cost, path)
 
     # ------------------------------------------------------------------ the search
-    def run(self, stats: SearchStats, max_states: int) -> Plan:
+    def run(self, stats: DpStats, max_states: int) -> Plan:
         """Two greedy plans bound the search; then covered sets are settled by increasing size (a step only
         adds nodes, so when one is taken up every state with it has been reached): the states no other one
         dominates are kept and expanded, until the full set is taken up."""
         # cheapest g + h at every step, and cheapest step per node covered (which finds the whole graph, or
         # large pieces, when per-call costs dominate); the cheaper one bounds the search
-        self.bound, greedy = min(self.dive(lambda t: t.f), self.dive(lambda t: (t.step / len(t.group.nodes), t.f)),
-                                 key=lambda r: r[0])
+        dives = [self.dive(lambda t: t.f), self.dive(lambda t: (t.step / len(t.group.nodes), t.f))]
+        best = min((d for d in dives if d is not None), key=lambda d: d.cost, default=None)
+        self.bound: float = best.cost if best is not None else math.inf  # no greedy plan: nothing bounds it yet
+        greedy = best.path if best is not None else []
         log.debug("%s: greedy plan bound %s, heuristic at the start %s (set up in %.3f s)", self.graph.name,
                   self.bound, self.h0, time.perf_counter() - self.t_start)
         start = self.register(0, 0)
-        self.reached[start][0] = StateRecord(0, 0, self.h0, -1, None, 0)
+        self.reached[start] = {0: StateRecord(0, 0, self.h0, -1, None, 0)}
         self.goal_id = self.register(self.full, 0)
         self.expanded = self.pushed = 0
         try:
@@ -423,7 +437,7 @@ class CoverSearch:
         log.debug("%s: search expanded %d states, reached %d", self.graph.name, stats.expanded, stats.pushed)
         return self.plan(self.path_to(goal))
 
-    def settle_all(self, greedy: list[tuple[Group, int]], max_states: int) -> tuple[StateRecord | Plan | None, int]:
+    def settle_all(self, greedy: list[Step], max_states: int) -> tuple[StateRecord | Plan | None, int]:
         """The covered sets by increasing size: (the goal's record, or the greedy plan past ``max_states``,
         or None when stuck; the deepest covered set taken up)."""
         deepest = 0
@@ -503,6 +517,7 @@ class CoverSearch:
                 base, rows, nf0 = self.enter(mv, front, f)
                 hadd, fresh = grp.hadd, grp.fresh
                 into = reached[nid]
+                assert into is not None  # a step reaches a larger covered set: none of them is settled yet
                 for b, q in grp.options:
                     step = q
                     for row in rows:
@@ -522,20 +537,20 @@ class CoverSearch:
         self.bound, self.pushed = bound, pushed
 
     # ------------------------------------------------------------------ the answer
-    def path_to(self, goal: StateRecord) -> list[tuple[Group, int]]:
+    def path_to(self, goal: StateRecord) -> list[Step]:
         """The steps (group, backend index) from the start to ``goal``, in order."""
-        steps: list[tuple[Group, int]] = []
+        steps: list[Step] = []
         rec = goal
-        while rec.parent >= 0:
+        while rec.group is not None:  # the start's record has none
             steps.append((rec.group, rec.backend))
             rec = self.settled[rec.parent]
         steps.reverse()
         return steps
 
-    def plan(self, steps: list[tuple[Group, int]]) -> Plan:
+    def plan(self, steps: list[Step]) -> Plan:
         return to_plan(self.graph, [(grp.nodes, self.backends[b]) for grp, b in steps], self.table, self.transition)
 
-    def greedy_plan(self, greedy: list[tuple[Group, int]], max_states: int) -> Plan:
+    def greedy_plan(self, greedy: list[Step], max_states: int) -> Plan:
         """The greedy plan, when the search stopped at ``max_states`` expanded states."""
         log.warning("%s: search stopped after %d states; using the greedy plan (%.3f ms, not proven optimal)",
                     self.graph.name, max_states, self.bound / SCALE)

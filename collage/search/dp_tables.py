@@ -65,6 +65,13 @@ class HandOver:
         return hit
 
 
+#: Per producer backend, per reader backend: a quantized hand-over (:func:`hand_over_rows`).
+Rows = tuple[tuple[int, ...], ...]
+#: What a step reads from one producer outside: (the producer's frontier shift, its hand-over rows, the
+#: heuristic terms the read settles, by the producer's backend).
+Read = tuple[int, Rows, tuple[int, ...]]
+
+
 @dataclass
 class Group:
     """One node set with its usable costs, precomputed for the search (see :func:`prepare`)."""
@@ -76,12 +83,12 @@ class Group:
     options: tuple[tuple[int, int], ...]     # (backend index, quantized cost)
     reads: dict[int, tuple[int, ...]]        # producer outside -> nbytes of each distinct tensor read from it
     # filled by prepare (the last three for the frontier encoding of collage.search.dp.CoverSearch):
-    hconst: int = 0       # heuristic terms of members that head a chain
-    hadd: tuple = ()      # per backend: heuristic terms of the chain successors this step uncovers
-    least: int = 0        # a lower bound on the growth of g + h over the step, whatever the backends
-    at: tuple = ()        # per tensor read: (frontier shift of its producer, hand-over rows, h terms)
-    outs_mask: int = 0    # ``outs`` as a mask
-    fresh: tuple = ()     # per backend: the frontier digits of ``outs`` on it
+    hconst: int = 0                   # heuristic terms of members that head a chain
+    hadd: tuple[int, ...] = ()        # per backend: heuristic terms of the chain successors this step uncovers
+    least: int = 0                    # a lower bound on the growth of g + h over the step, whatever the backends
+    at: tuple[Read, ...] = ()         # per tensor read: (frontier shift of its producer, hand-over rows, h terms)
+    outs_mask: int = 0                # ``outs`` as a mask
+    fresh: tuple[int, ...] = ()       # per backend: the frontier digits of ``outs`` on it
 
 
 def build_groups(graph: Graph, table: Mapping[tuple[int, ...], Mapping[str, float]], bidx: Mapping[str, int],
@@ -92,7 +99,7 @@ def build_groups(graph: Graph, table: Mapping[tuple[int, ...], Mapping[str, floa
     producer = {t: graph.producer(t) for ts in node_reads for t in ts}
     size_of = {t: graph.tensor(t).nbytes for t, p in producer.items() if p is not None}
     # per node, (producer, tensor) of each tensor it reads from another node
-    inputs = [tuple((producer[t], t) for t in ts if producer[t] is not None) for ts in node_reads]
+    inputs = [tuple((p, t) for t in ts if (p := producer[t]) is not None) for ts in node_reads]
     groups: list[Group] = []
     for nodes, opts in sorted(table.items()):
         mask = ext_pred = 0
@@ -118,7 +125,7 @@ def build_groups(graph: Graph, table: Mapping[tuple[int, ...], Mapping[str, floa
     return groups
 
 
-def hand_over_rows(sizes: tuple[int, ...], nb: int, hand_over: Callable[[int, int, int], int]) -> tuple[tuple[int, ...], ...]:
+def hand_over_rows(sizes: tuple[int, ...], nb: int, hand_over: Callable[[int, int, int], int]) -> Rows:
     """Per producer backend ``a``, per reader backend ``b``: what reading tensors of ``sizes`` bytes from ``a``
     costs on ``b`` (0 on the same backend)."""
     return tuple(tuple(sum(hand_over(a, b, s) for s in sizes) if a != b else 0 for b in range(nb)) for a in range(nb))
@@ -186,11 +193,14 @@ def _shares(n: int, groups: list[Group], nb: int) -> list[list[int]]:
     exceeds its nodes' shares by ``slack`` lets each of its ``k`` nodes rise by ``slack // k``, and a node
     rises by the least any of its candidates lets it (so no candidate's sum passes its cost). Where a few
     fused candidates make a node's proportional share small, this moves the bound toward the LP's."""
-    rows_b, rows_q, sizes, flat = [], [], [], []
+    rows_b: list[int] = []
+    rows_q: list[int] = []
+    sizes: list[int] = []
+    flat: list[int] = []
     for g in groups:
-        for b, q in g.options:
+        for b, price in g.options:
             rows_b.append(b)
-            rows_q.append(q)
+            rows_q.append(price)
             sizes.append(len(g.nodes))
             flat.extend(g.nodes)
     if not rows_q:
@@ -253,14 +263,18 @@ def _chains(graph: Graph, groups: list[Group], nb: int, hand_over: Callable[[int
     W0 = [0] * n
     for c in reversed(range(n)):  # ids are topological: a chain's child comes later
         V[c] = list(share[c])
-        if child[c] is not None:
-            d, cost = child[c]
+        kept = child[c]
+        if kept is not None:
+            d = kept[0]
             for b in range(nb):
                 if V[c][b] < _INF:
                     V[c][b] += W[d][b]
         W0[c] = min(V[c])
-        if parent[c] is not None:
-            cost = child[parent[c]][1]
+        up = parent[c]
+        if up is not None:
+            into = child[up]
+            assert into is not None  # c is its parent's kept child
+            cost = into[1]
             W[c] = [min(V[c][b2] + cost[b][b2] for b2 in range(nb)) for b in range(nb)]
     return parent, W, W0
 
@@ -275,7 +289,7 @@ def prepare(graph: Graph, groups: list[Group], nb: int, bits: int, hand_over: Ca
             kids[p].append(c)
     pad = (0,) * ((1 << bits) - nb)  # digit values past the last backend
     zero = (0,) * nb
-    rows_cache: dict[tuple[int, ...], tuple] = {}
+    rows_cache: dict[tuple[int, ...], Rows] = {}
     head = [W0[c] if parent[c] is None else 0 for c in range(n)]  # the chain heads' terms
     kid_terms = [tuple(W[c]) + pad for c in range(n)]           # h terms of c, by its kept parent's backend
     kid_max = [max(t) for t in kid_terms]

@@ -10,13 +10,12 @@ costs being non-negative) exceeds the best complete one.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from collage.errors import CollageError
 from collage.plan import Plan
-from collage.search.candidates import Candidate
-from collage.search.cover import Transition, to_plan, usable_costs
+from collage.search.cost import CostTable
+from collage.search.cover import Part, Transition, to_plan, usable_costs
 from collage.search.dp_tables import quantize
 
 if TYPE_CHECKING:
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
 MAX_NODES = 16
 
 
-def _executable_order(graph: Graph, parts: list[tuple[tuple[int, ...], str]]) -> list[int] | None:
+def _executable_order(graph: Graph, parts: list[Part]) -> list[int] | None:
     """Indices of ``parts`` in a runnable order (smallest first node among the ready ones), or None."""
     owner = {i: k for k, (nodes, _) in enumerate(parts) for i in nodes}
     needs: list[set[int]] = [set() for _ in parts]
@@ -45,7 +44,7 @@ def _executable_order(graph: Graph, parts: list[tuple[tuple[int, ...], str]]) ->
     return order
 
 
-def exhaustive_search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition | None = None) -> Plan:
+def exhaustive_search(graph: Graph, costs: CostTable, transition: Transition | None = None) -> Plan:
     """The optimal executable exact cover by brute force (see the module docstring)."""
     n = len(graph)
     if n > MAX_NODES:
@@ -56,17 +55,17 @@ def exhaustive_search(graph: Graph, costs: Mapping[Candidate, Any], transition: 
     for nodes in sorted(table):
         by_min.setdefault(nodes[0], []).append(nodes)
     # distinct tensors each node set reads from outside: (producer, nbytes)
-    reads = {}
+    reads: dict[tuple[int, ...], list[tuple[int, int]]] = {}
     for nodes in table:
         entering, _ = graph.boundary(nodes)
-        reads[nodes] = [(graph.producer(t), graph.tensor(t).nbytes) for t in entering if graph.producer(t) is not None]
+        reads[nodes] = [(p, graph.tensor(t).nbytes) for t in entering if (p := graph.producer(t)) is not None]
 
     def move(src: str, dst: str, nbytes: int) -> int:
         return quantize(float(transition(src, dst, nbytes))) if transition is not None else 0
 
-    best: list[Any] = [None, None]  # [(cost, parts), parts list]
+    best: list[tuple[tuple[int, int], list[Part]]] = []  # the cheapest complete cover so far: ((cost, parts), parts)
     owner: dict[int, str] = {}
-    chosen: list[tuple[tuple[int, ...], str]] = []
+    chosen: list[Part] = []
 
     def priced_so_far() -> int:
         total = sum(quantize(table[nodes][b]) for nodes, b in chosen)
@@ -78,11 +77,11 @@ def exhaustive_search(graph: Graph, costs: Mapping[Candidate, Any], transition: 
 
     def recurse(covered: int) -> None:
         partial = (priced_so_far(), len(chosen))
-        if best[0] is not None and partial > best[0]:
+        if best and partial > best[0][0]:
             return
         if covered == (1 << n) - 1:
             if _executable_order(graph, chosen) is not None:
-                best[0], best[1] = partial, list(chosen)
+                best[:] = [(partial, list(chosen))]
             return
         v = (~covered & (covered + 1)).bit_length() - 1
         for nodes in by_min.get(v, []):
@@ -99,8 +98,9 @@ def exhaustive_search(graph: Graph, costs: Mapping[Candidate, Any], transition: 
                 chosen.pop()
 
     recurse(0)
-    if best[1] is None:
+    if not best:
         raise CollageError(f"{graph.name}: no executable exact cover exists for these candidates")
-    parts = best[1]
+    parts = best[0][1]
     order = _executable_order(graph, parts)
+    assert order is not None  # kept only with an executable order
     return to_plan(graph, [parts[k] for k in order], table, transition)

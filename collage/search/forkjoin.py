@@ -47,12 +47,12 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 
 from collage.plan import Plan
-from collage.search.candidates import Candidate
+from collage.search.cost import CostTable
 from collage.search.cover import Transition, to_plan, usable_costs
 from collage.search.dp_tables import HandOver, quantize
 
@@ -71,7 +71,12 @@ MAX_CHAINS = 62
 #: ``ForkJoinStats.why_not`` when the modules admit no plan (the DP then says which node is stuck).
 NO_PLAN = "no plan found module by module (no cover, or one dearer than the keys hold)"
 
-Tensors = tuple[tuple[str, int], ...]  # (name, nbytes) of each distinct tensor read across one edge
+Tensors: TypeAlias = tuple[tuple[str, int], ...]  # (name, nbytes) of each distinct tensor read across one edge
+Options: TypeAlias = tuple[tuple[int, int], ...]  # (backend index, quantized cost) of one node set
+Signature: TypeAlias = tuple[tuple[int, ...], int]  # a hub's heads (or tails) per chain, and its backend index
+#: per end position, per backend: (key, start of the last piece, backend before it) of the cheapest tiling
+Tiling: TypeAlias = list[list[tuple[int, int, int]]]
+Tilings: TypeAlias = dict[tuple[int, int], "Tiling | None"]  # by (heads, backend before)
 
 
 @dataclass
@@ -95,7 +100,7 @@ class ForkJoin:
 
 @dataclass
 class ForkJoinStats:
-    """What the last :func:`search` did: modules and chains, hubs and pieces (node sets), seconds."""
+    """What the last :func:`forkjoin_search` did: modules and chains, hubs and pieces (node sets), seconds."""
 
     applicable: bool = False  # the graph and its candidates have the shape
     solved: bool = False      # ... and the plan came from here
@@ -160,8 +165,8 @@ def structure(graph: Graph) -> ForkJoin | str:
         if len(chains) > MAX_CHAINS:
             return f"module {k} has {len(chains)} chains (at most {MAX_CHAINS})"
         for i, c in enumerate(chains):
-            ends = [opener, *c.nodes, closer]
-            chains[i] = Chain(c.nodes, tuple(_edge(graph, ends[t], ends[t + 1]) for t in range(len(c.nodes) + 1)))
+            line = [opener, *c.nodes, closer]
+            chains[i] = Chain(c.nodes, tuple(_edge(graph, line[t], line[t + 1]) for t in range(len(c.nodes) + 1)))
             for t, v in enumerate(c.nodes):
                 where[v] = (k, i, t)
         modules.append(tuple(chains))
@@ -182,11 +187,27 @@ class _Hub:
     last: int                       # ... and of its last
     tails: tuple[int, ...]          # per chain of module first - 1: how many of its last nodes it holds
     heads: tuple[int, ...]          # per chain of module last: how many of its first nodes it holds
-    options: tuple[tuple[int, int], ...]  # (backend index, quantized cost)
+    options: Options
 
 
-def search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition | None = None,
-           *, stats: ForkJoinStats | None = None) -> Plan | None:
+#: The cheapest way to a module's start with a signature: (key, the hub and backend index before; None at the
+#: graph's start).
+Reached: TypeAlias = tuple[int, "tuple[_Hub, int] | None"]
+
+
+@dataclass
+class _Joined:
+    """One module solved between its hubs (``_Solve.solve``): the chains' tables and tilings, the signatures on
+    both sides, and per in-signature the out-signature of its cheapest key."""
+
+    tables: list[tuple[np.ndarray, Tilings]]
+    sigs_out: list[tuple[Signature, Reached]]
+    sigs_in: list[Signature]
+    arg: np.ndarray
+
+
+def forkjoin_search(graph: Graph, costs: CostTable, transition: Transition | None = None,
+                    *, stats: ForkJoinStats | None = None) -> Plan | None:
     """The cheapest executable exact cover, solved module by module (module docstring); None where the graph
     or its candidates do not have that shape, where no cover exists (the DP then says which node is stuck) or
     the cheapest costs more than the keys hold (2^44 ns, ~4.9 hours), or where its plan does not cost what
@@ -208,7 +229,7 @@ class _NotApplicable(Exception):
 
 
 class _Solve:
-    def __init__(self, graph: Graph, costs: Mapping[Candidate, Any], transition: Transition | None,
+    def __init__(self, graph: Graph, costs: CostTable, transition: Transition | None,
                  stats: ForkJoinStats) -> None:
         self.graph, self.transition, self.stats = graph, transition, stats
         self.costs = costs
@@ -244,7 +265,7 @@ class _Solve:
         sep_index = {s: j + 1 for j, s in enumerate(fj.separators)}
         bounds = [-1, *fj.separators, len(graph)]
         bidx = {b: k for k, b in enumerate(self.backends)}
-        self.pieces: dict[tuple[int, int], dict[tuple[int, int], tuple[tuple[int, int], ...]]] = {}
+        self.pieces: dict[tuple[int, int], dict[tuple[int, int], Options]] = {}
         self.hubs: list[_Hub] = []
         where = fj.where
         place = [where.get(v) for v in range(len(graph))]  # (module, chain, position); None for a separator
@@ -256,14 +277,15 @@ class _Solve:
                 continue
             seps = [sep_index[v] for v in nodes if place[v] is None]
             if not seps:
+                assert first is not None  # no separator among the nodes: the first is on a chain
                 k, i, t = first
-                if place[nodes[-1]] != (k, i, t + len(nodes) - 1) or any(place[v][:2] != (k, i) for v in nodes):
+                if place[nodes[-1]] != (k, i, t + len(nodes) - 1) or any(where[v][:2] != (k, i) for v in nodes):
                     raise _NotApplicable(f"candidate {list(nodes)} is not a stretch of one chain")
                 self.pieces.setdefault((k, i), {})[(t, t + len(nodes))] = options
                 continue
             self.hubs.append(self.hub(nodes, seps, bounds, options))
 
-    def hub(self, nodes: tuple[int, ...], seps: list[int], bounds: list[int], options: tuple) -> _Hub:
+    def hub(self, nodes: tuple[int, ...], seps: list[int], bounds: list[int], options: Options) -> _Hub:
         """A node set holding separators as a hub, or _NotApplicable."""
         fj = self.fj
         j, m = seps[0], seps[-1]
@@ -302,13 +324,12 @@ class _Solve:
         return min(sum(self.hand_over(a, b, nbytes) for _, nbytes in tensors) << PART_BITS, _INF)
 
     # ------------------------------------------------------------------ chains
-    def middles(self, chain: Chain, by_end: Mapping[int, list[tuple[int, tuple[tuple[int, int], ...]]]], h: int,
-                a: int) -> list[list[tuple[int, int, int]]]:
+    def middles(self, chain: Chain, by_end: Mapping[int, list[tuple[int, Options]]], h: int, a: int) -> Tiling:
         """``chain`` (its pieces' options by end position) tiled from position ``h`` on, the node before on backend
         ``a``: per end position ``e`` and backend, (key, start of its last piece, backend before it) of the
         cheapest tiling."""
         size, nb = len(chain.nodes), self.nb
-        f: list[list[tuple[int, int, int]]] = [[(_INF, -1, -1)] * nb for _ in range(size + 1)]
+        f: Tiling = [[(_INF, -1, -1)] * nb for _ in range(size + 1)]
         for e in range(h + 1, size + 1):
             row = f[e]
             for l, opts in by_end.get(e, ()):
@@ -330,18 +351,18 @@ class _Solve:
         return f
 
     def chain_table(self, k: int, i: int, heads: set[int], befores: set[int], tails: set[int], afters: set[int]
-                    ) -> tuple[np.ndarray, dict]:
+                    ) -> tuple[np.ndarray, Tilings]:
         """``C[h, a, t, b]``: the cheapest middle of chain ``i`` of module ``k`` between a hub holding its first
         ``h`` nodes on backend ``a`` and one holding its last ``t`` on ``b``, with the hand-overs into, inside and
         out of it (``_INF`` where the two overlap). A hub reading the chain's opening separator directly
         (``h == 0``, ``t == len``) pays that in the module's direct reads, not here."""
         chain = self.fj.modules[k][i]
         size, nb = len(chain.nodes), self.nb
-        by_end: dict[int, list[tuple[int, tuple[tuple[int, int], ...]]]] = {}
+        by_end: dict[int, list[tuple[int, Options]]] = {}
         for (l, r), opts in self.pieces.get((k, i), {}).items():
             by_end.setdefault(r, []).append((l, opts))
         table = np.full((size + 1, nb + 1, size + 1, nb + 1), _INF, np.int64)
-        tilings = {}
+        tilings: Tilings = {}
         for h in heads:
             for a in befores:
                 f = tilings[(h, a)] = self.middles(chain, by_end, h, a) if h < size else None
@@ -353,6 +374,7 @@ class _Solve:
                         if e == h:
                             table[h, a, t, b] = self.ho(a, b, chain.edges[h]) if h > 0 else 0
                         else:
+                            assert f is not None  # h < e <= size: tiled
                             table[h, a, t, b] = self.leave(f[e], b, chain.edges[e])[0]
         return table, tilings
 
@@ -361,13 +383,16 @@ class _Solve:
         after it: (key, its backend)."""
         return min((min(key + self.ho(g, b, edge), _INF), g) for g, (key, _, _) in enumerate(ends))
 
-    def tiling(self, k: int, i: int, tilings: dict, h: int, a: int, t: int, b: int) -> list[tuple[tuple[int, ...], int]]:
-        """The pieces (nodes, backend index) of the middle ``chain_table`` priced at ``[h, a, t, b]``."""
-        chain = self.fj.modules[k][i]
-        e = len(chain.nodes) - t
+    def tiling(self, chain: Chain, tilings: Tilings, hub_before: Signature, hub_after: Signature, i: int
+               ) -> list[tuple[tuple[int, ...], int]]:
+        """The pieces (nodes, backend index) of chain ``i``'s middle between the hubs of the two signatures, as
+        ``chain_table`` priced it."""
+        (heads, a), (tails, b) = hub_before, hub_after
+        h, e = heads[i], len(chain.nodes) - tails[i]
         if e == h:
             return []
         f = tilings[(h, a)]
+        assert f is not None  # h < e <= size: tiled
         g = self.leave(f[e], b, chain.edges[e])[1]
         out = []
         while e > h:
@@ -386,9 +411,9 @@ class _Solve:
             for b, q in hub.options:
                 ends_at[hub.first - 1].append((hub, b, q))
         # out-signatures at the start of each module: (heads, backend) -> (key, (hub, b) or None)
-        outs: list[dict[tuple[tuple[int, ...], int], tuple[int, Any]]] = [{} for _ in range(L + 1)]
+        outs: list[dict[Signature, Reached]] = [{} for _ in range(L + 1)]
         outs[0][((0,) * len(fj.modules[0]), nb)] = (0, None)
-        self.choice: list[dict] = [{} for _ in range(L + 1)]
+        self.choice: list[_Joined | None] = [None] * (L + 1)
         for k in range(L + 1):
             chains = fj.modules[k]
             sigs_out = list(outs[k].items())
@@ -397,6 +422,7 @@ class _Solve:
                     self.stats.why_not = NO_PLAN
                     return None
                 continue  # no hub ends at this separator: every plan's hub holds it and the next one
+            sigs_in: list[Signature]
             if k < L:
                 sigs_in = sorted({(hub.tails, b) for hub, b, _ in ends_at[k]})
             else:
@@ -408,7 +434,7 @@ class _Solve:
                 tables.append(self.chain_table(k, i, {s[0][i] for s, _ in sigs_out}, {s[1] for s, _ in sigs_out},
                                                {s[0][i] for s in sigs_in}, {s[1] for s in sigs_in}))
             best, arg = self.join(k, sigs_out, sigs_in, [t for t, _ in tables])
-            self.choice[k] = {"tables": tables, "sigs_out": sigs_out, "sigs_in": sigs_in, "arg": arg}
+            self.choice[k] = _Joined(tables, sigs_out, sigs_in, arg)
             slot = {s: r for r, s in enumerate(sigs_in)}
             if k == L:
                 if best[0] >= _INF:
@@ -416,9 +442,9 @@ class _Solve:
                     return None
                 self.total = int(best[0])
                 break
-            best = best.tolist()
+            keys: list[int] = best.tolist()
             for hub, b, q in ends_at[k]:
-                key = best[slot[(hub.tails, b)]]
+                key = keys[slot[(hub.tails, b)]]
                 if key >= _INF:
                     continue
                 key += (q << PART_BITS) + _ONE
@@ -431,7 +457,8 @@ class _Solve:
                     into[sig] = (key, (hub, b))
         return self.plan()
 
-    def join(self, k: int, sigs_out: list, sigs_in: list, tables: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    def join(self, k: int, sigs_out: list[tuple[Signature, Reached]], sigs_in: list[Signature],
+             tables: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Per in-signature (the next hub's tails and backend), the cheapest key over the out-signatures (the
         previous hub's heads and backend) of the module between them, and which out-signature gives it."""
         chains = self.fj.modules[k]
@@ -472,19 +499,21 @@ class _Solve:
         k, r = L, 0
         while True:
             ch = self.choice[k]
-            s = int(ch["arg"][r])
-            (heads, a), (_, prev) = ch["sigs_out"][s]
-            tails, b = ch["sigs_in"][r]
+            assert ch is not None  # a hub ends at this module's opening separator: solve() joined it
+            before, (_, prev) = ch.sigs_out[int(ch.arg[r])]
+            after = ch.sigs_in[r]
             module = []
-            for i, (_, tilings) in enumerate(ch["tables"]):
-                module += self.tiling(k, i, tilings, heads[i], a, tails[i], b)
+            for i, (_, tilings) in enumerate(ch.tables):
+                module += self.tiling(fj.modules[k][i], tilings, before, after, i)
             parts[:0] = module
             if prev is None:
                 break
             hub, hb = prev
             parts.insert(0, (hub.nodes, hb))
             k = hub.first - 1
-            r = self.choice[k]["sigs_in"].index((hub.tails, hb))
+            joined = self.choice[k]
+            assert joined is not None
+            r = joined.sigs_in.index((hub.tails, hb))
         # the plan priced again from scratch as the DP prices it: a disagreement is a bug here, and the DP answers
         graph = self.graph
         owner = {v: b for nodes, b in parts for v in nodes}

@@ -13,7 +13,7 @@ Variables and constraints (``n`` nodes, candidate ``c`` = node set ``S_c`` on ba
   and "``u`` and ``v`` share a partition" ``s_uv = sum_{c ∋ u, v} x_c`` are then linear in ``x``.
 * **Executable order** (the partitions' quotient graph is acyclic; convex candidates alone do not
   ensure it: ``A = {a1 -> a2}``, ``B = {b2 -> b1}`` with edges ``a1 -> b1`` and ``b2 -> a2`` are both
-  convex and need each other). By default lazily (``order="lazy"``): solve without it; if the chosen
+  convex and need each other). By default lazily (``IlpOptions.order="lazy"``): solve without it; if the chosen
   partitions close a cycle ``P_1 -> ... -> P_k -> P_1`` through graph edges ``u_i -> v_i``, add the row
   ``sum_i s(v_i, u_{i+1}) - sum_i s(u_i, v_i) <= k - 1`` (it cuts off every cover that keeps each link pair
   in one partition and cuts each edge, i.e. closes that walk; an executable cover always meets it) and
@@ -60,19 +60,21 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import numpy as np
 
 from collage.errors import CollageError
 from collage.plan import Note, NoteKind, Plan
-from collage.search.candidates import Candidate
-from collage.search.cover import Transition, to_plan, usable_costs
+from collage.search.cost import CostTable
+from collage.search.cover import Part, Transition, UsableCosts, to_plan, usable_costs
 from collage.search.dp_tables import HandOver, quantize
 
 if TYPE_CHECKING:
+    from highspy import Highs, HighsCallbackEvent
+
     from collage.graph.ir import Graph
 
 log = logging.getLogger(__name__)
@@ -99,26 +101,28 @@ class IlpStats:
     mips: int = 0       # MIP solves
     lp_fractional: int = -1  # x strictly between 0 and 1 at the LP optimum
     lower: float = 0.0  # LP bound (objective units)
-    upper: float = 0.0  # the plan's objective; NaN where the answer is the incumbent HiGHS was handed
+    upper: float | None = 0.0  # the plan's objective; None where the answer is the incumbent HiGHS was handed
     #: where the time limit came before HiGHS had a plan of its own: "start" (the start plan is the answer)
     #: or "earlier" (an earlier solve's plan over the candidates priced then); "" otherwise
     kept: str = ""
 
 
-def _highspy():
+def _require_highspy() -> None:
+    """CollageError saying what to install where highspy is missing (each user imports it where it runs)."""
     try:
-        import highspy
+        import highspy  # noqa: F401
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise CollageError("the exact ILP search needs highspy: pip install highspy") from e
-    return highspy
 
 
 _banner_shown = False
 
 
-def _new_highs(highspy: Any) -> Any:
+def _new_highs() -> Highs:
     """A ``Highs`` instance; the first one of a process prints a licence banner on stdout (C level), which
     would land in the middle of a CLI's output: it goes to /dev/null."""
+    import highspy
+
     global _banner_shown
     if _banner_shown:
         return highspy.Highs()
@@ -165,13 +169,13 @@ def _components(nodes: Sequence[int], succ: list[set[int]]) -> list[list[int]]:
     return comps
 
 
-def canonical_order(graph: Graph, parts: list[tuple[tuple[int, ...], str]]) -> list[int] | None:
+def canonical_order(graph: Graph, parts: list[Part]) -> list[int] | None:
     """Indices of ``parts`` in the canonical runnable order (the ready part with the smallest first node
     first), or None when the parts need each other (the quotient graph has a cycle)."""
     import heapq
 
     owner = {i: k for k, (nodes, _) in enumerate(parts) for i in nodes}
-    needs = [set() for _ in parts]
+    needs: list[set[int]] = [set() for _ in parts]
     feeds: list[set[int]] = [set() for _ in parts]
     for u, v in graph.dag.edges:
         a, b = owner[u], owner[v]
@@ -192,9 +196,26 @@ def canonical_order(graph: Graph, parts: list[tuple[tuple[int, ...], str]]) -> l
     return order if len(order) == len(parts) else None
 
 
-def ilp_search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transition | None = None, *,
-               time_limit: float = 60.0, start: Plan | Sequence[tuple[Sequence[int], str]] | None = None,
-               stats: IlpStats | None = None, threads: int = 1, order: str = "lazy", max_cuts: int = 30) -> Plan:
+@dataclass(frozen=True)
+class IlpOptions:
+    """How :func:`ilp_search` states and solves the program: HiGHS's ``threads``; the executable order ``"lazy"``
+    (cycle cuts as cycles appear, the ordering rows after ``max_cuts`` rounds) or ``"full"`` (the ordering rows
+    from the start): module docstring."""
+
+    threads: int = 1
+    order: Literal["lazy", "full"] = "lazy"
+    max_cuts: int = 30
+
+
+#: The sorted columns holding node ``v`` (:meth:`_Program.holding`).
+Holding: TypeAlias = Callable[[int], np.ndarray]
+#: A start plan as :func:`ilp_search` takes it: a Plan, or its parts ``(nodes, backend)``.
+StartPlan: TypeAlias = "Plan | Sequence[tuple[Sequence[int], str]]"
+
+
+def ilp_search(graph: Graph, costs: CostTable, transition: Transition | None = None, *, time_limit: float = 60.0,
+               start: StartPlan | None = None, stats: IlpStats | None = None,
+               options: IlpOptions | None = None) -> Plan:
     """The cheapest executable exact cover of ``graph`` by the candidates in ``costs``, solved as a 0-1
     program (module docstring). ``start``: a known plan (e.g. the DP's greedy one) handed to HiGHS as
     its first incumbent. Raises CollageError when no candidate covers a node or no executable cover
@@ -204,121 +225,177 @@ def ilp_search(graph: Graph, costs: Mapping[Candidate, Any], transition: Transit
     t0 = time.perf_counter()
     deadline = time.monotonic() + time_limit
     stats = stats if stats is not None else IlpStats()
-    n = len(graph)
-    if n == 0:
+    options = options if options is not None else IlpOptions()
+    if len(graph) == 0:
         raise CollageError(f"{graph.name}: the graph has no nodes to place")
-    table = usable_costs(graph, costs)
-    cols: list[tuple[tuple[int, ...], str]] = [(nodes, b) for nodes in sorted(table) for b in sorted(table[nodes])]
-    backends = sorted({b for _, b in cols})
-    nb = len(backends)
-    bidx = {b: k for k, b in enumerate(backends)}
-    ncand = len(cols)
-    sizes = np.fromiter((len(nodes) for nodes, _ in cols), np.int64, ncand)
-    inc_node = np.fromiter((v for nodes, _ in cols for v in nodes), np.int64, int(sizes.sum()))
-    inc_col = np.repeat(np.arange(ncand, dtype=np.int64), sizes)
-    cand_b = np.fromiter((bidx[b] for _, b in cols), np.int64, ncand)
-    missing = np.setdiff1d(np.arange(n), inc_node)
-    if missing.size:
-        i = int(missing[0])
-        raise CollageError(f"{graph.name}: no candidate with a usable cost covers {graph.node_label(i)}: no backend "
-                           "supports it, or every measurement of it failed; enable a backend that runs "
-                           f"{graph.op_type(i)} (onnxruntime runs every ONNX op)")
-    # holding[v]: sorted columns holding node v (CSR rows of the node x candidate incidence)
-    order_idx = np.lexsort((inc_col, inc_node))
-    h_cols = inc_col[order_idx]
-    h_ptr = np.searchsorted(inc_node[order_idx], np.arange(n + 1))
-
-    def holding(v: int) -> np.ndarray:
-        return h_cols[h_ptr[v]:h_ptr[v + 1]]
-
-    unit = 1e-3  # the objective in microseconds (the DP's integer ns, scaled: HiGHS wants costs near 1)
-    tie = unit / (n + 1)
-    m = _Matrix(ncand)
-    m.cost[:ncand] = [quantize(table[nodes][b]) * unit + tie for nodes, b in cols]
-    # y_{v,b}: node v's backend indicator, tied to the x (rows v*nb + b); cover: sum_b y_{v,b} == 1
-    y0 = m.add_cols(n * nb, 0.0, 0.0, 1.0)
-    present = np.zeros(n * nb, bool)
-    present[inc_node * nb + cand_b[inc_col]] = True
-    m.hi[y0:y0 + n * nb][~present] = 0.0
-    r0 = m.add_rows(n * nb, 0.0, 0.0)
-    m.add_entries(r0 + inc_node * nb + cand_b[inc_col], inc_col, np.ones(inc_col.size))
-    m.add_entries(r0 + np.arange(n * nb), y0 + np.arange(n * nb), -np.ones(n * nb))
-    r1 = m.add_rows(n, 1.0, 1.0)
-    m.add_entries(r1 + np.repeat(np.arange(n), nb), y0 + np.arange(n * nb), np.ones(n * nb))
-    n_trans = _transition_terms(graph, m, backends, holding, y0, transition, unit)
-    succ: list[set[int]] = [set() for _ in range(n)]
-    for u, v in graph.dag.edges:
-        succ[u].add(v)
-    if order == "full":
-        _order_rows(m, n, succ, cols, holding)
-    stats.candidates = ncand
-    highspy = _highspy()
-    start_x = np.zeros(ncand)
-    if start is not None:
-        where = {c: k for k, c in enumerate(cols)}
-        parts = start.partitions if isinstance(start, Plan) else start
-        keys = [(tuple(sorted(p.nodes)), p.backend) if isinstance(start, Plan) else (tuple(sorted(p[0])), p[1])
-                for p in parts]
-        if all(k in where for k in keys):
-            start_x[[where[k] for k in keys]] = 1.0
-        if not np.array_equal(np.bincount(inc_node, weights=start_x[inc_col], minlength=n), np.ones(n)):
-            log.debug("%s: the start plan is not an exact cover by the priced candidates; solving without it",
-                      graph.name)
-            start_x[:] = 0.0
-    original_start = start_x.copy()
-    # column generation over the x: start from the single nodes (+ the start plan), add what prices out
-    keep = np.zeros(ncand, bool)
-    keep[sizes == 1] = True
-    keep |= start_x > 0
+    program = _Program.build(graph, usable_costs(graph, costs), transition)
+    if options.order == "full":
+        program.order_rows()
+    stats.candidates = program.ncand
+    start_x = program.start_vector(start)
     stats.build_s = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    if ncand <= DIRECT_MAX:
-        keep[:] = True  # every column at once: fastest while the matrix is small (BERT-base: 4.5 s against 9)
-        lower = None
-    else:
-        lower = _price_columns(m, keep, highspy, threads, deadline, stats)
-    stats.lp_s = time.perf_counter() - t1
-    full_order = order == "full"
-    while True:
-        incumbent = start_x if start_x.any() else None
-        x, value = _solve_mip(m, keep, highspy, 0.5 * tie, threads, deadline, incumbent, stats)
-        stats.lower, stats.upper = lower or 0.0, value
-        if lower is not None:  # columns whose reduced cost could still beat the plan found: add, solve again
-            more = ~keep & (m.reduced <= (value - lower) + 1e-7 * max(1.0, abs(value)))
-            if more.any() and stats.status == "Optimal":
-                if canonical_order(graph, [cols[k] for k in np.flatnonzero(x > 0.5)]) is not None:
-                    start_x = np.where(x > 0.5, 1.0, 0.0)  # the incumbent, should the next solve be cut short
-                keep |= more
-                stats.priced += int(more.sum())
-                continue
-        parts = [cols[k] for k in np.flatnonzero(x > 0.5)]
-        order_k = canonical_order(graph, parts)
-        if order_k is not None:
-            if math.isnan(value):
-                stats.kept = "start" if np.array_equal(x, original_start) else "earlier"
-            break
-        if full_order:  # cannot happen with the ordering rows; a guard against tolerances
-            raise CollageError(f"{graph.name}: the ILP's plan has no executable order ({stats.status})")
-        # lazy: cut off the cycle between the chosen partitions, or after enough rounds state the order fully
-        stats.cuts += 1
-        if stats.cuts > max_cuts or time.monotonic() >= deadline:
-            _order_rows(m, n, succ, cols, holding)
-            full_order = True
-        else:
-            _cycle_cut(graph, m, parts, holding)
-    stats.solve_s = time.perf_counter() - t1
-    if not keep.all() and lower is None:  # the pricing ran out of time: optimal over the columns it reached only
-        stats.optimal = False
-        stats.status = f"{stats.status}; column generation stopped at the time limit"
+    solver = _Solver(program, options, deadline, stats)
+    parts = solver.solve(start_x)
+    m = program.m
     stats.columns, stats.rows, stats.nonzeros = m.ncols, m.nrows, m.nnz
-    plan = to_plan(graph, [parts[k] for k in order_k], table, transition)
+    plan = to_plan(graph, parts, program.table, transition)
     log.debug("%s: ILP %d candidates (%d kept after pricing), %d hand-over terms, %d rows, %d cycle cuts: %s in "
-              "%.2f s (+%.2f s to build)", graph.name, ncand, int(keep.sum()), n_trans, m.nrows, stats.cuts,
-              stats.status, stats.solve_s, stats.build_s)
+              "%.2f s (+%.2f s to build)", graph.name, program.ncand, solver.kept, program.n_trans, m.nrows,
+              stats.cuts, stats.status, stats.solve_s, stats.build_s)
     if not stats.optimal:
         gap = f", gap {stats.gap:.2%}" if math.isfinite(stats.gap) else ""
         plan.notes.append(Note(NoteKind.SEARCH, f"exact ILP search stopped ({stats.status}{gap}): not proven optimal"))
     return plan
+
+
+class _Program:
+    """The 0-1 program of one cover problem: its candidates as columns ``cols`` (the x), the matrix with the
+    backend indicators, cover rows and hand-over terms, and which columns hold each node."""
+
+    def __init__(self, graph: Graph, table: UsableCosts, cols: list[Part]) -> None:
+        n = len(graph)
+        self.graph, self.table, self.cols = graph, table, cols
+        self.ncand = len(cols)
+        self.sizes = np.fromiter((len(nodes) for nodes, _ in cols), np.int64, self.ncand)
+        self.inc_node = np.fromiter((v for nodes, _ in cols for v in nodes), np.int64, int(self.sizes.sum()))
+        self.inc_col = np.repeat(np.arange(self.ncand, dtype=np.int64), self.sizes)
+        missing = np.setdiff1d(np.arange(n), self.inc_node)
+        if missing.size:
+            i = int(missing[0])
+            raise CollageError(f"{graph.name}: no candidate with a usable cost covers {graph.node_label(i)}: no "
+                               "backend supports it, or every measurement of it failed; enable a backend that runs "
+                               f"{graph.op_type(i)} (onnxruntime runs every ONNX op)")
+        # holding(v): sorted columns holding node v (CSR rows of the node x candidate incidence)
+        order_idx = np.lexsort((self.inc_col, self.inc_node))
+        self._h_cols = self.inc_col[order_idx]
+        self._h_ptr = np.searchsorted(self.inc_node[order_idx], np.arange(n + 1))
+        self.unit = 1e-3  # the objective in microseconds (the DP's integer ns, scaled: HiGHS wants costs near 1)
+        self.tie = self.unit / (n + 1)
+        self.m = _Matrix(self.ncand)
+        self.succ: list[set[int]] = [set() for _ in range(n)]
+        for u, v in graph.dag.edges:
+            self.succ[u].add(v)
+        self.n_trans = 0
+
+    @classmethod
+    def build(cls, graph: Graph, table: UsableCosts, transition: Transition | None) -> _Program:
+        """The program of ``table``'s candidates (module docstring: x, y, the cover rows, the hand-over terms)."""
+        cols = [(nodes, b) for nodes in sorted(table) for b in sorted(table[nodes])]
+        p = cls(graph, table, cols)
+        n, m = len(graph), p.m
+        backends = sorted({b for _, b in cols})
+        nb = len(backends)
+        bidx = {b: k for k, b in enumerate(backends)}
+        cand_b = np.fromiter((bidx[b] for _, b in cols), np.int64, p.ncand)
+        m.cost[:p.ncand] = [quantize(table[nodes][b]) * p.unit + p.tie for nodes, b in cols]
+        # y_{v,b}: node v's backend indicator, tied to the x (rows v*nb + b); cover: sum_b y_{v,b} == 1
+        y0 = m.add_cols(n * nb, 0.0, 0.0, 1.0)
+        present = np.zeros(n * nb, bool)
+        present[p.inc_node * nb + cand_b[p.inc_col]] = True
+        m.hi[y0:y0 + n * nb][~present] = 0.0
+        r0 = m.add_rows(n * nb, 0.0, 0.0)
+        m.add_entries(r0 + p.inc_node * nb + cand_b[p.inc_col], p.inc_col, np.ones(p.inc_col.size))
+        m.add_entries(r0 + np.arange(n * nb), y0 + np.arange(n * nb), -np.ones(n * nb))
+        r1 = m.add_rows(n, 1.0, 1.0)
+        m.add_entries(r1 + np.repeat(np.arange(n), nb), y0 + np.arange(n * nb), np.ones(n * nb))
+        p.n_trans = _transition_terms(graph, m, backends, p.holding, y0, transition, p.unit)
+        return p
+
+    def holding(self, v: int) -> np.ndarray:
+        cols: np.ndarray = self._h_cols[self._h_ptr[v]:self._h_ptr[v + 1]]
+        return cols
+
+    def start_vector(self, start: StartPlan | None) -> np.ndarray:
+        """``start`` as values of the x, all 0 where it is none or no exact cover by the priced candidates."""
+        start_x = np.zeros(self.ncand)
+        if start is None:
+            return start_x
+        where = {c: k for k, c in enumerate(self.cols)}
+        if isinstance(start, Plan):
+            keys = [(tuple(sorted(p.nodes)), p.backend) for p in start.partitions]
+        else:
+            keys = [(tuple(sorted(nodes)), b) for nodes, b in start]
+        if all(k in where for k in keys):
+            start_x[[where[k] for k in keys]] = 1.0
+        if not np.array_equal(np.bincount(self.inc_node, weights=start_x[self.inc_col], minlength=len(self.graph)),
+                              np.ones(len(self.graph))):
+            log.debug("%s: the start plan is not an exact cover by the priced candidates; solving without it",
+                      self.graph.name)
+            start_x[:] = 0.0
+        return start_x
+
+    def order_rows(self) -> None:
+        _order_rows(self.m, len(self.graph), self.succ, self.cols, self.holding)
+
+    def cycle_cut(self, parts: list[Part]) -> None:
+        _cycle_cut(self.graph, self.m, parts, self.holding)
+
+
+class _Solver:
+    """HiGHS on a :class:`_Program`: the column generation where it is large, then the MIP, solved again while
+    columns priced out could still win or the chosen partitions close a cycle (module docstring)."""
+
+    def __init__(self, program: _Program, options: IlpOptions, deadline: float, stats: IlpStats) -> None:
+        self.program, self.options, self.deadline, self.stats = program, options, deadline, stats
+        _require_highspy()
+        self.full_order = options.order == "full"
+        self.kept = 0  # columns in the last MIP
+
+    def solve(self, start_x: np.ndarray) -> list[Part]:
+        """The chosen parts in the canonical executable order."""
+        p, stats = self.program, self.stats
+        # column generation over the x: start from the single nodes (+ the start plan), add what prices out
+        keep = np.zeros(p.ncand, bool)
+        keep[p.sizes == 1] = True
+        keep |= start_x > 0
+        t1 = time.perf_counter()
+        lower: float | None
+        if p.ncand <= DIRECT_MAX:
+            keep[:] = True  # every column at once: fastest while the matrix is small (BERT-base: 4.5 s against 9)
+            lower = None
+        else:
+            lower = _price_columns(p.m, keep, self.options.threads, self.deadline, stats)
+        stats.lp_s = time.perf_counter() - t1
+        parts = self.until_executable(keep, lower, start_x)
+        stats.solve_s = time.perf_counter() - t1
+        if not keep.all() and lower is None:  # the pricing ran out of time: optimal over the columns it reached only
+            stats.optimal = False
+            stats.status = f"{stats.status}; column generation stopped at the time limit"
+        self.kept = int(keep.sum())
+        return parts
+
+    def until_executable(self, keep: np.ndarray, lower: float | None, start_x: np.ndarray) -> list[Part]:
+        """The MIP over the kept columns, solved again with the columns that could still win (``lower``: the LP
+        bound of the column generation) and with a cut for each cycle its plan closes."""
+        p, stats, options = self.program, self.stats, self.options
+        original_start = start_x.copy()
+        while True:
+            incumbent = start_x if start_x.any() else None
+            x, value = _solve_mip(p.m, keep, 0.5 * p.tie, options.threads, self.deadline, incumbent, stats)
+            stats.lower, stats.upper = lower or 0.0, value
+            if lower is not None and value is not None:  # columns whose reduced cost could still beat the plan
+                more = ~keep & (p.m.reduced <= (value - lower) + 1e-7 * max(1.0, abs(value)))
+                if more.any() and stats.status == "Optimal":
+                    if canonical_order(p.graph, [p.cols[k] for k in np.flatnonzero(x > 0.5)]) is not None:
+                        start_x = np.where(x > 0.5, 1.0, 0.0)  # the incumbent, should the next solve be cut short
+                    keep |= more
+                    stats.priced += int(more.sum())
+                    continue
+            parts = [p.cols[k] for k in np.flatnonzero(x > 0.5)]
+            order_k = canonical_order(p.graph, parts)
+            if order_k is not None:
+                if value is None:
+                    stats.kept = "start" if np.array_equal(x, original_start) else "earlier"
+                return [parts[k] for k in order_k]
+            if self.full_order:  # cannot happen with the ordering rows; a guard against tolerances
+                raise CollageError(f"{p.graph.name}: the ILP's plan has no executable order ({stats.status})")
+            # lazy: cut off the cycle between the chosen partitions, or after enough rounds state the order fully
+            stats.cuts += 1
+            if stats.cuts > options.max_cuts or time.monotonic() >= self.deadline:
+                p.order_rows()
+                self.full_order = True
+            else:
+                p.cycle_cut(parts)
 
 
 class _Matrix:
@@ -334,18 +411,30 @@ class _Matrix:
         self.row_lo: list[float | None] = []
         self.row_hi: list[float | None] = []
         self.reduced = np.zeros(ncand)  # reduced costs of the x at the last priced LP
-        self._csc = None
+        self._csc: Any = None  # scipy.sparse.csc_matrix (scipy ships no type information)
 
-    def _flat(self, name: str) -> np.ndarray:
-        parts = getattr(self, name)
+    @staticmethod
+    def _flat(parts: list[np.ndarray]) -> np.ndarray:
+        """The blocks of ``parts`` as one array (kept as one, so that writes to it stay)."""
         if len(parts) > 1:
             parts[:] = [np.concatenate(parts)]
         return parts[0]
 
-    cost = property(lambda self: self._flat("_cost"))
-    lo = property(lambda self: self._flat("_lo"))
-    hi = property(lambda self: self._flat("_hi"))
-    integer = property(lambda self: self._flat("_int"))
+    @property
+    def cost(self) -> np.ndarray:
+        return self._flat(self._cost)
+
+    @property
+    def lo(self) -> np.ndarray:
+        return self._flat(self._lo)
+
+    @property
+    def hi(self) -> np.ndarray:
+        return self._flat(self._hi)
+
+    @property
+    def integer(self) -> np.ndarray:
+        return self._flat(self._int)
 
     @property
     def ncols(self) -> int:
@@ -387,7 +476,8 @@ class _Matrix:
         self.row_lo.append(lo)
         self.row_hi.append(hi)
 
-    def csc(self):
+    def csc(self) -> Any:
+        """The matrix as a scipy.sparse.csc_matrix (untyped: scipy ships no type information)."""
         from scipy import sparse
 
         if self._csc is None:
@@ -396,13 +486,15 @@ class _Matrix:
             self._csc.sum_duplicates()
         return self._csc
 
-    def highs(self, highspy: Any, keep: np.ndarray, integral: bool, deadline: float, abs_gap: float,
-              threads: int) -> tuple[Any, np.ndarray]:
+    def highs(self, keep: np.ndarray, integral: bool, deadline: float, abs_gap: float,
+              threads: int) -> tuple[Highs, np.ndarray]:
         """HiGHS loaded with the x in ``keep`` and every other column; returns it and the kept columns' ids.
         It stops at ``deadline`` (``time.monotonic()``), see :func:`_stop_at`."""
         cols = np.concatenate([np.flatnonzero(keep), np.arange(self.ncand, self.ncols)])
         a = self.csc()[:, cols]
-        h = _new_highs(highspy)
+        import highspy
+
+        h = _new_highs()
         h.setOptionValue("output_flag", False)
         _stop_at(h, deadline)
         h.setOptionValue("mip_rel_gap", 0.0)
@@ -423,13 +515,13 @@ class _Matrix:
         return h, cols
 
 
-def _stop_at(h: Any, deadline: float) -> None:
+def _stop_at(h: Highs, deadline: float) -> None:
     """Make ``h`` stop at ``deadline``: its ``time_limit`` option, and an interrupt from HiGHS's simplex,
     interior-point and MIP callbacks once the deadline has passed. The option alone did not hold:
     Inception-v2's MIP over 268,038 columns ran 529 s against a 60 s limit (results/search/search-time.md)."""
     h.setOptionValue("time_limit", max(0.5, deadline - time.monotonic()))
 
-    def check(e: Any) -> None:
+    def check(e: HighsCallbackEvent) -> None:
         if time.monotonic() >= deadline:
             e.interrupt()
 
@@ -445,13 +537,15 @@ DIRECT_MAX = 50_000
 PRICE_BATCH = 4000
 
 
-def _price_columns(m: _Matrix, keep: np.ndarray, highspy: Any, threads: int, deadline: float,
+def _price_columns(m: _Matrix, keep: np.ndarray, threads: int, deadline: float,
                    stats: IlpStats) -> float | None:
     """Column generation on the LP relaxation: add the x with negative reduced cost to ``keep`` (and to the
     same HiGHS instance, which warm-starts from its last basis) until none is left; returns the LP optimum
     over all columns (a lower bound) and leaves every x's reduced cost in ``m.reduced``, or None when out
     of time (then ``keep`` stays as far as it got: the MIP over it gives a plan, not a proven one)."""
-    h, _ = m.highs(highspy, keep, False, deadline, 0.0, threads)
+    import highspy
+
+    h, _ = m.highs(keep, False, deadline, 0.0, threads)
     a = m.csc()[:, :m.ncand]
     at = a.T.tocsr()
     cost = m.cost[:m.ncand]
@@ -476,11 +570,13 @@ def _price_columns(m: _Matrix, keep: np.ndarray, highspy: Any, threads: int, dea
     return None
 
 
-def _solve_mip(m: _Matrix, keep: np.ndarray, highspy: Any, abs_gap: float, threads: int, deadline: float,
-               start: np.ndarray | None, stats: IlpStats) -> tuple[np.ndarray, float]:
-    """Solve the 0-1 program over the kept x; returns every x's value and the objective (NaN where the
+def _solve_mip(m: _Matrix, keep: np.ndarray, abs_gap: float, threads: int, deadline: float,
+               start: np.ndarray | None, stats: IlpStats) -> tuple[np.ndarray, float | None]:
+    """Solve the 0-1 program over the kept x; returns every x's value and the objective (None where the
     deadline came before HiGHS had a plan and ``start`` is returned as it was)."""
-    h, cols = m.highs(highspy, keep, True, deadline, abs_gap, threads)
+    import highspy
+
+    h, cols = m.highs(keep, True, deadline, abs_gap, threads)
     nk = int(keep.sum())
     if start is not None and start[~keep].sum() == 0:
         h.setSolution(nk, np.arange(nk, dtype=np.int32), start[keep])
@@ -497,7 +593,7 @@ def _solve_mip(m: _Matrix, keep: np.ndarray, highspy: Any, abs_gap: float, threa
             raise CollageError("the candidates admit no executable exact cover (the ILP is infeasible); "
                                "add single-node candidates")
         keep[:] = True  # infeasible over the priced columns only: try them all
-        return _solve_mip(m, keep, highspy, abs_gap, threads, deadline, start, stats)
+        return _solve_mip(m, keep, abs_gap, threads, deadline, start, stats)
     stopped = model_status in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kInterrupt)
     if stopped and time.monotonic() >= deadline:
         stats.status = "Time limit reached"  # our callbacks interrupt it at the deadline (see _stop_at)
@@ -507,13 +603,13 @@ def _solve_mip(m: _Matrix, keep: np.ndarray, highspy: Any, abs_gap: float, threa
         # stopped before it took up the incumbent (it first completes the hand-over columns the incumbent
         # leaves out: seconds on Inception-v2's 268,038 columns): the incumbent is a valid answer
         stats.status = f"{stats.status} before HiGHS had a plan of its own; its incumbent kept"
-        return start.copy(), float("nan")
+        return start.copy(), None
     x = np.zeros(m.ncand)
     x[np.flatnonzero(keep)] = np.asarray(h.getSolution().col_value)[:nk]
     return x, float(info.objective_function_value)
 
 
-def _transition_terms(graph: Graph, m: _Matrix, backends: list[str], holding, y0: int,
+def _transition_terms(graph: Graph, m: _Matrix, backends: list[str], holding: Holding, y0: int,
                       transition: Transition | None, unit: float) -> int:
     """The hand-over columns and rows (module docstring); returns how many hand-over columns."""
     nb = len(backends)
@@ -543,9 +639,11 @@ def _transition_terms(graph: Graph, m: _Matrix, backends: list[str], holding, y0
                 earlier = np.intersect1d(holding(u), seen, assume_unique=True) if j else ()
                 seen = np.union1d(seen, holding(u))
                 for b in range(nb):
-                    if y(u, b) is None:
+                    yub = y(u, b)
+                    if yub is None:
                         continue
-                    prices = {s: price(s, b, nbytes) for s in range(nb) if s != b and y(p, s) is not None}
+                    sources = {s: yps for s in range(nb) if s != b and (yps := y(p, s)) is not None}
+                    prices = {s: price(s, b, nbytes) for s in sources}
                     if not any(prices.values()):
                         continue
                     zs = {}
@@ -555,20 +653,21 @@ def _transition_terms(graph: Graph, m: _Matrix, backends: list[str], holding, y0
                         z = zs[s] = m.add_cols(1, q * unit, 0.0, 1.0)
                         count += 1
                         if len(prices) > 1:  # z >= y_{u,b} + y_{p,s} - 1 - e
-                            row = {z: 1.0, y(u, b): -1.0, y(p, s): -1.0}
+                            row = {z: 1.0, yub: -1.0, sources[s]: -1.0}
                             row.update((int(k), 1.0) for k in earlier)
                             m.row(row, -1.0, inf)
                     if len(zs) == len(prices):  # sum_s z_s >= y_{u,b} - y_{p,b} - e
                         row = {z: 1.0 for z in zs.values()}
-                        row[y(u, b)] = -1.0
-                        if y(p, b) is not None:
-                            row[y(p, b)] = 1.0
+                        row[yub] = -1.0
+                        ypb = y(p, b)
+                        if ypb is not None:
+                            row[ypb] = 1.0
                         row.update((int(k), 1.0) for k in earlier)
                         m.row(row, 0.0, inf)
     return count
 
 
-def _order_rows(m: _Matrix, n: int, succ: list[set[int]], cols: list[tuple[tuple[int, ...], str]], holding) -> None:
+def _order_rows(m: _Matrix, n: int, succ: list[set[int]], cols: list[Part], holding: Holding) -> None:
     """The ordering formulation of an executable cover (module docstring): positions, two rows per edge."""
     big = float(max(n - 1, 1))
     p0 = m.add_cols(n, 0.0, 0.0, big)
@@ -591,7 +690,7 @@ def _order_rows(m: _Matrix, n: int, succ: list[set[int]], cols: list[tuple[tuple
             m.row({p0 + r0: 1.0, p0 + r1: -1.0, k: big}, None, 2 * big)
 
 
-def _cycle_cut(graph: Graph, m: _Matrix, parts: list[tuple[tuple[int, ...], str]], holding) -> None:
+def _cycle_cut(graph: Graph, m: _Matrix, parts: list[Part], holding: Holding) -> None:
     """A row that cuts off a cycle between the chosen partitions, and every other cover that closes it.
 
     For a cycle P_1 -> ... -> P_k -> P_1 through graph edges u_i -> v_i (u_i in P_i, v_i in P_{i+1}):

@@ -31,22 +31,42 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal, NamedTuple, TypeAlias
 
 from collage.errors import CollageError
 from collage.plan import Note, NoteKind, Partition, Plan
-from collage.search.candidates import Candidate
-from collage.search.cover import Transition, cover_cost, usable_costs
+from collage.search.cost import Cost, CostTable
+from collage.search.cover import Part, Transition, UsableCosts, cover_cost, usable_costs
 
 if TYPE_CHECKING:
+    import optuna
+
     from collage.graph.ir import Graph
 
 log = logging.getLogger(__name__)
 
-Parts = list[tuple[tuple[int, ...], str]]
+Parts: TypeAlias = list[Part]
+#: ``can_run(nodes, backend)``: whether the backend runs the node set (a CollageError counts as no).
+CanRun: TypeAlias = Callable[[tuple[int, ...], str], bool]
 MAX_MOVES = 3
+
+
+class Move(NamedTuple):
+    """One move of the neighbourhood (module docstring), named by node ids: ``kind`` and ``node`` (merge and
+    switch: a node of the partition; move and split: the node that moves), ``other`` (merge: a node of the
+    other partition; move: a node of the partition it goes to) and ``backend`` (merge and switch)."""
+
+    kind: Literal["merge", "switch", "split", "move"]
+    node: int
+    other: int = -1
+    backend: str = ""
+
+    def __str__(self) -> str:  # as the study's "skipped" notes have said it
+        fields: dict[str, tuple[object, ...]] = {"merge": (self.other, self.backend), "switch": (self.backend,),
+                                                 "split": (), "move": (self.other,)}
+        return str((self.kind, self.node, *fields[self.kind]))
 
 
 @dataclass
@@ -81,8 +101,7 @@ def _summary(parts: Parts) -> str:
 class _Neighbourhood:
     """The start plan's moves and how to apply them."""
 
-    def __init__(self, graph: Graph, start: Parts, table: Mapping[tuple[int, ...], Mapping[str, float]],
-                 can_run: Callable[[tuple[int, ...], str], bool] | None) -> None:
+    def __init__(self, graph: Graph, start: Parts, table: UsableCosts, can_run: CanRun | None) -> None:
         self.graph = graph
         self.table = table
         self.can_run = can_run
@@ -104,16 +123,16 @@ class _Neighbourhood:
         return self._runnable[key]
 
     def _neighbours(self, owner: dict[int, int], nodes: tuple[int, ...]) -> set[int]:
-        out = set()
+        out: set[int] = set()
         for i in nodes:
             for j in list(self.graph.dag.successors(i)) + list(self.graph.dag.predecessors(i)):
                 if owner[j] != owner[i]:
                     out.add(owner[j])
         return out
 
-    def _moves(self, parts: Parts) -> list[tuple]:
+    def _moves(self, parts: Parts) -> list[Move]:
         owner = {i: k for k, (nodes, _) in enumerate(parts) for i in nodes}
-        moves: list[tuple] = []
+        moves: list[Move] = []
         for k, (nodes, b) in enumerate(parts):
             for other in sorted(self._neighbours(owner, nodes)):
                 if other > k:
@@ -121,38 +140,39 @@ class _Neighbourhood:
                     if self.graph.is_convex(merged):
                         for mb in self.backends:
                             if self.runnable(merged, mb):
-                                moves.append(("merge", nodes[0], parts[other][0][0], mb))
+                                moves.append(Move("merge", nodes[0], parts[other][0][0], mb))
             for mb in self.backends:
                 if mb != b and self.runnable(nodes, mb):
-                    moves.append(("switch", nodes[0], mb))
+                    moves.append(Move("switch", nodes[0], backend=mb))
             if len(nodes) > 1:
                 for u in nodes:
-                    moves.append(("split", u))
+                    moves.append(Move("split", u))
                     for other in sorted(self._neighbours(owner, (u,))):
-                        moves.append(("move", u, parts[other][0][0]))
+                        moves.append(Move("move", u, parts[other][0][0]))
         return moves
 
-    def apply(self, parts: Parts, move: tuple) -> Parts | None:
+    def apply(self, parts: Parts, move: Move) -> Parts | None:
+        """``parts`` after ``move``, or None where it does not apply (module docstring)."""
         owner = {i: k for k, (nodes, _) in enumerate(parts) for i in nodes}
-        kind = move[0]
+        kind = move.kind
         new = list(parts)
         if kind == "switch":
-            k = owner[move[1]]
+            k = owner[move.node]
             nodes, b = parts[k]
-            if b == move[2] or not self.runnable(nodes, move[2]):
+            if b == move.backend or not self.runnable(nodes, move.backend):
                 return None
-            new[k] = (nodes, move[2])
+            new[k] = (nodes, move.backend)
         elif kind == "merge":
-            k1, k2 = owner[move[1]], owner[move[2]]
+            k1, k2 = owner[move.node], owner[move.other]
             if k1 == k2:
                 return None
             merged = tuple(sorted(parts[k1][0] + parts[k2][0]))
-            if not self.graph.is_convex(merged) or not self.runnable(merged, move[3]):
+            if not self.graph.is_convex(merged) or not self.runnable(merged, move.backend):
                 return None
-            new[k1] = (merged, move[3])
+            new[k1] = (merged, move.backend)
             del new[k2]
         elif kind == "split":
-            u = move[1]
+            u = move.node
             k = owner[u]
             nodes, b = parts[k]
             rest = tuple(i for i in nodes if i != u)
@@ -162,7 +182,7 @@ class _Neighbourhood:
             new[k] = (rest, b)
             new.append(((u,), b))
         else:  # move
-            u, k2 = move[1], owner[move[2]]
+            u, k2 = move.node, owner[move.other]
             k1 = owner[u]
             if k1 == k2 or len(parts[k1][0]) == 1:
                 return None
@@ -198,8 +218,15 @@ def executable_order(graph: Graph, parts: Parts) -> Parts | None:
     return order
 
 
-def _plan(graph: Graph, parts: Parts, table: Mapping[tuple[int, ...], Mapping[str, float]],
-          transition: Transition | None) -> Plan:
+def _predicted(graph: Graph, parts: Parts, table: UsableCosts, transition: Transition | None) -> Cost:
+    """What the search's prices say ``parts`` cost; unknown where a part has no usable cost."""
+    if not all(b in table.get(nodes, {}) for nodes, b in parts):
+        return Cost.unknown("a partition has no usable cost")
+    compute, moved = cover_cost(graph, parts, table, transition)
+    return Cost.of(compute + moved)
+
+
+def _plan(graph: Graph, parts: Parts, table: UsableCosts, transition: Transition | None) -> Plan:
     partitions = []
     for nodes, b in parts:
         opts = table.get(nodes, {})
@@ -207,17 +234,14 @@ def _plan(graph: Graph, parts: Parts, table: Mapping[tuple[int, ...], Mapping[st
         entering, leaving = graph.boundary(nodes)
         partitions.append(Partition(nodes, b, opts.get(b), (others[0][1], others[0][0]) if others else None,
                                     tuple(entering), tuple(leaving), graph.fingerprint(nodes)))
-    predicted = None
-    if all(b in table.get(nodes, {}) for nodes, b in parts):
-        compute, moved = cover_cost(graph, parts, table, transition)
-        predicted = compute + moved
-    return Plan(partitions, predicted_ms=predicted)
+    predicted = _predicted(graph, parts, table, transition)
+    return Plan(partitions, predicted_ms=predicted.ms if predicted.is_value else None)
 
 
-def _ranked_single_moves(graph: Graph, hood: _Neighbourhood, start: Parts,
-                        table: Mapping[tuple[int, ...], Mapping[str, float]], transition: Transition | None) -> list[int]:
+def _ranked_single_moves(graph: Graph, hood: _Neighbourhood, start: Parts, table: UsableCosts,
+                         transition: Transition | None) -> list[int]:
     """Indices of the moves that apply alone to the start plan, by predicted cost (unknown costs last)."""
-    ranked = []
+    ranked: list[tuple[tuple[int, float], int]] = []
     seen: set[str] = set()
     for idx, move in enumerate(hood.moves):
         parts = hood.apply(start, move)
@@ -227,19 +251,27 @@ def _ranked_single_moves(graph: Graph, hood: _Neighbourhood, start: Parts,
         if key in seen:
             continue
         seen.add(key)
-        if all(b in table.get(nodes, {}) for nodes, b in parts):
-            compute, moved = cover_cost(graph, parts, table, transition)
-            ranked.append((compute + moved, idx))
-        else:
-            ranked.append((math.inf, idx))
+        ranked.append((_predicted(graph, parts, table, transition).rank(), idx))
     ranked.sort()
     return [idx for _, idx in ranked]
 
 
-def refine(graph: Graph, plan: Plan, costs: Mapping[Candidate, Any], evaluate: Callable[[Plan], float], *,
-           storage: str | None = None, study_name: str | None = None, n_trials: int = 20,
-           timeout_s: float | None = None, seed: int = 0, transition: Transition | None = None,
-           can_run: Callable[[tuple[int, ...], str], bool] | None = None) -> RefineResult:
+@dataclass(frozen=True)
+class RefineOptions:
+    """The refinement's Optuna study: where it lives (``storage``, a database URL; None: in memory), its name
+    (``study_name``; None: derived from the graph and the start plan), its total ``n_trials``, a wall-clock
+    ``timeout_s`` for this call, and the sampler's ``seed``."""
+
+    storage: str | None = None
+    study_name: str | None = None
+    n_trials: int = 20
+    timeout_s: float | None = None
+    seed: int = 0
+
+
+def refine(graph: Graph, plan: Plan, costs: CostTable, evaluate: Callable[[Plan], float], *,
+           options: RefineOptions | None = None, transition: Transition | None = None,
+           can_run: CanRun | None = None) -> RefineResult:
     """Measure ``plan`` and plans near it with ``evaluate``; return the fastest measured (module docstring).
 
     ``evaluate(plan) -> ms`` stitches and measures a plan end to end (supplied by the caller); a
@@ -250,6 +282,7 @@ def refine(graph: Graph, plan: Plan, costs: Mapping[Candidate, Any], evaluate: C
         import optuna
     except ImportError as e:  # pragma: no cover - optuna is a declared dependency
         raise CollageError("refinement needs optuna: pip install 'collage[tune]'") from e
+    options = options if options is not None else RefineOptions()
     table = usable_costs(graph, costs)
     start: Parts = [(tuple(p.nodes), p.backend) for p in plan.partitions]
     ordered = executable_order(graph, start)
@@ -261,55 +294,104 @@ def refine(graph: Graph, plan: Plan, costs: Mapping[Candidate, Any], evaluate: C
         raise CollageError(f"{graph.name}: the plan to refine has no executable order")
     hood = _Neighbourhood(graph, start, table, can_run)
     start_key = _key(start)
-    name = study_name or "refine-" + hashlib.sha256(
-        (graph.fingerprint(range(len(graph))) + "|" + start_key).encode()).hexdigest()[:16]
-    sampler = optuna.samplers.TPESampler(seed=seed)
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        study = optuna.create_study(storage=storage, study_name=name, direction="minimize", sampler=sampler,
-                                    load_if_exists=True)
-    except Exception as e:  # bad URL, unwritable file, ...
+        study = _open_study(graph, start_key, options)
+        finished = _finished(study)
+        _enqueue_start(study, finished, lambda: _ranked_single_moves(graph, hood, ordered, table, transition)
+                       [:max(0, options.n_trials // 2)])
+        objective = _Objective(graph, hood, ordered, table, transition, evaluate, finished)
+        remaining = max(0, options.n_trials - len(finished))
+        if remaining:
+            study.optimize(objective, n_trials=remaining, timeout=options.timeout_s, catch=())
+    finally:
         optuna.logging.set_verbosity(verbosity)
-        raise CollageError(f"cannot open the refinement study {name!r} at {storage!r}: {e}") from e
-    # finished = measured or skipped; a trial cut short (FAIL: interrupted) is not finished and is re-run
-    done_states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    return _result(graph, plan, study, start_key, objective, len(finished))
+
+
+def _open_study(graph: Graph, start_key: str, options: RefineOptions) -> optuna.Study:
+    """The named study (created, or loaded to resume); one that refined another start plan (the costs changed
+    since) is left alone and a study of a suffixed name used instead."""
+    import optuna
+
+    name = options.study_name or "refine-" + hashlib.sha256(
+        (graph.fingerprint(range(len(graph))) + "|" + start_key).encode()).hexdigest()[:16]
+    sampler = optuna.samplers.TPESampler(seed=options.seed)
+    study = _create_study(name, options.storage, sampler)
     if study.user_attrs.get("start_key") not in (None, start_key):
         # the named study refined another start plan (costs changed since): its moves mean nothing here
         name = f"{name}-{hashlib.sha256(start_key.encode()).hexdigest()[:8]}"
         log.info("study %s refines another plan; using study %s", study.study_name, name)
-        try:
-            study = optuna.create_study(storage=storage, study_name=name, direction="minimize", sampler=sampler,
-                                        load_if_exists=True)
-        except Exception as e:
-            optuna.logging.set_verbosity(verbosity)
-            raise CollageError(f"cannot open the refinement study {name!r} at {storage!r}: {e}") from e
-    finished = [t for t in study.get_trials(deepcopy=False) if t.state in done_states]
+        study = _create_study(name, options.storage, sampler)
     study.set_user_attr("start_key", start_key)
-    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
-    n_moves_max = min(MAX_MOVES, len(hood.moves))
-    if not any(t.params.get("n_moves") == 0 for t in finished + waiting):
-        study.enqueue_trial({"n_moves": 0})  # trial 0: the start plan itself
-        if not finished:
-            # then the single moves the costs rank best (the DP's runners-up), half the budget at most
-            for idx in _ranked_single_moves(graph, hood, ordered, table, transition)[:max(0, n_trials // 2)]:
-                study.enqueue_trial({"n_moves": 1, "move0": idx})
-    evaluated = [0]
-    measured: dict[str, float] = {}
-    for t in finished:
-        if t.state == optuna.trial.TrialState.COMPLETE and "key" in t.user_attrs:
-            measured.setdefault(t.user_attrs["key"], t.value)
+    return study
 
-    def objective(trial: optuna.Trial) -> float:
-        k = trial.suggest_int("n_moves", 0, n_moves_max)
-        parts: Parts | None = list(ordered)
-        for m in range(k):
+
+def _create_study(name: str, storage: str | None, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+    import optuna
+
+    try:
+        return optuna.create_study(storage=storage, study_name=name, direction="minimize", sampler=sampler,
+                                   load_if_exists=True)
+    except Exception as e:  # bad URL, unwritable file, ...
+        raise CollageError(f"cannot open the refinement study {name!r} at {storage!r}: {e}") from e
+
+
+def _finished(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """The study's finished trials: measured or skipped (a trial cut short, FAIL: interrupted, is run again)."""
+    import optuna
+
+    done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    return [t for t in study.get_trials(deepcopy=False) if t.state in done]
+
+
+def _enqueue_start(study: optuna.Study, finished: list[optuna.trial.FrozenTrial],
+                   ranked: Callable[[], list[int]]) -> None:
+    """Trial 0, the start plan itself, unless the study has it; in a fresh study then the single moves
+    ``ranked()`` (the costs' best first: the DP's runners-up)."""
+    import optuna
+
+    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    if any(t.params.get("n_moves") == 0 for t in finished + waiting):
+        return
+    study.enqueue_trial({"n_moves": 0})
+    if not finished:
+        for idx in ranked():
+            study.enqueue_trial({"n_moves": 1, "move0": idx})
+
+
+class _Objective:
+    """One trial: up to ``MAX_MOVES`` moves applied to the start plan, the result put in an executable order and
+    measured with ``evaluate`` (a plan measured before in the study is not measured again)."""
+
+    def __init__(self, graph: Graph, hood: _Neighbourhood, ordered: Parts, table: UsableCosts,
+                 transition: Transition | None, evaluate: Callable[[Plan], float],
+                 finished: list[optuna.trial.FrozenTrial]) -> None:
+        import optuna
+
+        self.graph, self.hood, self.ordered, self.table = graph, hood, ordered, table
+        self.transition, self.evaluate = transition, evaluate
+        self.n_moves_max = min(MAX_MOVES, len(hood.moves))
+        self.evaluated = 0
+        self.measured: dict[str, float] = {}
+        for t in finished:
+            if t.state == optuna.trial.TrialState.COMPLETE and "key" in t.user_attrs and t.value is not None:
+                self.measured.setdefault(t.user_attrs["key"], t.value)
+
+    def __call__(self, trial: optuna.Trial) -> float:
+        import optuna
+
+        hood = self.hood
+        parts: Parts | None = list(self.ordered)
+        for m in range(trial.suggest_int("n_moves", 0, self.n_moves_max)):
             idx = trial.suggest_int(f"move{m}", 0, len(hood.moves) - 1)
             parts = hood.apply(parts, hood.moves[idx]) if parts is not None else None
             if parts is None:
                 trial.set_user_attr("skipped", f"move {hood.moves[idx]} does not apply")
                 raise optuna.TrialPruned()
-        parts = executable_order(graph, parts)
+        assert parts is not None  # every move applied
+        parts = executable_order(self.graph, parts)
         if parts is None:
             trial.set_user_attr("skipped", "no executable order")
             raise optuna.TrialPruned()
@@ -317,43 +399,46 @@ def refine(graph: Graph, plan: Plan, costs: Mapping[Candidate, Any], evaluate: C
         trial.set_user_attr("key", key)
         trial.set_user_attr("parts", [[list(nodes), b] for nodes, b in parts])
         trial.set_user_attr("summary", _summary(parts))
-        if key in measured:
+        if key in self.measured:
             trial.set_user_attr("reused", True)
-            return measured[key]
-        candidate = _plan(graph, parts, table, transition)
+            return self.measured[key]
+        return self.measure(trial, key, _plan(self.graph, parts, self.table, self.transition))
+
+    def measure(self, trial: optuna.Trial, key: str, candidate: Plan) -> float:
+        import optuna
+
         try:
-            ms = float(evaluate(candidate))
+            ms = float(self.evaluate(candidate))
         except CollageError as e:
             trial.set_user_attr("error", str(e))
             log.warning("refine trial %d failed: %s", trial.number, e)
             raise optuna.TrialPruned() from e
-        evaluated[0] += 1
+        self.evaluated += 1
         if not math.isfinite(ms):
             trial.set_user_attr("error", f"evaluate returned {ms}")
             raise optuna.TrialPruned()
-        measured[key] = ms
+        self.measured[key] = ms
         return ms
 
-    before = len(finished)
-    remaining = max(0, n_trials - before)
-    try:
-        if remaining:
-            study.optimize(objective, n_trials=remaining, timeout=timeout_s, catch=())
-    finally:
-        optuna.logging.set_verbosity(verbosity)
-    trials = [t for t in study.get_trials(deepcopy=False) if t.state in done_states]
-    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+
+def _result(graph: Graph, plan: Plan, study: optuna.Study, start_key: str, objective: _Objective,
+            before: int) -> RefineResult:
+    """The fastest measured plan of the study (``plan`` itself unless a trial beat it)."""
+    import optuna
+
+    trials = _finished(study)
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None]
     start_trials = [t for t in complete if t.user_attrs.get("key") == start_key]
     if not start_trials:
         raise CollageError(f"{graph.name}: the start plan could not be measured (see the log); nothing to refine")
-    start_ms = float(start_trials[0].value)
-    best = min(complete, key=lambda t: (t.value, t.number))
-    if best.value < start_ms:
+    start_ms = _value(start_trials[0])
+    best = min(complete, key=lambda t: (_value(t), t.number))
+    if _value(best) < start_ms:
         parts = [(tuple(nodes), b) for nodes, b in best.user_attrs["parts"]]
-        result_plan = _plan(graph, parts, table, transition)
-        result_plan.notes.append(Note(NoteKind.REFINEMENT, f"refined: measured {best.value:.3f} ms against "
+        result_plan = _plan(graph, parts, objective.table, objective.transition)
+        result_plan.notes.append(Note(NoteKind.REFINEMENT, f"refined: measured {_value(best):.3f} ms against "
                                       f"{start_ms:.3f} ms for the DP plan (trial {best.number} of {len(trials)})"))
-        best_ms = float(best.value)
+        best_ms = _value(best)
     else:
         result_plan = plan  # the very object passed in: nothing measured beat it
         log.info("refinement kept the start plan: measured %.3f ms, no better plan in %d trials", start_ms,
@@ -362,5 +447,11 @@ def refine(graph: Graph, plan: Plan, costs: Mapping[Candidate, Any], evaluate: C
     history = [(t.number, t.value if t.state == optuna.trial.TrialState.COMPLETE else None,
                 t.user_attrs.get("summary") or t.user_attrs.get("skipped") or t.user_attrs.get("error", ""))
                for t in trials]
-    return RefineResult(result_plan, best_ms, start_ms, len(trials), len(trials) - before, evaluated[0], name,
-                        history)
+    return RefineResult(result_plan, best_ms, start_ms, len(trials), len(trials) - before, objective.evaluated,
+                        study.study_name, history)
+
+
+def _value(trial: optuna.trial.FrozenTrial) -> float:
+    """A complete trial's measured ms."""
+    assert trial.value is not None  # complete trials of a single-objective study have one
+    return float(trial.value)

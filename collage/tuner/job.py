@@ -616,7 +616,7 @@ class TuneJob:
         from collage.measure.executor import get_executor
         from collage.measure.schedule import measure_candidates
         from collage.measure.transitions import transition_model
-        from collage.search.exact import search_exact
+        from collage.search import solve
         from collage.tuner.guided import GuidedMeasuring
 
         t0 = time.monotonic()
@@ -641,7 +641,7 @@ class TuneJob:
         self.say("guided measuring: %d candidates, %.0f s left of the budget", len(cands), deadline - time.monotonic())
         try:
             self.guided = GuidedMeasuring(self.graph, cands, self.backends, self.db, measure=measure,
-                                          search=lambda costs: search_exact(self.graph, costs, transition),
+                                          search=lambda costs: solve(self.graph, costs, transition),
                                           deadline=deadline, say=self.say, seed=self.options.seed)
             return self.guided.run()
         finally:
@@ -914,14 +914,14 @@ class TuneJob:
                 self.coverage["refinement"] = refinement(trials, 0, plan.notes[-1])
                 return verified
             trials = fit
-        from collage.search.refine import refine
+        from collage.search.refine import RefineOptions, refine
         from collage.tuner.search_step import fill_boundaries
 
         n = len(self.graph)
         # the study lives in the cost DB (SQLite or PostgreSQL), so an interrupted refinement resumes
         storage = self.db.study_storage()
-        res = refine(self.graph, plan, charged, self.evaluate, storage=storage,
-                     study_name=f"refine-{self.graph.fingerprint(range(n))}-{'-'.join(self.names)}", n_trials=trials)
+        res = refine(self.graph, plan, charged, self.evaluate, options=RefineOptions(storage,
+                     study_name=f"refine-{self.graph.fingerprint(range(n))}-{'-'.join(self.names)}", n_trials=trials))
         self.coverage["refinement"] = refinement(trials, res.new_trials,
                                                  f"the study in the cost DB already holds {res.trials} finished trial(s)")
         if res.plan is plan or res.measured_ms >= verified.plan_ms:

@@ -103,7 +103,7 @@ def calibrate_partition_charges(graph: Graph, costs: Mapping[Any, float], transi
     and running the artifacts again (a warm re-tune of ResNet-50 spent 9 of its 17 s here). ``rounds``: the
     interleaved rounds (fewer where the tune's budget leaves no time for more).
     """
-    from collage.search.exact import search_exact as search
+    from collage.search import solve as search
 
     n = len(graph)
     whole_costs = {b: ms for b, ms in (whole_costs or {}).items() if ms is not None and ms > 0}

@@ -9,7 +9,7 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collage.search import Candidate, Limits, SearchStats, enumerate_candidates
+from collage.search import Candidate, DpStats, Limits, enumerate_candidates
 from collage.search.cover import usable_costs
 from collage.search.dp import CoverSearch
 from tests.helpers import all_supported, dags, make_dag
@@ -33,7 +33,7 @@ def expected_steps(cs: CoverSearch, covered: int) -> set[tuple[int, ...]]:
 
 def check_every_covered_set(g, costs, transition=None) -> int:
     cs = CoverSearch(g, usable_costs(g, costs), transition)
-    cs.run(SearchStats(), 1_000_000)
+    cs.run(DpStats(), 1_000_000)
     count = len(cs.covs)
     for cid in range(count):
         if cs.covs[cid] == cs.full:
@@ -72,7 +72,7 @@ def test_deadline_stops_the_dp_in_any_thread():
 
     import pytest
 
-    from collage.search import search
+    from collage.search import dp_search
     from collage.search.dp import OutOfTime
 
     g = make_dag([("Relu", (-1,))] + [("Relu", (i,)) for i in range(40)])
@@ -81,7 +81,7 @@ def test_deadline_stops_the_dp_in_any_thread():
 
     def run():
         try:
-            search(g, costs, deadline=time.monotonic() - 1.0)
+            dp_search(g, costs, deadline=time.monotonic() - 1.0)
         except OutOfTime as e:
             errors.append(e)
 
@@ -89,6 +89,6 @@ def test_deadline_stops_the_dp_in_any_thread():
     t.start()
     t.join()
     assert len(errors) == 1 and "deadline" in str(errors[0])
-    assert len(search(g, costs, deadline=time.monotonic() + 60).partitions) == 1  # the whole graph
+    assert len(dp_search(g, costs, deadline=time.monotonic() + 60).partitions) == 1  # the whole graph
     with pytest.raises(OutOfTime):
-        search(g, costs, deadline=time.monotonic() - 1.0)
+        dp_search(g, costs, deadline=time.monotonic() - 1.0)

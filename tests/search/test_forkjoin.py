@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collage.errors import CollageError
-from collage.search import Candidate, Limits, enumerate_candidates, search
+from collage.search import Candidate, Limits, dp_search, enumerate_candidates
 from collage.search import forkjoin
-from collage.search.exact import ExactStats, search_exact
+from collage.search.solver import SolveStats, solve
 from tests.helpers import BACKENDS, all_supported, assert_valid, make_dag
 from tests.search.test_search import objective, random_costs, random_transition
 
@@ -56,10 +56,10 @@ def test_forkjoin_equals_dp(g, seed, nb, missing):
             costs[c] = None
     transition = random_transition(rng, backends)
     stats = forkjoin.ForkJoinStats()
-    plan = forkjoin.search(g, costs, transition, stats=stats)
+    plan = forkjoin.forkjoin_search(g, costs, transition, stats=stats)
     assert stats.applicable, stats.why_not
     try:
-        dp = search(g, costs, transition)
+        dp = dp_search(g, costs, transition)
     except CollageError:  # no cover (a failed measurement left a node without one): the DP says which
         assert plan is None
         return
@@ -81,10 +81,10 @@ def test_a_hub_reading_the_separator_through_two_chains_pays_one_hand_over():
     costs = {Candidate((0,), "ort"): 1.0, Candidate((1,), "ort"): 5.0, Candidate((2,), "ort"): 5.0,
              Candidate((3,), "ort"): 5.0, Candidate((4,), "ort"): 1.0, Candidate((1, 2, 3), "ov"): 1.0,
              Candidate((4,), "ov"): 1.0}
-    plan = forkjoin.search(g, costs, lambda a, b, n: 4.0)
+    plan = forkjoin.forkjoin_search(g, costs, lambda a, b, n: 4.0)
     assert [(p.nodes, p.backend) for p in plan.partitions] == [((0,), "ort"), ((1, 2, 3), "ov"), ((4,), "ov")]
     assert plan.predicted_ms == pytest.approx(1.0 + 4.0 + 1.0 + 1.0)
-    assert plan.predicted_ms == pytest.approx(search(g, costs, lambda a, b, n: 4.0).predicted_ms)
+    assert plan.predicted_ms == pytest.approx(dp_search(g, costs, lambda a, b, n: 4.0).predicted_ms)
 
 
 def test_other_shapes_are_left_to_the_dp():
@@ -93,10 +93,10 @@ def test_other_shapes_are_left_to_the_dp():
     g = make_dag([("Relu", (-1,)), ("Relu", (0,)), ("Relu", (1,)), ("Add", (0, 2)), ("Add", (1, 3))])
     stats = forkjoin.ForkJoinStats()
     costs = {c: 1.0 for c in enumerate_candidates(g, all_supported(g, ["ort"]), Limits())}
-    assert forkjoin.search(g, costs, stats=stats) is None
+    assert forkjoin.forkjoin_search(g, costs, stats=stats) is None
     assert not stats.applicable and "not parallel chains" in stats.why_not
-    exact = ExactStats()
-    assert_valid(g, search_exact(g, costs, stats=exact))
+    exact = SolveStats()
+    assert_valid(g, solve(g, costs, stats=exact))
     assert exact.method == "dp"
 
 
@@ -105,22 +105,22 @@ def test_a_candidate_across_two_chains_is_left_to_the_dp():
     costs = {c: 1.0 for c in enumerate_candidates(g, all_supported(g, ["ort"]), Limits())}
     costs[Candidate((1, 2), "ort")] = 0.5  # two parallel nodes as one partition: not a stretch of one chain
     stats = forkjoin.ForkJoinStats()
-    assert forkjoin.search(g, costs, stats=stats) is None
+    assert forkjoin.forkjoin_search(g, costs, stats=stats) is None
     assert "not a stretch of one chain" in stats.why_not
-    assert search_exact(g, costs).predicted_ms == pytest.approx(search(g, costs).predicted_ms)
+    assert solve(g, costs).predicted_ms == pytest.approx(dp_search(g, costs).predicted_ms)
 
 
-def test_search_exact_answers_module_by_module_where_it_can():
+def test_solve_answers_module_by_module_where_it_can():
     g = two_chains_into_one_hub()
     rng = random.Random(3)
     costs = random_costs(g, rng, BACKENDS, missing=0.0)
     tr = random_transition(rng, BACKENDS)
-    stats = ExactStats()
-    plan = search_exact(g, costs, tr, stats=stats)
+    stats = SolveStats()
+    plan = solve(g, costs, tr, stats=stats)
     assert stats.method == "forkjoin" and stats.forkjoin.modules == 4 and stats.forkjoin.chains == 3
-    assert objective(g, plan, costs, tr) == objective(g, search(g, costs, tr), costs, tr)
-    stats = ExactStats()
-    search_exact(g, costs, tr, stats=stats, decompose=False)
+    assert objective(g, plan, costs, tr) == objective(g, dp_search(g, costs, tr), costs, tr)
+    stats = SolveStats()
+    solve(g, costs, tr, strategy="dp-ilp", stats=stats)
     assert stats.method == "dp"
 
 
@@ -132,9 +132,9 @@ def test_forkjoin_equals_dp_on_zoo_models(name):
 
     g, costs = zoo_problem(name)
     stats = forkjoin.ForkJoinStats()
-    plan = forkjoin.search(g, costs, transition, stats=stats)
+    plan = forkjoin.forkjoin_search(g, costs, transition, stats=stats)
     assert stats.solved, stats.why_not
-    dp = search(g, costs, transition)
+    dp = dp_search(g, costs, transition)
     assert objective(g, plan, costs, transition) == objective(g, dp, costs, transition)
     assert len(plan.partitions) == len(dp.partitions)
 
@@ -145,7 +145,7 @@ def test_a_separator_only_in_a_hub_that_holds_the_next_one():
     g = make_dag([("Relu", (-1,)), ("Relu", (0,)), ("Relu", (1,))])
     costs = {Candidate((0,), "ort"): 1.0, Candidate((0, 1), "ort"): 1.5, Candidate((2,), "ort"): 1.0}
     stats = forkjoin.ForkJoinStats()
-    plan = forkjoin.search(g, costs, stats=stats)
+    plan = forkjoin.forkjoin_search(g, costs, stats=stats)
     assert plan is not None, stats.why_not
     assert [(p.nodes, p.backend) for p in plan.partitions] == [((0, 1), "ort"), ((2,), "ort")]
 
@@ -153,11 +153,11 @@ def test_a_separator_only_in_a_hub_that_holds_the_next_one():
 def test_costs_past_what_the_keys_hold_are_left_to_the_dp():
     g = two_chains_into_one_hub()
     costs = {c: 1.0 for c in enumerate_candidates(g, all_supported(g, ["ort", "ov"]), Limits())}
-    stats = ExactStats()
-    plan = search_exact(g, costs, lambda a, b, n: 1e9, stats=stats)  # a hand-over of 1e9 ms: never taken
-    assert plan.predicted_ms == pytest.approx(search(g, costs, lambda a, b, n: 1e9).predicted_ms)
+    stats = SolveStats()
+    plan = solve(g, costs, lambda a, b, n: 1e9, stats=stats)  # a hand-over of 1e9 ms: never taken
+    assert plan.predicted_ms == pytest.approx(dp_search(g, costs, lambda a, b, n: 1e9).predicted_ms)
     costs = {Candidate(tuple(range(5)), "ort"): 1e12}  # the one plan costs 1e12 ms: more than the keys hold
-    stats = ExactStats()
-    plan = search_exact(g, costs, stats=stats)
+    stats = SolveStats()
+    plan = solve(g, costs, stats=stats)
     assert stats.method == "dp" and "no plan found module by module" in stats.forkjoin.why_not
     assert plan.predicted_ms == pytest.approx(1e12)

@@ -1,5 +1,5 @@
 """The ILP search (collage.search.ilp) against the DP and the brute-force reference, and the DP -> ILP
-fallback (collage.search.exact)."""
+fallback (collage.search.solver)."""
 from __future__ import annotations
 
 import random
@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collage.errors import CollageError
-from collage.search import Candidate, Limits, enumerate_candidates, exhaustive_search, search
-from collage.search.exact import ExactStats, search_exact
-from collage.search.ilp import IlpStats, ilp_search
+from collage.search import Candidate, Limits, dp_search, enumerate_candidates, exhaustive_search
+from collage.search.solver import SolveLimits, SolveStats, solve
+from collage.search.ilp import IlpOptions, IlpStats, ilp_search
 from tests.helpers import BACKENDS, all_supported, assert_valid, dags, make_dag
 from tests.search.test_search import objective, random_costs, random_transition
 
@@ -32,10 +32,10 @@ def test_ilp_equals_dp_and_exhaustive(g, seed, nb, order, priced):
     saved = ilp_module.DIRECT_MAX
     ilp_module.DIRECT_MAX = 0 if priced else saved  # column generation and reduced-cost fixing, or all columns
     try:
-        ilp = ilp_search(g, costs, transition, stats=stats, order=order)
+        ilp = ilp_search(g, costs, transition, stats=stats, options=IlpOptions(order=order))
     finally:
         ilp_module.DIRECT_MAX = saved
-    dp = search(g, costs, transition)
+    dp = dp_search(g, costs, transition)
     ref = exhaustive_search(g, costs, transition)
     assert_valid(g, ilp)
     assert stats.optimal
@@ -68,10 +68,10 @@ def test_cycle_between_convex_candidates_is_excluded(order):
     costs = {Candidate((0, 2), "a"): 1.0, Candidate((1, 3), "a"): 1.0}
     costs.update({Candidate((i,), "a"): 5.0 for i in range(4)})
     stats = IlpStats()
-    plan = ilp_search(g, costs, stats=stats, order=order)
+    plan = ilp_search(g, costs, stats=stats, options=IlpOptions(order=order))
     assert_valid(g, plan)
     assert plan.predicted_ms == pytest.approx(11.0)  # one pair + two singles, never both pairs (2.0)
-    assert plan.predicted_ms == pytest.approx(search(g, costs).predicted_ms)
+    assert plan.predicted_ms == pytest.approx(dp_search(g, costs).predicted_ms)
     if order == "lazy":
         assert stats.cuts >= 1
 
@@ -81,7 +81,7 @@ def test_no_executable_cover_is_a_clear_error(order):
     g = make_dag([("Relu", (-1,)), ("Relu", (-2,)), ("Add", (0, 1)), ("Add", (1, 2))])
     costs = {Candidate((0, 2), "a"): 1.0, Candidate((1, 3), "a"): 1.0}
     with pytest.raises(CollageError, match="no executable exact cover"):
-        ilp_search(g, costs, order=order)
+        ilp_search(g, costs, options=IlpOptions(order=order))
 
 
 def test_missing_cover_names_the_node():
@@ -108,19 +108,19 @@ def fallback_case():
     rng = random.Random(5)
     costs = {c: rng.uniform(0.5, 2.0) * len(c.nodes) for c in cands}
     tr = lambda a, b, n: 0.1  # noqa: E731
-    return g, costs, tr, search(g, costs, tr)
+    return g, costs, tr, dp_search(g, costs, tr)
 
 
 def test_fallback_to_ilp_when_the_dp_valve_trips():
     g, costs, tr, exact = fallback_case()
-    stats = ExactStats()
-    plan = search_exact(g, costs, tr, stats=stats, max_states=1)
+    stats = SolveStats()
+    plan = solve(g, costs, tr, limits=SolveLimits(max_states=1), stats=stats)
     assert stats.method == "ilp" and stats.ilp.optimal
     assert_valid(g, plan)
     assert objective(g, plan, costs, tr) == objective(g, exact, costs, tr)
     assert "solved as an ILP" in plan.notes[-1] and not any("not proven optimal" in n for n in plan.notes)
-    stats = ExactStats()
-    plan = search_exact(g, costs, tr, stats=stats)  # enough states: the DP's own answer
+    stats = SolveStats()
+    plan = solve(g, costs, tr, stats=stats)  # enough states: the DP's own answer
     assert stats.method == "dp" and objective(g, plan, costs, tr) == objective(g, exact, costs, tr)
 
 
@@ -131,8 +131,9 @@ def test_fallback_past_the_dp_deadline_starts_from_its_greedy_plan_without_setti
     set_ups = []
     init = dp.CoverSearch.__init__
     monkeypatch.setattr(dp.CoverSearch, "__init__", lambda self, *a, **k: (set_ups.append(1), init(self, *a, **k))[1])
-    stats = ExactStats()
-    plan = search_exact(g, costs, tr, stats=stats, dp_time_limit=1e-9)  # out of time at its first covered set
+    stats = SolveStats()
+    # out of time at its first covered set
+    plan = solve(g, costs, tr, limits=SolveLimits(dp_time_limit=1e-9), stats=stats)
     assert stats.method == "ilp" and stats.ilp.optimal
     assert len(set_ups) == 1  # the DP's greedy plan came with its OutOfTime
     assert objective(g, plan, costs, tr) == objective(g, exact, costs, tr)
@@ -144,13 +145,13 @@ def test_an_ilp_that_runs_past_its_limit_is_stopped_and_the_greedy_plan_says_so(
     import multiprocessing
     import time
 
-    from collage.search import exact, ilp
+    from collage.search import ilp, solver
 
     g, costs, tr, best = fallback_case()
     monkeypatch.setattr(ilp, "ilp_search", lambda *a, **k: time.sleep(600))
-    monkeypatch.setattr(exact, "ILP_GRACE_S", 0.5)
+    monkeypatch.setattr(solver, "ILP_GRACE_S", 0.5)
     t0 = time.monotonic()
-    plan = search_exact(g, costs, tr, stats=ExactStats(), max_states=1, ilp_time_limit=0.5)
+    plan = solve(g, costs, tr, limits=SolveLimits(max_states=1, ilp_time_limit=0.5), stats=SolveStats())
     assert time.monotonic() - t0 < 30
     assert_valid(g, plan)
     assert objective(g, plan, costs, tr) >= objective(g, best, costs, tr)
@@ -164,7 +165,7 @@ def test_an_ilp_that_fails_in_its_process_raises_here(monkeypatch):
     g, costs, tr, _ = fallback_case()
     monkeypatch.setattr(ilp, "ilp_search", lambda *a, **k: 1 / 0)
     with pytest.raises(CollageError, match="the ILP failed: ZeroDivisionError"):
-        search_exact(g, costs, tr, max_states=1)
+        solve(g, costs, tr, limits=SolveLimits(max_states=1))
 
 
 @pytest.mark.parametrize("name", ["tiny-bert", "tiny-resnet", "tiny-mobilenetv2", "whisper-tiny-encoder",
@@ -174,7 +175,7 @@ def test_ilp_equals_dp_on_zoo_models(name):
     from benchmarks.search_time import transition, zoo_problem
 
     g, costs = zoo_problem(name)
-    dp, ilp = search(g, costs, transition), ilp_search(g, costs, transition)
+    dp, ilp = dp_search(g, costs, transition), ilp_search(g, costs, transition)
     assert objective(g, ilp, costs, transition) == objective(g, dp, costs, transition)
     assert len(ilp.partitions) == len(dp.partitions)
 
@@ -185,7 +186,7 @@ def test_a_deadline_before_highs_has_a_plan_returns_the_start_plan():
     from benchmarks.search_time import transition, zoo_problem
 
     g, costs = zoo_problem("tiny-resnet")
-    greedy = search(g, costs, transition, max_states=0)
+    greedy = dp_search(g, costs, transition, max_states=0)
     stats = IlpStats()
     plan = ilp_search(g, costs, transition, start=greedy, stats=stats, time_limit=1e-3)
     assert [(p.nodes, p.backend) for p in plan.partitions] == [(p.nodes, p.backend) for p in greedy.partitions]
@@ -193,10 +194,10 @@ def test_a_deadline_before_highs_has_a_plan_returns_the_start_plan():
     assert any("not proven optimal" in n for n in plan.notes)
     with pytest.raises(CollageError, match="no plan in time"):
         ilp_search(g, costs, transition, time_limit=1e-3)
-    # through search_exact (the DP's frontier valve, then the ILP in a child): the note says what the plan is
+    # through solve (the DP's frontier valve, then the ILP in a child): the note says what the plan is
     fg, fcosts, ftr, _ = fallback_case()
-    exact_stats = ExactStats()
-    exact_plan = search_exact(fg, fcosts, ftr, stats=exact_stats, max_states=1, ilp_time_limit=1e-3)
+    exact_stats = SolveStats()
+    exact_plan = solve(fg, fcosts, ftr, limits=SolveLimits(max_states=1, ilp_time_limit=1e-3), stats=exact_stats)
     assert exact_stats.method == "ilp" and exact_stats.ilp.kept == "start"
     assert any("HiGHS had no plan of its own" in n and "greedy plan" in n for n in exact_plan.notes), exact_plan.notes
     # a start that is no exact cover (a node left out) is never the answer: the search runs without it
@@ -211,22 +212,20 @@ def test_a_deadline_before_highs_has_a_plan_returns_the_start_plan():
 def test_a_solve_cut_short_after_pricing_keeps_the_earlier_solves_plan(monkeypatch):
     """With column generation, the first MIP's plan is the incumbent of the next: a deadline that stops the
     next solve before HiGHS has a plan of its own returns that plan, not the (worse) start plan."""
-    import math
-
     from benchmarks.search_time import transition, zoo_problem
     from collage.search import ilp
 
     g, costs = zoo_problem("tiny-bert")
-    greedy = search(g, costs, transition, max_states=0)
+    greedy = dp_search(g, costs, transition, max_states=0)
     monkeypatch.setattr(ilp, "DIRECT_MAX", 0)  # price columns even on a small problem
     real, calls = ilp._solve_mip, []
 
-    def cut_short(m, keep, highspy, abs_gap, threads, deadline, start, stats):
+    def cut_short(m, keep, abs_gap, threads, deadline, start, stats):
         calls.append(start)
         if len(calls) == 1:
-            return real(m, keep, highspy, abs_gap, threads, deadline, start, stats)
+            return real(m, keep, abs_gap, threads, deadline, start, stats)
         stats.status, stats.optimal = "Time limit reached before HiGHS had a plan of its own; its incumbent kept", False
-        return start.copy(), math.nan  # what _solve_mip answers when the deadline comes first
+        return start.copy(), None  # what _solve_mip answers when the deadline comes first
 
     monkeypatch.setattr(ilp, "_solve_mip", cut_short)
     stats = IlpStats()
@@ -246,7 +245,7 @@ def test_ilp_stops_at_its_time_limit_on_inception_v2():
     from benchmarks.search_time import transition, zoo_problem
 
     g, costs = zoo_problem("inception_v2")
-    greedy = search(g, costs, transition, max_states=0)
+    greedy = dp_search(g, costs, transition, max_states=0)
     stats = IlpStats()
     t0 = time.monotonic()
     plan = ilp_search(g, costs, transition, start=greedy, stats=stats, time_limit=5.0)

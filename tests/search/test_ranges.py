@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from collage import zoo
-from collage.search import Candidate, search
+from collage.search import Candidate, dp_search
 from collage.search.ranges import crossings, narrow_cuts, range_candidates
 from tests.helpers import all_supported, assert_valid, dags, make_dag
 
@@ -72,7 +72,7 @@ def test_coarse_mix_found_where_small_pieces_do_not_pay():
 
     def transition(a: str, b: str, nbytes: int) -> float:
         return 5.0
-    plan = search(g, costs, transition)
+    plan = dp_search(g, costs, transition)
     assert_valid(g, plan)
     assert len(plan.partitions) == 2
     assert [p.backend for p in plan.partitions] == ["fast", "slow"]
@@ -81,7 +81,7 @@ def test_coarse_mix_found_where_small_pieces_do_not_pay():
     assert plan.predicted_ms == pytest.approx(two_pieces)
     # without the ranges the best plan is one backend on the whole graph, and dearer
     small = {c: v for c, v in costs.items() if len(c.nodes) in (1, n)}
-    assert search(g, small, transition).predicted_ms > plan.predicted_ms
+    assert dp_search(g, small, transition).predicted_ms > plan.predicted_ms
 
 
 @pytest.mark.parametrize("name,width", [("tiny-bert", 2), ("tiny-mobilenetv2", 1)])

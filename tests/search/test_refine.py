@@ -7,9 +7,9 @@ from onnx import TensorProto, helper
 from collage.errors import CollageError
 from collage.graph.ir import Graph
 from collage.plan import Plan
-from collage.search import Limits, check_plan, cover_cost, enumerate_candidates, search
+from collage.search import Limits, check_plan, cover_cost, dp_search, enumerate_candidates
 from collage.search.cover import usable_costs
-from collage.search.refine import RefineResult, refine
+from collage.search.refine import RefineOptions, RefineResult, refine
 
 
 def ladder() -> Graph:
@@ -30,7 +30,7 @@ def setup():
     # predicted: b is cheaper on Relu, a on Add: the DP plan mixes them in several partitions
     per = {("a", "Relu"): 1.0, ("a", "Add"): 0.5, ("b", "Relu"): 0.6, ("b", "Add"): 1.5}
     costs = {c: sum(per[c.backend, g.op_type(i)] for i in c.nodes) + 0.1 for c in cands}
-    plan = search(g, costs, lambda s, d, n: 0.05)
+    plan = dp_search(g, costs, lambda s, d, n: 0.05)
     return g, costs, plan
 
 
@@ -60,7 +60,7 @@ class Measured:
 def test_refine_finds_better_and_never_worse(setup):
     g, costs, plan = setup
     evaluate = Measured(g, costs)
-    res = refine(g, plan, costs, evaluate, n_trials=40, seed=1)
+    res = refine(g, plan, costs, evaluate, options=RefineOptions(n_trials=40, seed=1))
     assert isinstance(res, RefineResult)
     assert evaluate.calls[0] == tuple((p.nodes, p.backend) for p in plan.partitions)  # trial 0 = start plan
     measured = list(evaluate.values)  # every trial's measurement, the start plan first
@@ -83,7 +83,7 @@ def test_refine_keeps_start_plan_when_nothing_beats_it(setup):
         check_plan(g, p)
         return 1.0 if tuple((q.nodes, q.backend) for q in p.partitions) == start else 2.0
 
-    res = refine(g, plan, costs, evaluate, n_trials=15)
+    res = refine(g, plan, costs, evaluate, options=RefineOptions(n_trials=15))
     assert res.measured_ms == res.start_ms == 1.0
     assert res.plan is plan and not res.improved
 
@@ -92,10 +92,10 @@ def test_refine_resumes_from_storage(setup, tmp_path):
     g, costs, plan = setup
     url = f"sqlite:///{tmp_path / 'costs.db'}"
     first = Measured(g, costs)
-    r1 = refine(g, plan, costs, first, storage=url, study_name="s", n_trials=6)
+    r1 = refine(g, plan, costs, first, options=RefineOptions(storage=url, study_name="s", n_trials=6))
     assert r1.trials == 6 and len(first.calls) <= 6
     second = Measured(g, costs)
-    r2 = refine(g, plan, costs, second, storage=url, study_name="s", n_trials=12)
+    r2 = refine(g, plan, costs, second, options=RefineOptions(storage=url, study_name="s", n_trials=12))
     assert r2.trials == 12 and r2.new_trials == 6
     assert r2.start_ms == r1.start_ms
     assert tuple((p.nodes, p.backend) for p in plan.partitions) not in second.calls  # start not re-measured
@@ -104,11 +104,12 @@ def test_refine_resumes_from_storage(setup, tmp_path):
     assert r2.measured_ms == pytest.approx(min(first.values + second.values))  # the best over both calls
     # another start plan under the same study name gets a study of its own
     other = Measured(g, costs)
-    alt = refine(g, Plan.single("a", len(g), 8.0), costs, other, storage=url, study_name="s", n_trials=3)
+    alt = refine(g, Plan.single("a", len(g), 8.0), costs, other,
+                 options=RefineOptions(storage=url, study_name="s", n_trials=3))
     assert alt.study_name != "s" and alt.trials == 3 and len(other.calls) >= 1
     # a finished study does nothing more
     third = Measured(g, costs)
-    r3 = refine(g, plan, costs, third, storage=url, study_name="s", n_trials=12)
+    r3 = refine(g, plan, costs, third, options=RefineOptions(storage=url, study_name="s", n_trials=12))
     assert third.calls == [] and r3.trials == 12 and r3.measured_ms == r2.measured_ms
 
 
@@ -117,10 +118,10 @@ def test_refine_resumes_after_interruption(setup, tmp_path):
     url = f"sqlite:///{tmp_path / 'study.db'}"
     killed = Measured(g, costs, fail_at=3)
     with pytest.raises(KeyboardInterrupt):
-        refine(g, plan, costs, killed, storage=url, study_name="k", n_trials=10)
+        refine(g, plan, costs, killed, options=RefineOptions(storage=url, study_name="k", n_trials=10))
     measured_before = set(killed.calls[:2])
     again = Measured(g, costs)
-    res = refine(g, plan, costs, again, storage=url, study_name="k", n_trials=10)
+    res = refine(g, plan, costs, again, options=RefineOptions(storage=url, study_name="k", n_trials=10))
     assert res.trials == 10
     assert not measured_before & set(again.calls)  # the two finished measurements were kept
     assert res.start_ms == pytest.approx(Measured(g, costs)(plan))
@@ -134,7 +135,7 @@ def test_refine_time_budget(setup):
         time.sleep(0.2)
         return 1.0
 
-    res = refine(g, plan, costs, slow, n_trials=1000, timeout_s=0.5)
+    res = refine(g, plan, costs, slow, options=RefineOptions(n_trials=1000, timeout_s=0.5))
     # each trial takes >= 0.2 s, and no trial starts after 0.5 s: at most 3 (the clock cannot make it more)
     assert 1 <= res.trials <= 3
 
@@ -148,7 +149,7 @@ def test_refine_failed_measurement_fails_only_that_trial(setup):
             raise CollageError("openvino could not compile partition 2")
         return 3.0
 
-    res = refine(g, plan, costs, evaluate, n_trials=8)
+    res = refine(g, plan, costs, evaluate, options=RefineOptions(n_trials=8))
     assert res.measured_ms == 3.0 and res.trials == 8
 
 
@@ -162,7 +163,7 @@ def test_refine_can_run_widens_the_neighbourhood(setup):
         return backend == "a"
 
     evaluate = Measured(g, costs)
-    res = refine(g, plan, costs, evaluate, n_trials=30, seed=3, can_run=can_run)
+    res = refine(g, plan, costs, evaluate, options=RefineOptions(n_trials=30, seed=3), can_run=can_run)
     assert seen and res.measured_ms == pytest.approx(min(evaluate.values))
     table = usable_costs(g, costs)
     # the widened neighbourhood was measured: some trial ran a node set that has no cost, on 'a'
@@ -173,7 +174,8 @@ def test_refine_can_run_widens_the_neighbourhood(setup):
 def test_predicted_cost_of_refined_plan(setup):
     g, costs, plan = setup
     transition = lambda s, d, n: 0.05  # noqa: E731 - as the DP was searched with
-    res = refine(g, plan, costs, Measured(g, costs), n_trials=25, seed=2, transition=transition)
+    res = refine(g, plan, costs, Measured(g, costs), options=RefineOptions(n_trials=25, seed=2),
+                 transition=transition)
     assert res.improved and res.plan is not plan
     compute, moved = cover_cost(g, [(p.nodes, p.backend) for p in res.plan.partitions], usable_costs(g, costs),
                                 transition)
@@ -203,7 +205,7 @@ def test_refine_on_a_real_small_model(tmp_path):
     cands = enumerate_candidates(g, {b: {i: True for i in range(len(g))} for b in names}, Limits(max_nodes=4))
     # costs: a cheap stand-in proportional to size (this test is about the refine loop on real runtimes)
     costs = {c: (1.0 if c.backend == "onnxruntime" else 1.1) * len(c.nodes) for c in cands}
-    plan = search(g, costs, lambda s, d, n: 0.2)
+    plan = dp_search(g, costs, lambda s, d, n: 0.2)
     compiled_cache = {}
 
     def evaluate(p) -> float:
@@ -228,8 +230,8 @@ def test_refine_on_a_real_small_model(tmp_path):
             times.append((time.perf_counter() - t0) * 1e3)
         return statistics.median(times)
 
-    res = refine(g, plan, costs, evaluate, storage=f"sqlite:///{tmp_path / 'r.db'}", n_trials=6, seed=0,
-                 can_run=lambda nodes, b: True)
+    res = refine(g, plan, costs, evaluate, options=RefineOptions(storage=f"sqlite:///{tmp_path / 'r.db'}", n_trials=6,
+                                                                seed=0), can_run=lambda nodes, b: True)
     measured = [ms for _, ms, _ in res.history if ms is not None]
     assert res.measured_ms == min(measured) and res.start_ms in measured and res.trials == 6
     assert res.evaluated >= 2 and compiled_cache  # real compilations and end-to-end timings happened

@@ -11,12 +11,12 @@ from collage.errors import CollageError
 from collage.graph.ir import Graph
 from collage.search import (
     Candidate,
+    DpStats,
     Limits,
-    SearchStats,
     cover_cost,
+    dp_search,
     enumerate_candidates,
     exhaustive_search,
-    search,
 )
 from collage.search.candidates import candidate_counts
 from collage.search.cover import usable_costs
@@ -118,7 +118,7 @@ def test_dp_equals_exhaustive(g, seed, nb):
     backends = BACKENDS[:nb]
     costs = random_costs(g, rng, backends)
     transition = random_transition(rng, backends)
-    dp = search(g, costs, transition)
+    dp = dp_search(g, costs, transition)
     ref = exhaustive_search(g, costs, transition)
     assert_valid(g, dp)
     assert_valid(g, ref)
@@ -136,7 +136,7 @@ def test_dp_equals_exhaustive_one_or_many_backends(g, seed, nb):
     backends = ["ort", "ov", "tvm", "trt", "xla"][:nb]
     costs = random_costs(g, rng, backends)
     transition = random_transition(rng, backends)
-    dp = search(g, costs, transition)
+    dp = dp_search(g, costs, transition)
     ref = exhaustive_search(g, costs, transition)
     assert_valid(g, dp)
     assert objective(g, dp, costs, transition) == objective(g, ref, costs, transition)
@@ -148,7 +148,7 @@ def test_dp_runs_prerequisite_partition_first():
     g = make_dag([("Relu", (-1,)), ("Relu", (-2,)), ("Add", (0, 1))])
     costs = {Candidate((0,), "a"): 5.0, Candidate((1,), "a"): 1.0, Candidate((2,), "a"): 5.0,
              Candidate((0, 2), "a"): 1.0}
-    plan = search(g, costs)
+    plan = dp_search(g, costs)
     assert [p.nodes for p in plan.partitions] == [(1,), (0, 2)]
     assert plan.predicted_ms == pytest.approx(2.0)
     assert_valid(g, plan)
@@ -165,7 +165,7 @@ def test_one_backend_everywhere_gives_one_partition():
     cands = enumerate_candidates(g, all_supported(g), Limits(max_nodes=3))
     factor = {"ort": 1.0, "ov": 0.5, "tvm": 2.0}
     costs = {c: factor[c.backend] * len(c.nodes) for c in cands}
-    plan = search(g, costs, lambda a, b, n: 0.0)
+    plan = dp_search(g, costs, lambda a, b, n: 0.0)
     assert [(p.nodes, p.backend) for p in plan.partitions] == [(tuple(range(6)), "ov")]
     assert plan.predicted_ms == pytest.approx(3.0)
     assert plan.partitions[0].runner_up == ("ort", 6.0)
@@ -178,7 +178,7 @@ def test_one_backend_without_whole_graph_uses_fewest_partitions():
     cands = enumerate_candidates(g, sup, Limits(max_nodes=3))
     factor = {"ort": 1.0, "ov": 0.5, "tvm": 2.0}
     costs = {c: factor[c.backend] * len(c.nodes) for c in cands}
-    plan = search(g, costs)
+    plan = dp_search(g, costs)
     ref = exhaustive_search(g, costs)
     assert len(plan.partitions) == len(ref.partitions) == 3  # 5 ov nodes need 2 sets of <= 3, then ort
     assert plan.predicted_ms == pytest.approx(0.5 * 5 + 1.0)
@@ -200,13 +200,13 @@ def test_mix_wins_when_cheapest_and_transitions_are_counted():
         moves.append((a, b, nbytes))
         return 0.1
 
-    plan = search(g, costs, transition)
+    plan = dp_search(g, costs, transition)
     assert set(plan.backends) == {"ort", "ov"}
     assert plan.node_backend()[4] == "ort"
     assert_valid(g, plan)
     assert plan.predicted_ms == pytest.approx(exhaustive_search(g, costs, transition).predicted_ms)
     # with a prohibitive hand-over the mix no longer pays: one backend for everything
-    plan2 = search(g, costs, lambda a, b, n: 100.0)
+    plan2 = dp_search(g, costs, lambda a, b, n: 100.0)
     assert len(plan2.backends) == 1
 
 
@@ -215,7 +215,7 @@ def test_tensor_read_twice_by_a_partition_pays_one_transition():
     g = make_dag([("Relu", (-1,)), ("Relu", (0,)), ("Identity", (0,)), ("Add", (1, 2))])
     costs = {Candidate((0,), "a"): 1.0, Candidate((1, 2, 3), "b"): 1.0}
     seen = []
-    plan = search(g, costs, lambda a, b, n: seen.append(n) or 0.5)
+    plan = dp_search(g, costs, lambda a, b, n: seen.append(n) or 0.5)
     assert plan.predicted_ms == pytest.approx(2.5)
     assert [p.inputs for p in plan.partitions] == [("x",), ("t0",)]
 
@@ -227,9 +227,9 @@ def test_missing_cover_names_the_node():
         if 4 in c.nodes:
             costs[c] = None  # every measurement of node 4 failed
     with pytest.raises(CollageError, match=r"#4 Add"):
-        search(g, costs)
+        dp_search(g, costs)
     with pytest.raises(CollageError, match=r"#4 Add"):
-        search(g, {Candidate(c.nodes, c.backend): v for c, v in costs.items() if v is not None})
+        dp_search(g, {Candidate(c.nodes, c.backend): v for c, v in costs.items() if v is not None})
 
 
 def test_no_executable_cover_is_a_clear_error():
@@ -237,14 +237,14 @@ def test_no_executable_cover_is_a_clear_error():
     g = make_dag([("Relu", (-1,)), ("Relu", (-2,)), ("Add", (0, 1)), ("Add", (1, 2))])
     costs = {Candidate((0, 2), "a"): 1.0, Candidate((1, 3), "a"): 1.0}
     with pytest.raises(CollageError, match="no executable exact cover"):
-        search(g, costs)
+        dp_search(g, costs)
 
 
 def test_plan_metadata():
     g = chain_with_branch()
     cands = enumerate_candidates(g, all_supported(g, ["ort", "ov"]), Limits(max_nodes=1))
     costs = {c: (1.0 if c.backend == "ort" else 2.0) * len(c.nodes) for c in cands}
-    plan = search(g, costs)
+    plan = dp_search(g, costs)
     assert len(plan.partitions) == 1  # whole graph on ort is 6.0, same as six singles; fewer wins
     p = plan.partitions[0]
     assert p.inputs == ("x",) and p.outputs == ("t5",) and p.fingerprint == g.fingerprint(p.nodes)
@@ -254,8 +254,8 @@ def test_plan_metadata():
 def test_search_stats_counts_states():
     g = chain_with_branch()
     costs = {c: 1.0 for c in enumerate_candidates(g, all_supported(g), Limits(max_nodes=3))}
-    stats = SearchStats()
-    search(g, costs, lambda a, b, n: 0.1, stats=stats)
+    stats = DpStats()
+    dp_search(g, costs, lambda a, b, n: 0.1, stats=stats)
     assert stats.expanded >= 1 and stats.pushed >= stats.expanded - 1
 
 
@@ -264,10 +264,10 @@ def test_safety_valve_returns_greedy_plan():
     cands = enumerate_candidates(g, all_supported(g), Limits(max_nodes=3))
     rng = random.Random(5)
     costs = {c: rng.uniform(0.5, 2.0) * len(c.nodes) for c in cands}
-    plan = search(g, costs, lambda a, b, n: 0.1, max_states=1)
+    plan = dp_search(g, costs, lambda a, b, n: 0.1, max_states=1)
     assert_valid(g, plan)
     assert "not proven optimal" in plan.notes[-1]
-    assert plan.predicted_ms >= search(g, costs, lambda a, b, n: 0.1).predicted_ms
+    assert plan.predicted_ms >= dp_search(g, costs, lambda a, b, n: 0.1).predicted_ms
 
 
 def test_an_option_beaten_after_every_hand_over_is_dropped_and_one_within_them_is_kept():
@@ -279,10 +279,10 @@ def test_an_option_beaten_after_every_hand_over_is_dropped_and_one_within_them_i
     g = make_dag([("Relu", (-1,)), ("Relu", (0,)), ("Relu", (1,))])
     costs = {Candidate((0,), "ort"): 1.0, Candidate((0,), "ov"): 9.0, Candidate((1,), "ort"): 1.0,
              Candidate((1,), "ov"): 0.5, Candidate((2,), "ort"): 1.0, Candidate((2,), "ov"): 9.0}
-    stats = SearchStats()
-    plan = search(g, costs, lambda a, b, n: 0.3, stats=stats)
+    stats = DpStats()
+    plan = dp_search(g, costs, lambda a, b, n: 0.3, stats=stats)
     assert [p.backend for p in plan.partitions] == ["ort"] * 3 and plan.predicted_ms == pytest.approx(3.0)
     assert stats.dropped == 2  # ov for nodes 0 and 2 (8 ms dearer), not ort for node 1
-    plan = search(g, costs, lambda a, b, n: 0.1, stats=stats)
+    plan = dp_search(g, costs, lambda a, b, n: 0.1, stats=stats)
     assert [p.backend for p in plan.partitions] == ["ort", "ov", "ort"] and plan.predicted_ms == pytest.approx(2.7)
     assert stats.dropped == 3

@@ -68,7 +68,7 @@ class BudgetedSearch:
         """The fastest plan whose measured end-to-end error is within budget (module docstring)."""
         from collage.search.candidates import Candidate
         from collage.search import plan_from_parts
-        from collage.search.exact import search_exact as search
+        from collage.search import solve as search
 
         graph = self.graph
         # tune may search more than once (re-charged overheads): each call starts afresh, errors stay cached

@@ -49,7 +49,7 @@ class Fp32Only:
         return list(cands)
 
     def search(self, charged: Mapping[Candidate, float], transition: Callable[[str, str, int], float]) -> Plan:
-        from collage.search.exact import search_exact as search  # module by module, the DP, or the ILP
+        from collage.search import solve as search  # module by module, the DP, or the ILP
 
         return search(self.graph, charged, transition)
 
