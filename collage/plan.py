@@ -81,8 +81,8 @@ class Note(str):
             return value
         if isinstance(value, dict):
             try:
-                kind = NoteKind(value.get("kind"))
-            except (ValueError, TypeError):
+                kind = NoteKind(str(value.get("kind")))
+            except ValueError:
                 kind = NoteKind.OTHER
             return cls(kind, str(value.get("text", "")))
         return cls(NoteKind.OTHER, str(value))
