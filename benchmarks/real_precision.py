@@ -221,7 +221,7 @@ def bench_model(model: str, s: Settings) -> ModelRow:
     from collage.runtime.artifact import load
     from collage.zoo.real import require
     row = ModelRow(model, shapes_of(model))
-    if ri.SOURCES[model].font and (why := ri.missing_font_reason()):
+    if why := ri.missing_reason(model):
         row.skipped = why
         return row
     from collage.backends.qdq import default_opset

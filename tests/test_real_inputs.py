@@ -19,8 +19,8 @@ MAIN = {"ppocrv4-rec": "x", "ppocr-cls": "x", "ppocrv4-det": "x", "rapid-orienta
 @pytest.mark.parametrize("model", sorted(ri.SOURCES))
 def test_samples_have_the_shapes_and_dtypes_the_tune_fixes(model):
     src = ri.SOURCES[model]
-    if src.font and ri.missing_font_reason():
-        pytest.skip(ri.missing_font_reason())
+    if ri.missing_reason(model):
+        pytest.skip(ri.missing_reason(model))
     calib, evals = ri.samples(model, 3, 1000), ri.samples(model, 3, 2000)
     for f in calib + evals:
         x = f[MAIN[model]]
