@@ -10,7 +10,9 @@ ONCE, on the whole model (:func:`adjust`), so that they do not depend on where a
 **Quantizing a candidate** (:func:`quantize`): ``onnxruntime.quantization``'s ``QDQQuantizer`` (what
 ``quantize_static(quant_format=QDQ)`` runs after its calibration) is given the recorded ranges of the
 tensors in the cut-out model, with its own range adjustment switched off; weights are int8
-per-channel (symmetric), activations uint8 (asymmetric, U8S8: ONNX Runtime's x86 choice). A boundary
+per-channel (symmetric; per-tensor in a model below opset 13, whose DequantizeLinear has no ``axis``: ORT's
+quantizer writes one anyway and both runtimes then refuse the model), activations uint8 (asymmetric, U8S8:
+ONNX Runtime's x86 choice). A boundary
 tensor therefore gets the same scale and zero point in the partition that produces it and in the one
 that reads it, and Q(DQ(Q(x))) = Q(x): two adjacent int8 partitions compute what one does. Quantized
 ops (``ops``): ``"core"`` = Conv, ConvTranspose, MatMul, Gemm (the int8 kernels; default: residual Adds
@@ -42,8 +44,11 @@ log = logging.getLogger(__name__)
 
 #: op sets a variant may quantize
 CORE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
-#: version of the QDQ recipe (part of the variants' version strings: cost, support and error keys)
-RECIPE = "qdq2"
+#: version of the QDQ recipe (part of the variants' version strings: cost, support and error keys).
+#: qdq3: weights per tensor below opset 13 (qdq2 wrote a per-channel DequantizeLinear there: refused)
+RECIPE = "qdq3"
+#: the first opset whose DequantizeLinear takes ``axis`` (per-channel weights)
+PER_CHANNEL_OPSET = 13
 #: calibration methods (onnxruntime.quantization.CalibrationMethod names)
 METHODS = ("minmax", "percentile", "entropy")
 DEFAULT_METHOD = "minmax"
@@ -178,14 +183,20 @@ def quantize(model: onnx.ModelProto, ranges: Mapping[str, tuple[float, float]], 
     if missing:
         log.debug("int8: %d activation(s) without a recorded range stay float: %s", len(missing), sorted(missing)[:5])
     copy = onnx.ModelProto.FromString(model.SerializeToString())
+    per_channel = default_opset(model) >= PER_CHANNEL_OPSET
     try:
-        q = _Fixed(copy, True, False, QuantType.QInt8, QuantType.QUInt8, _tensors_data(present), None, None,
+        q = _Fixed(copy, per_channel, False, QuantType.QInt8, QuantType.QUInt8, _tensors_data(present), None, None,
                    quantizable_ops(ops), {"ActivationSymmetric": False, "WeightSymmetric": True})
         q.quantize_model()
         out = q.model.model
     except Exception as e:  # noqa: BLE001 - the quantizer's message is the answer
         raise CompileError(f"int8: cannot quantize model {model.graph.name!r}: {type(e).__name__}: {e}") from e
     return out
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    """The model's ``ai.onnx`` opset version."""
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
 def quantize_with(model: onnx.ModelProto, explicit: str | None, ops: str, who: str) -> onnx.ModelProto:
