@@ -17,7 +17,7 @@ first. Instead, a branch-and-bound over measurements:
 When the optimistic plan is measured throughout, no unmeasured candidate can beat it unless it costs less
 than its low estimate: that level has converged, and the next, more optimistic level (a lower factor) brings in
 the near rivals. After the last level, what is left of the budget measures the rest in the tuner's measuring
-order (``collage.tuner.job.measuring_order``). The budget is a promise: measuring stops at it.
+order (``collage.tuner.steps.candidates.measuring_order``). The budget is a promise: measuring stops at it.
 
 **Every exported partition is measured**: estimates only choose what to measure. The tuner's search
 (``collage.tuner.search_step``) then runs on measured costs alone, so where the budget ended with estimated

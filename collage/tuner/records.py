@@ -4,7 +4,7 @@ at the end, in one place (:func:`collage.tuner.assemble.assemble_report`).
 
 The steps, in order, and their records: candidates -> :class:`Candidates`; measuring -> :class:`Measured`;
 baselines -> :class:`Baselines`; search -> :class:`Searched`; verification, then never-worse -> :class:`Verified`;
-refinement -> :class:`Refined`; numerics -> :class:`Checked`.
+refinement -> :class:`Refined`; numerics -> :class:`FinalCheck`.
 """
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ class Refined:
 
 
 @dataclass(frozen=True)
-class Checked:
+class FinalCheck:
     """The final plan's loaded artifact and its numerics (report.json ``numerics``), and the precision outcome
     with the final end-to-end error."""
 
@@ -141,4 +141,4 @@ class TuneRecords:
     searched: Searched
     refined: Refined
     final: Verified
-    checked: Checked
+    checked: FinalCheck

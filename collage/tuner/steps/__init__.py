@@ -7,7 +7,7 @@ the records of the steps before it, returning its own record (:mod:`collage.tune
 - :mod:`.search`: the search with measured partition charges, checked by measurement -> ``Searched``;
 - :mod:`.verify`: the plan against the baselines, interleaved; never worse -> ``Verified``;
 - :mod:`.refine`: measured trials around the plan -> ``Refined``;
-- :mod:`.finish`: the numerics -> ``Checked``; the artifact written.
+- :mod:`.finish`: the numerics -> ``FinalCheck``; the artifact written.
 
 :mod:`.budget` says what fits the tune's clock at each step. :class:`collage.tuner.job.TuneJob` sequences them;
 the report is assembled from the records at the end (:func:`collage.tuner.assemble.assemble_report`).

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collage.tuner.context import JOB_LOGGER
-from collage.tuner.records import Checked, Verified
+from collage.tuner.records import FinalCheck, Verified
 from collage.tuner.result import TuneResult
 from collage.tuner.verify import check_numerics
 
@@ -19,14 +19,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(JOB_LOGGER)
 
 
-def numerics(ctx: JobContext, verified: Verified) -> Checked:
+def numerics(ctx: JobContext, verified: Verified) -> FinalCheck:
     """The final plan loaded (exported again where the verification did not keep its artifact) and checked."""
     plan = verified.plan
     artifact = verified.artifact or ctx.load(ctx.export(plan, ctx.work / "final"))
     fp32 = None if ctx.precision.is_low(plan) else check_numerics(ctx.graph, plan, artifact, ctx.feeds,
                                                                    dict(ctx.options.tolerance), ctx.backend_options)
     checked, outcome = ctx.precision.check(plan, artifact, fp32, verified.outcome)
-    return Checked(artifact, checked, outcome)
+    return FinalCheck(artifact, checked, outcome)
 
 
 def boundary_overhead(ctx: JobContext, artifact: Any) -> Any:
