@@ -2,7 +2,8 @@
 
 Public API (imported lazily so that loading an artifact does not import the tuner):
 
-    collage.tune(model, out_dir, *, target, backends, budget, ...)  -> TuneResult (collage.tuner.job; the 'tune' extra)
+    collage.tune(model, out_dir, options=None, *, target, backends, budget, ...)  -> TuneResult
+                                  (collage.tuner.job; the 'tune' extra)
     collage.load(path)            -> a runnable artifact (collage.runtime; `pip install collage` is enough
                                      for ONNX Runtime partitions, extras for the others)
     collage.Graph, collage.Plan

@@ -18,30 +18,32 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collage.search.candidates import Limits
+    from collage.tuner.options import TuneOptions
 
 log = logging.getLogger(__name__)
 
 
-def bench(models: Sequence[str], *, backends: Sequence[str], target: str = "cpu", db: Any = None,
-          budget_s: float | None = None, limits: Limits | None = None, out_dir: str | Path = "results/bench",
-          artifacts_dir: str | Path | None = None, command: str = "", cluster: Any = None,
-          progress: bool = True, backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
-    from collage.tuner.job import resolve_backends, tune
+def bench(models: Sequence[str], *, out_dir: str | Path = "results/bench", artifacts_dir: str | Path | None = None,
+          command: str = "", **options: Any) -> list[dict[str, Any]]:
+    """Tune each of ``models`` (``options``: ``tune``'s keywords, one set for every model: backends, target, db,
+    budget or budget_s, limits, cluster, progress, backend_options, ...) and write the rows to
+    ``out_dir``/<date>-<target>.md and .csv (``command``: the line written above the tables); each artifact to
+    ``artifacts_dir``/<model> (None: a scratch folder, removed at the end)."""
+    from collage.tuner.job import resolve_backends
     from collage.tuner.options import TuneOptions
 
     # what can be refused is refused before the first tune: the models, the backends and their options, the
     # artifact folders
     names = model_names(models)
-    options = TuneOptions.build(target=target, backends=backends, budget_s=budget_s, backend_options=backend_options)
-    resolve_backends(options.backends, target, options.all_backend_options())
+    tune_options = TuneOptions.build(**options)
+    resolve_backends(tune_options.backends, tune_options.target, tune_options.all_backend_options())
     if artifacts_dir:  # each model's artifact folder, as its tune will check it (a folder of the user's is refused)
         from collage.tuner.outdir import check_output_location
 
         for name in names.values():
             check_output_location(Path(artifacts_dir) / name)
-    stem = results_stem(out_dir, target)
-    if progress:
+    stem = results_stem(out_dir, tune_options.target)
+    if tune_options.progress:
         print(f"collage bench: {len(names)} model(s); results to {stem}.md and .csv", file=sys.stderr, flush=True)
     with contextlib.ExitStack() as stack:
         if artifacts_dir:
@@ -49,9 +51,7 @@ def bench(models: Sequence[str], *, backends: Sequence[str], target: str = "cpu"
         else:  # nobody asked for the artifacts: gone with the bench
             art_root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="collage-bench-",
                                                                             ignore_cleanup_errors=True)))
-        return _tune_each(names, art_root, stem, tune, target=target, backends=backends, db=db,
-                          budget_s=budget_s, limits=limits, cluster=cluster, progress=progress,
-                          backend_options=backend_options, command=command)
+        return _tune_each(names, art_root, stem, tune_options, command)
 
 
 def model_names(models: Sequence[str]) -> dict[str, str]:
@@ -92,15 +92,15 @@ def results_stem(out_dir: str | Path, target: str) -> Path:
     return stem
 
 
-def _tune_each(names: Mapping[str, str], art_root: Path, stem: Path, tune: Any, *, target: str,
-               backends: Sequence[str], db: Any, budget_s: float | None, limits: Limits | None, cluster: Any,
-               progress: bool, backend_options: Mapping[str, Mapping[str, Any]] | None,
+def _tune_each(names: Mapping[str, str], art_root: Path, stem: Path, options: TuneOptions,
                command: str) -> list[dict[str, Any]]:
+    from collage.tuner.job import tune
+
+    target, backends = options.target, options.backends
     rows: list[dict[str, Any]] = []
     for spec, name in names.items():
         try:
-            res = tune(spec, art_root / name, target=target, backends=backends, db=db, budget_s=budget_s,
-                       limits=limits, cluster=cluster, progress=progress, backend_options=backend_options)
+            res = tune(spec, art_root / name, options)
         except Exception as e:  # a model that fails is a row, not the end of the benchmark
             log.error("%s: %s", spec, e)
             rows.append({"model": name, "error": f"{type(e).__name__}: {e}"})

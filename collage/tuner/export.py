@@ -58,14 +58,14 @@ from collage.extras import backend_extras
 from collage.graph.inputs import input_specs
 from collage.report.model import REPORT_VERSION
 from collage.runtime.manifest import FORMAT_VERSION, MANIFEST, PLAN_FILE, REPORT_FILE, collage_version
-from collage.tuner.outdir import (archive_path, carry_over, check_output_location, inspect_output, install,
-                                  recover_replaced, staging_dir, umask, warn_kept)
+from collage.plan import Partition, Plan
+from collage.tuner.outdir import (OutputLocation, archive_path, carry_over, check_output_location, inspect_output,
+                                  install, recover_replaced, staging_dir, umask, warn_kept)
 from collage.util import machine_id, sha256_bytes, sha256_file
 
 if TYPE_CHECKING:
     from collage.backends.base import Compiled
     from collage.graph.ir import Graph
-    from collage.plan import Plan
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ def _check_execution_order(graph: Graph, plan: Plan, bounds: list[tuple[list[str
         raise ArtifactError(f"cannot export {graph.source}: graph output {lost[0]!r} is produced by no partition")
 
 
-def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike, *,
+def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike | OutputLocation, *,
            compiled: Mapping[int, Compiled] | None = None,
            backend_options: dict[str, dict] | None = None,
            target: str = "cpu", report: dict | None = None, archive: bool = False) -> Path:
@@ -136,29 +136,20 @@ def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike, *,
     Each partition is compiled from ``graph.extract(p.nodes)`` by its backend (created with
     ``get_backend(name, **backend_options[name])``) unless ``compiled[k]`` already holds the
     compiled partition ``k``; the partitions of one backend are compiled together with
-    ``Backend.compile_linked`` (tensors passed only between them may keep the runtime's own layout). The directory is built next to ``out_dir`` and renamed into place
-    only when complete (inside it, where ``out_dir`` cannot be renamed: a mount point); an existing ``out_dir``
-    is replaced only if it is a collage artifact (the files it does not list are kept) or an empty directory
-    (:mod:`collage.tuner.outdir`). ``archive=True`` also writes ``<out_dir>.tar.gz``.
+    ``Backend.compile_linked`` (tensors passed only between them may keep the runtime's own layout). The directory
+    is built next to ``out_dir`` and renamed into place only when complete (inside it, where ``out_dir`` cannot be
+    renamed: a mount point); an existing ``out_dir`` is replaced only if it is a collage artifact (the files it does
+    not list are kept) or an empty directory (:mod:`collage.tuner.outdir`). ``out_dir`` may be the
+    :class:`collage.tuner.outdir.OutputLocation` a tune checked before it began (not checked again).
+    ``archive=True`` also writes ``<out_dir>.tar.gz``.
     """
-    from collage.backends import get_backend
-    from collage.plan import Partition, Plan as _Plan
-
-    where = inspect_output(out_dir, archive=archive)
+    where = out_dir if isinstance(out_dir, OutputLocation) else inspect_output(out_dir, archive=archive)
     out = where.out
     compiled = dict(compiled or {})
     backend_options = {k: dict(v) for k, v in (backend_options or {}).items()}
     bounds = [graph.boundary(p.nodes) for p in plan.partitions]
     _check_execution_order(graph, plan, bounds)
-
-    backends: dict[str, Any] = {}
-    for name in plan.backends:
-        b = get_backend(name, **backend_options.get(name, {}))
-        reason = b.available()
-        if reason:
-            raise BackendUnavailable(f"cannot export {graph.source}: backend {name!r} is not available here: {reason}")
-        backends[name] = b
-
+    backends = _backends(graph, plan, backend_options)
     try:
         tmp = staging_dir(where)
     except OSError as e:
@@ -166,59 +157,11 @@ def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike, *,
                             "output path") from None
     try:
         compiled.update(_compile_linked(graph, plan, bounds, backends, compiled))
-        parts_meta = []
-        tied: list[Partition] = []
-        for k, (p, (ins, outs)) in enumerate(zip(plan.partitions, bounds)):
-            rel = f"partitions/{partition_dir_name(k, p.backend)}"
-            pdir = tmp / rel
-            pdir.mkdir(parents=True)
-            c = compiled[k]
-            _check_compiled_names(graph, k, p.backend, c, ins, outs)
-            entry = c.save(pdir)
-            if not isinstance(entry, dict) or not isinstance(entry.get("files"), list) or not entry["files"]:
-                raise ArtifactError(f"backend {p.backend!r}: Compiled.save() for partition {k} returned {entry!r}; "
-                                    "it must return a dict with a non-empty 'files' list (a bug in the backend)")
-            files = []
-            for fname in entry["files"]:
-                fpath = (pdir / fname).resolve()
-                if pdir.resolve() not in fpath.parents or not fpath.is_file():
-                    raise ArtifactError(f"backend {p.backend!r} listed file {fname!r} for partition {k}, which is not "
-                                        f"a file inside {rel} (a bug in the backend's save())")
-                files.append({"name": str(fname), "sha256": sha256_file(fpath), "bytes": fpath.stat().st_size})
-            parts_meta.append({
-                "index": k, "backend": p.backend, "dir": rel,
-                "nodes": [int(i) for i in p.nodes], "ops": [graph.op_type(i) for i in p.nodes],
-                # one list of files (checked at load, the only files the backend is given): not also in the entry
-                "inputs": list(ins), "outputs": list(outs), "entry": {k: v for k, v in entry.items() if k != "files"},
-                "files": files,
-                "cost_ms": p.cost_ms, "runner_up": list(p.runner_up) if p.runner_up else None,
-                "fingerprint": p.fingerprint})
-            tied.append(Partition(tuple(p.nodes), p.backend, p.cost_ms, p.runner_up, tuple(ins), tuple(outs),
-                                  p.fingerprint))
+        parts_meta, tied = _write_partitions(graph, plan, bounds, compiled, tmp)
         sha, sha_of = _model_sha256(graph)
-        manifest = {
-            "format_version": FORMAT_VERSION,
-            "collage_version": collage_version(),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "target": target,
-            "machine": machine_id(),
-            "model": {"name": graph.name, "source": Path(graph.source).name, "nodes": len(graph),
-                      "sha256": sha, "sha256_of": sha_of},
-            # what `pip install` a machine that runs this artifact needs beyond `pip install collage`
-            "extras": backend_extras(backends),
-            "backends": {name: {"version": b.version(), "device": b.device,
-                                "options": backend_options.get(name, {}), "settings": b.options}
-                         for name, b in backends.items()},
-            "inputs": [_tensor_entry(graph, s.name, s.high) for s in input_specs(graph)],
-            "outputs": [_tensor_entry(graph, t) for t in graph.outputs],
-            # every tensor at a partition boundary: shape and dtype (the report labels its arrows with them)
-            "tensors": {t: _tensor_entry(graph, t) for ins, outs in bounds for t in (*ins, *outs)},
-            "partitions": parts_meta,
-            "plan": PLAN_FILE,
-            "report": REPORT_FILE,
-        }
+        manifest = _manifest(graph, (sha, sha_of), target, backends, backend_options, bounds, parts_meta)
         # both name the model they belong to: `collage report` refuses a plan or report of another model
-        _write_json(tmp / PLAN_FILE, {**_Plan(tied, plan.predicted_ms, list(plan.notes)).to_dict(),
+        _write_json(tmp / PLAN_FILE, {**Plan(tied, plan.predicted_ms, list(plan.notes)).to_dict(),
                                       "model_sha256": sha})
         _write_json(tmp / REPORT_FILE, {"version": REPORT_VERSION, **(report or {}), "model_sha256": sha})
         renamed = carry_over(where, tmp)  # the user's files in the old artifact
@@ -232,6 +175,88 @@ def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike, *,
         write_archive(out)
     log.info("wrote artifact %s (%d partitions)", out, len(plan.partitions))
     return out
+
+
+def _backends(graph: Graph, plan: Plan, backend_options: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The plan's backends, each created with its options and available here (else BackendUnavailable)."""
+    from collage.backends import get_backend
+
+    backends: dict[str, Any] = {}
+    for name in plan.backends:
+        b = get_backend(name, **backend_options.get(name, {}))
+        reason = b.available()
+        if reason:
+            raise BackendUnavailable(f"cannot export {graph.source}: backend {name!r} is not available here: {reason}")
+        backends[name] = b
+    return backends
+
+
+def _write_partitions(graph: Graph, plan: Plan, bounds: list[tuple[list[str], list[str]]],
+                      compiled: Mapping[int, Compiled], tmp: Path) -> tuple[list[dict[str, Any]], list[Partition]]:
+    """Each compiled partition saved under ``tmp/partitions/``: its manifest entries, and the plan's partitions
+    with their boundaries."""
+    parts_meta = []
+    tied: list[Partition] = []
+    for k, (p, (ins, outs)) in enumerate(zip(plan.partitions, bounds)):
+        rel = f"partitions/{partition_dir_name(k, p.backend)}"
+        pdir = tmp / rel
+        pdir.mkdir(parents=True)
+        c = compiled[k]
+        _check_compiled_names(graph, k, p.backend, c, ins, outs)
+        entry = c.save(pdir)
+        if not isinstance(entry, dict) or not isinstance(entry.get("files"), list) or not entry["files"]:
+            raise ArtifactError(f"backend {p.backend!r}: Compiled.save() for partition {k} returned {entry!r}; "
+                                "it must return a dict with a non-empty 'files' list (a bug in the backend)")
+        parts_meta.append({
+            "index": k, "backend": p.backend, "dir": rel,
+            "nodes": [int(i) for i in p.nodes], "ops": [graph.op_type(i) for i in p.nodes],
+            # one list of files (checked at load, the only files the backend is given): not also in the entry
+            "inputs": list(ins), "outputs": list(outs), "entry": {k: v for k, v in entry.items() if k != "files"},
+            "files": _listed_files(pdir, rel, entry["files"], p.backend, k),
+            "cost_ms": p.cost_ms, "runner_up": list(p.runner_up) if p.runner_up else None,
+            "fingerprint": p.fingerprint})
+        tied.append(Partition(tuple(p.nodes), p.backend, p.cost_ms, p.runner_up, tuple(ins), tuple(outs),
+                              p.fingerprint))
+    return parts_meta, tied
+
+
+def _listed_files(pdir: Path, rel: str, names: list[Any], backend: str, k: int) -> list[dict[str, Any]]:
+    """The manifest's list of a partition's files (name, sha256, size); each must be a file inside ``pdir``."""
+    files = []
+    for fname in names:
+        fpath = (pdir / fname).resolve()
+        if pdir.resolve() not in fpath.parents or not fpath.is_file():
+            raise ArtifactError(f"backend {backend!r} listed file {fname!r} for partition {k}, which is not "
+                                f"a file inside {rel} (a bug in the backend's save())")
+        files.append({"name": str(fname), "sha256": sha256_file(fpath), "bytes": fpath.stat().st_size})
+    return files
+
+
+def _manifest(graph: Graph, sha: tuple[str, str], target: str, backends: Mapping[str, Any],
+              backend_options: Mapping[str, Any], bounds: list[tuple[list[str], list[str]]],
+              parts_meta: list[dict[str, Any]]) -> dict[str, Any]:
+    """manifest.json's content (module docstring)."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "collage_version": collage_version(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "target": target,
+        "machine": machine_id(),
+        "model": {"name": graph.name, "source": Path(graph.source).name, "nodes": len(graph),
+                  "sha256": sha[0], "sha256_of": sha[1]},
+        # what `pip install` a machine that runs this artifact needs beyond `pip install collage`
+        "extras": backend_extras(backends),
+        "backends": {name: {"version": b.version(), "device": b.device,
+                            "options": backend_options.get(name, {}), "settings": b.options}
+                     for name, b in backends.items()},
+        "inputs": [_tensor_entry(graph, s.name, s.high) for s in input_specs(graph)],
+        "outputs": [_tensor_entry(graph, t) for t in graph.outputs],
+        # every tensor at a partition boundary: shape and dtype (the report labels its arrows with them)
+        "tensors": {t: _tensor_entry(graph, t) for ins, outs in bounds for t in (*ins, *outs)},
+        "partitions": parts_meta,
+        "plan": PLAN_FILE,
+        "report": REPORT_FILE,
+    }
 
 
 def _compile_linked(graph: Graph, plan: Plan, bounds: list[tuple[list[str], list[str]]], backends: Mapping[str, Any],

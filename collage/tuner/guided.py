@@ -1,7 +1,7 @@
 """Guided measuring: under a budget, measure first what can change the plan; price the rest with the learned model.
 
-On a large graph the measuring budget runs out long before the candidates do (a 525-node decoder: 36 of
-3,124 in 4 minutes), and measuring in enumeration order leaves the search to choose among whatever came
+On a large graph the measuring budget runs out long before the candidates do (results/budget/cost-model.md), and
+measuring in enumeration order leaves the search to choose among whatever came
 first. Instead, a branch-and-bound over measurements:
 
 1. **Seed.** The whole model on each backend (the baselines need them), and, for a backend variant the cost
@@ -17,7 +17,7 @@ first. Instead, a branch-and-bound over measurements:
 When the optimistic plan is measured throughout, no unmeasured candidate can beat it unless it costs less
 than its low estimate: that level has converged, and the next, more optimistic level (a lower factor) brings in
 the near rivals. After the last level, what is left of the budget measures the rest in the tuner's measuring
-order (``collage.tuner.job.measuring_order``). The budget is a promise: measuring stops at it.
+order (``collage.tuner.steps.candidates.measuring_order``). The budget is a promise: measuring stops at it.
 
 **Every exported partition is measured**: estimates only choose what to measure. The tuner's search
 (``collage.tuner.search_step``) then runs on measured costs alone, so where the budget ended with estimated
@@ -89,14 +89,47 @@ class Prediction:
     estimate: Estimate
 
 
-class GuidedMeasuring:
-    """The loop of the module docstring over one graph's candidates; ``run`` returns the measured table."""
+@dataclass(frozen=True)
+class GuidedSettings:
+    """How a guided measuring runs: ``measure(batch, seconds_left)`` measures candidates, ``search(costs)`` finds
+    the cheapest cover, ``deadline`` (time.monotonic; None: none) ends it, ``say`` prints progress lines,
+    ``seed`` seeds the sample of a thin variant and the learned model."""
 
-    def __init__(self, graph: Graph, cands: Sequence[Candidate], backends: Sequence[Any], db: CostDB, *,
-                 measure: Measure, search: Search, deadline: float | None, say: Callable[..., None] = lambda *a: None,
-                 seed: int = 0) -> None:
+    measure: Measure
+    search: Search
+    deadline: float | None
+    say: Callable[..., None] = lambda *a: None
+    seed: int = 0
+
+
+@dataclass
+class GuidedProgress:
+    """What the loop has done so far: its counts, the learned model and its estimates, the plan it last found,
+    the seconds spent fitting and searching, why it stopped, and the deadline in force (a seeding round has its
+    own)."""
+
+    deadline: float | None
+    measured_now: int = 0
+    failed: int = 0
+    model: LearnedCosts | None = None
+    trained_rows: int = -1
+    estimates: dict[CostKey, Estimate] = field(default_factory=dict)
+    fit_s: float = 0.0
+    searches_s: float = 0.0
+    last_plan: Plan | None = None
+    stopped: str = ""
+
+
+class GuidedMeasuring:
+    """The loop of the module docstring over one graph's candidates; ``run`` returns the measured table. Its
+    fixed inputs are attributes; what changes as it runs is one :class:`GuidedProgress` (``self.now``), the
+    measured costs (``known``), the keys given up on (``stuck``), the predictions and the rounds."""
+
+    def __init__(self, graph: Graph, cands: Sequence[Candidate], backends: Sequence[Any], db: CostDB,
+                 settings: GuidedSettings) -> None:
         self.graph, self.cands, self.db = graph, list(cands), db
-        self.measure_fn, self.search_fn, self.deadline, self.say, self.seed = measure, search, deadline, say, seed
+        self.measure_fn, self.search_fn, self.say, self.seed = (settings.measure, settings.search, settings.say,
+                                                                 settings.seed)
         by_name = {b.name: b for b in backends}
         fps = {c.nodes: "" for c in self.cands}
         for nodes in fps:
@@ -109,23 +142,17 @@ class GuidedMeasuring:
         self.known: dict[CostKey, Cost] = {k: c for k, c in db.get_many(self.distinct).items()
                                            if c.holds_for(graph.digest)}
         self.reused = len(self.known)
-        self.measured_now = self.failed = 0
         self.stuck: set[CostKey] = set()  # asked for and not measured (claimed elsewhere, lost): not asked again
-        self.model: LearnedCosts | None = None
-        self.trained_rows = -1
-        self.estimates: dict[CostKey, Estimate] = {}
         self.predictions: list[Prediction] = []
         self.rounds: list[Round] = []
-        self.fit_s = 0.0
-        self.searches_s = 0.0
-        self.last_plan: Plan | None = None
-        self.stopped = ""
+        self.now = GuidedProgress(settings.deadline)
         self.t0 = time.monotonic()
-        self.store_features()
+        self.features = self.store_features()
 
     # ------------------------------------------------------------------ state
     def left(self) -> float | None:
-        return None if self.deadline is None else self.deadline - time.monotonic()
+        deadline = self.now.deadline
+        return None if deadline is None else deadline - time.monotonic()
 
     def over(self) -> bool:
         left = self.left()
@@ -134,13 +161,14 @@ class GuidedMeasuring:
     def is_measured(self, c: Candidate) -> bool:
         return self.key[c] in self.known
 
-    def store_features(self) -> None:
-        """Features of every distinct fingerprint not yet in the DB (training data for every later tune)."""
+    def store_features(self) -> dict[str, Any]:
+        """Features of every distinct fingerprint (those not yet in the DB stored: training data for every later
+        tune)."""
         have = self.db.get_features(FEATURES_KIND, set(self.fps.values()))
         missing = [nodes for nodes, fp in self.fps.items() if fp not in have]
         new = features_by_fingerprint(self.graph, missing, self.fps) if missing else {}
         self.db.put_features(FEATURES_KIND, new)
-        self.features = {**have, **new}
+        return {**have, **new}
 
     # ------------------------------------------------------------------ steps
     def run(self) -> CostTable:
@@ -162,9 +190,9 @@ class GuidedMeasuring:
         rest = [c for c in self.cands if not self.is_measured(c) and self.key[c] not in self.stuck]
         if rest and not self.over():
             self.take(rest, "the rest, in measuring order")
-        self.stopped = ("every candidate measured" if all(self.is_measured(c) for c in self.cands) else
+        self.now.stopped = ("every candidate measured" if all(self.is_measured(c) for c in self.cands) else
                         "the budget ran out" if self.over() else "no candidate left to measure")
-        if self.model is not None or self.trained_rows >= 0:
+        if self.now.model is not None or self.now.trained_rows >= 0:
             self.retrain(final=True)  # estimates of what is left, for the report
         return self.table()
 
@@ -181,7 +209,7 @@ class GuidedMeasuring:
         if not todo or self.over():
             return 0
         for c in todo:
-            est = self.estimates.get(self.key[c])
+            est = self.now.estimates.get(self.key[c])
             if est is not None:
                 self.predictions.append(Prediction(self.key[c], c.backend, est))
         table = self.measure_fn(todo, self.left())
@@ -191,8 +219,8 @@ class GuidedMeasuring:
             if cost is not None and self.key[c] not in self.known:
                 self.known[self.key[c]] = cost
                 got += 1
-        self.measured_now += int(getattr(table, "measured", 0) or 0)
-        self.failed += int(getattr(table, "failed", 0) or 0)
+        self.now.measured_now += int(getattr(table, "measured", 0) or 0)
+        self.now.failed += int(getattr(table, "failed", 0) or 0)
         if not self.over():
             self.stuck.update(self.key[c] for c in todo if self.key[c] not in self.known)
         log.debug("%s: measured %d of %d", why, got, len(todo))
@@ -201,7 +229,7 @@ class GuidedMeasuring:
     def seed_thin_variants(self) -> None:
         """A variant with too few training rows in the DB: a seeded random sample of its candidates."""
         rows = {v: len(ms) for v, (_, ms) in training_rows(self.db, self.variant.values()).items()}
-        budget = None if self.deadline is None else SEED_SHARE * max(0.0, self.left() or 0.0)
+        budget = None if self.now.deadline is None else SEED_SHARE * max(0.0, self.left() or 0.0)
         sample: list[Candidate] = []
         rng = random.Random(self.seed)
         for name, v in sorted(self.variant.items()):
@@ -215,32 +243,33 @@ class GuidedMeasuring:
             return
         self.say("guided measuring: seeding the learned model with %d candidate(s) (%s had few rows in the cost DB)",
                  len(sample), ", ".join(n for n, v in self.variant.items() if rows.get(v, 0) < SEED_ROWS))
-        deadline, self.deadline = self.deadline, (None if budget is None else time.monotonic() + budget)
+        deadline, self.now.deadline = self.now.deadline, (None if budget is None else time.monotonic() + budget)
         try:
             self.take(sample, "seed")
         finally:
-            self.deadline = deadline
+            self.now.deadline = deadline
 
     def retrain(self, final: bool = False) -> None:
         """Train the model again when the measured rows grew enough; estimate every unmeasured key."""
+        now = self.now
         ok = sum(1 for c in self.known.values() if c.ok)
-        grown = ok - max(0, self.trained_rows)
-        if self.trained_rows >= 0 and grown < max(RETRAIN_MIN, RETRAIN_GROWTH * self.trained_rows) and not final:
+        grown = ok - max(0, now.trained_rows)
+        if now.trained_rows >= 0 and grown < max(RETRAIN_MIN, RETRAIN_GROWTH * now.trained_rows) and not final:
             return
-        if final and grown == 0 and self.trained_rows >= 0:
+        if final and grown == 0 and now.trained_rows >= 0:
             return
         t0 = time.perf_counter()
-        self.model = LearnedCosts.train(self.db, set(self.variant.values()), seed=self.seed)
-        self.trained_rows = ok
-        self.estimates = {}
+        now.model = LearnedCosts.train(self.db, set(self.variant.values()), seed=self.seed)
+        now.trained_rows = ok
+        now.estimates = {}
         for name, v in self.variant.items():
             keys = sorted({k for c, k in self.key.items() if c.backend == name and k not in self.known})
             feats = [self.features[k.fingerprint] for k in keys if k.fingerprint in self.features]
             keys = [k for k in keys if k.fingerprint in self.features]
-            est = self.model.estimate(v, feats) if keys else None
+            est = now.model.estimate(v, feats) if keys else None
             if est is not None:
-                self.estimates.update(zip(keys, est))
-        self.fit_s += time.perf_counter() - t0
+                now.estimates.update(zip(keys, est))
+        now.fit_s += time.perf_counter() - t0
 
     def search(self, factor: float) -> Plan | None:
         """The cheapest cover with measured costs where known, ``factor`` x the low estimate elsewhere."""
@@ -250,7 +279,7 @@ class GuidedMeasuring:
             if cost is not None:
                 if cost.ok and cost.median_ms is not None:
                     costs[c] = float(cost.median_ms)
-            elif k not in self.stuck and (est := self.estimates.get(k)) is not None:
+            elif k not in self.stuck and (est := self.now.estimates.get(k)) is not None:
                 costs[c] = factor * est.low_ms
         t0 = time.perf_counter()
         try:
@@ -259,15 +288,15 @@ class GuidedMeasuring:
             log.warning("guided measuring: search failed (%s); measuring in order", e)
             return None
         finally:
-            self.searches_s += time.perf_counter() - t0
-        self.last_plan = plan
+            self.now.searches_s += time.perf_counter() - t0
+        self.now.last_plan = plan
         return plan
 
     # ------------------------------------------------------------------ results
     def table(self) -> CostTable:
         """``measure_candidates``' table over every candidate (the job's Measured.raw)."""
         t = CostTable(candidates=len(self.cands), distinct=len(self.distinct))
-        t.reused, t.measured, t.failed = self.reused, self.measured_now, self.failed
+        t.reused, t.measured, t.failed = self.reused, self.now.measured_now, self.now.failed
         t.unmeasured = len(self.distinct) - len(self.known)
         t.elapsed_s = time.monotonic() - self.t0
         for c, k in self.key.items():
@@ -285,21 +314,22 @@ class GuidedMeasuring:
             per_backend[name] = error_summary([p.estimate.mid_ms for p, _ in mine], [m for _, m in mine],
                                               [p.estimate.low_ms for p, _ in mine], [p.estimate.high_ms for p, _ in mine])
         unmeasured = self.distinct - set(self.known)
-        last = self.last_plan
+        now = self.now
+        last = now.last_plan
         return {
-            "distinct": len(self.distinct), "measured": len(self.known), "estimated": sum(k in self.estimates
+            "distinct": len(self.distinct), "measured": len(self.known), "estimated": sum(k in now.estimates
                                                                                          for k in unmeasured),
-            "unpriced": sum(k not in self.estimates for k in unmeasured),
+            "unpriced": sum(k not in now.estimates for k in unmeasured),
             "error": error_summary([p.estimate.mid_ms for p, _ in pairs], [m for _, m in pairs],
                                    [p.estimate.low_ms for p, _ in pairs], [p.estimate.high_ms for p, _ in pairs]),
             "error_by_backend": per_backend,
-            "training_rows": self.model.rows() if self.model is not None else {},
+            "training_rows": now.model.rows() if now.model is not None else {},
             "rounds": len(self.rounds), "converged_levels": sorted({r.level for r in self.rounds if not r.estimated}),
-            "last_rounds": [r.to_dict() for r in self.rounds[-LAST_ROUNDS:]], "stopped": self.stopped,
+            "last_rounds": [r.to_dict() for r in self.rounds[-LAST_ROUNDS:]], "stopped": now.stopped,
             "optimistic_plan": None if last is None else {
                 "predicted_ms": last.predicted_ms,
                 "partitions": [{"backend": p.backend, "nodes": len(p.nodes),
                                 "estimated": not self.is_measured(Candidate(p.nodes, p.backend))}
                                for p in last.partitions]},
-            "fit_s": self.fit_s, "search_s": self.searches_s,
+            "fit_s": now.fit_s, "search_s": now.searches_s,
         }

@@ -1,7 +1,8 @@
 """What one tuning job is asked to do: :class:`TuneOptions` (plain data, validated once).
 
 ``collage.tune(model, out_dir, **keywords)`` builds one with :meth:`TuneOptions.build` (which reads the
-``budget`` as a duration, and still takes the older ``budget_s=`` seconds; the keywords' kinds are checked by
+``budget`` as a duration, and still takes the older ``budget_s=`` seconds; ``tune(model, out_dir, options,
+**keywords)`` takes one and overrides its fields with :meth:`TuneOptions.with_keywords`; the keywords' kinds are checked by
 :mod:`collage.tuner.arguments`, which also reads the command line's texts for shapes and backend options); the job's steps
 (:mod:`collage.tuner.job`) read it and never change it.
 """
@@ -27,6 +28,13 @@ DEFAULT_BACKENDS = ("onnxruntime", "openvino")
 DEFAULT_TOLERANCE = {"atol": 1e-4, "rtol": 1e-3}
 #: orders in which candidates are measured under a budget (TuneOptions.measure_order)
 MEASURE_ORDERS = ("enumeration", "guided")
+
+
+#: the keywords ``tune`` takes (and :meth:`TuneOptions.build`): the fields, with ``budget`` and ``tvm_budget``
+#: durations for ``budget_s`` and ``tvm_budget_s`` (``budget_s`` still taken, in seconds)
+TUNE_KEYWORDS = frozenset({"target", "backends", "budget", "budget_s", "db", "refine_trials", "shapes", "limits",
+                           "archive", "tolerance", "seed", "progress", "accuracy", "calibration", "cluster",
+                           "backend_options", "tvm_budget", "measure_order"})
 
 
 @dataclass(frozen=True)
@@ -120,6 +128,15 @@ class TuneOptions:
                    tolerance={**DEFAULT_TOLERANCE, **(tolerance or {})},
                    backend_options=arguments.backend_options(backend_options),
                    tvm_budget_s=arguments.duration("tvm_budget", tvm_budget), **options)  # type: ignore[arg-type]
+
+    def with_keywords(self, **keywords: Any) -> TuneOptions:
+        """These options with ``tune``'s ``keywords`` in place of their fields (read as :meth:`build` reads
+        them)."""
+        base: dict[str, Any] = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        base["tvm_budget"] = base.pop("tvm_budget_s")
+        if "budget" in keywords:
+            base.pop("budget_s")
+        return TuneOptions.build(**{**base, **keywords})
 
     def options_for(self, name: str) -> dict[str, Any]:
         """The constructor options of backend ``name`` in this job (a TVM tuning budget implies MetaSchedule)."""

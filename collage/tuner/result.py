@@ -1,4 +1,5 @@
-"""What ``collage tune --json`` prints and ``TuneResult.to_dict()`` returns (documented in the README)::
+"""What a tune returns (:class:`TuneResult`), and what ``collage tune --json`` prints and ``TuneResult.to_dict()``
+returns (documented in the README)::
 
     {"artifact": "/path/out",                # the artifact directory
      "model": "tiny-resnet", "target": "cpu", "backends": ["onnxruntime", "openvino"],
@@ -15,7 +16,86 @@
 """
 from __future__ import annotations
 
-from typing import Any
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collage.plan import Plan
+
+
+@dataclass
+class TuneResult:
+    """One tune's artifact folder, final plan, its measured ms, the baselines, and report.json's content. The
+    keys of ``to_dict()`` are attributes too, computed once (the first time one is read)."""
+
+    out_dir: Path
+    plan: Plan
+    plan_ms: float
+    baselines: dict[str, float]
+    report: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def best_single(self) -> tuple[str, float]:
+        """(backend, ms) of the fastest single backend on the whole model (``to_dict()`` has it as a dict)."""
+        name = min(self.baselines, key=self.baselines.__getitem__)
+        return name, self.baselines[name]
+
+    @property
+    def artifact(self) -> str:
+        return str(self.out_dir)
+
+    @cached_property
+    def _summary(self) -> dict[str, Any]:
+        return tune_summary(self)
+
+    @property
+    def model(self) -> str | None:
+        return self._summary["model"]
+
+    @property
+    def target(self) -> str | None:
+        return self._summary["target"]
+
+    @property
+    def backends(self) -> list[str]:
+        return self._summary["backends"]
+
+    @property
+    def predicted_ms(self) -> float | None:
+        return self._summary["predicted_ms"]
+
+    @property
+    def speedup(self) -> float | None:
+        """Best single backend ms / plan ms (None when no baseline ran)."""
+        return self._summary["speedup"]
+
+    @property
+    def coverage(self) -> dict[str, Any] | None:
+        return self._summary["coverage"]
+
+    @property
+    def numerics(self) -> dict[str, Any] | None:
+        return self._summary["numerics"]
+
+    @property
+    def notes(self) -> list[str]:
+        return self._summary["notes"]
+
+    @property
+    def partitions(self) -> Any:
+        """The pandas DataFrame of partitions that ``collage report`` shows (collage.report.render.partition_table)."""
+        from collage.report.render import partition_table
+        return partition_table(self.out_dir)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``collage tune --json`` object (module docstring): a new dict each call."""
+        return tune_summary(self)
+
+    def to_json(self, **kw: Any) -> str:
+        return json.dumps(self.to_dict(), **kw)
 
 
 def _ms(v: Any) -> float | None:

@@ -113,7 +113,7 @@ def describe(sizes: Mapping[str, Sequence[int]]) -> str:
 @dataclass
 class MultiSizeResult:
     """What ``tune`` returns for several size sets: the artifact and each size set's
-    :class:`collage.tuner.job.TuneResult` (its ``out_dir`` the sub-artifact ``OUT/sizes/NNN``)."""
+    :class:`collage.tuner.result.TuneResult` (its ``out_dir`` the sub-artifact ``OUT/sizes/NNN``)."""
 
     out_dir: Path
     sizes: list[SizeSet]

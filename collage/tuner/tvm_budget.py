@@ -175,8 +175,8 @@ class Ranked:
 def vendor_first(cands: Sequence[Candidate], max_nodes: int = MAX_NODES) -> list[tuple[tuple[int, ...], str]]:
     """The vendor candidates a tune with a TVM budget measures before the others (within half the measuring
     budget): those on the nodes of a TVM candidate small enough to rank, since :func:`rank` needs their vendor
-    cost. In enumeration order the coarse ranges come first, and under a short budget none of these had been
-    measured: ResNet-50 with ``--budget 90s`` ranked nothing, and TVM was never tried."""
+    cost. In enumeration order the coarse ranges come first, and under a short budget none of these would be
+    measured: nothing ranked, and TVM never tried."""
     twins = {c.nodes for c in cands if c.backend == "tvm" and len(c.nodes) <= max_nodes}
     return [(c.nodes, c.backend) for c in cands if c.backend != "tvm" and c.nodes in twins]
 

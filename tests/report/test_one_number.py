@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import calendar
 import copy
-import inspect
 import re
 import shutil
 import sqlite3
@@ -165,19 +164,19 @@ def test_the_stale_cost_check_leaves_out_costs_this_run_measured():
     from collage import zoo
     from collage.measure.db import Cost
     from collage.plan import Plan
-    from collage.tuner.job import Baselines, Measured, TuneJob, Verified
+    from collage.tuner.context import JobContext
+    from collage.tuner.records import Baselines, Measured, Verified
+    from collage.tuner.steps.verify import note_baselines
 
-    job = object.__new__(TuneJob)
-    job.graph = zoo.load_graph("zoo:tiny-resnet")
-    job.t_start, job.t_wall = time.monotonic(), time.time()
-    n = len(job.graph)
+    graph = zoo.load_graph("zoo:tiny-resnet")
+    ctx = JobContext(graph, None, None, None, [], [], {}, {}, None, None, time.monotonic(), time.time())
+    n = len(graph)
 
     def note(created: float) -> list[str]:
         raw = {(tuple(range(n)), "onnxruntime"): Cost("fp", "onnxruntime", "v", "cpu", "{}", "m", 2.0, created=created)}
         verified = Verified(Plan.single("onnxruntime", n, 2.0), 1.0, None, {"onnxruntime": 1.0}, {"onnxruntime": 1.0})
         base = Baselines({}, {}, {"onnxruntime": 2.0}, 1.0)
-        args = (verified, base, Measured(raw, {}, 0))
-        job.note_baselines(*args[:len(inspect.signature(job.note_baselines).parameters)])
+        note_baselines(ctx, verified, base, Measured(raw, {}, 0))
         return verified.plan.notes
 
     assert note(time.time() + 1.0) == []  # measured in this run, 2x the verification: the machine's level

@@ -17,7 +17,7 @@ from collage.measure.schedule import CostTable
 from collage.graph.ir import Graph
 from collage.search.candidates import Candidate, Limits, enumerate_candidates
 from collage.search.exact import search_exact
-from collage.tuner.guided import OPTIMISM, GuidedMeasuring
+from collage.tuner.guided import OPTIMISM, GuidedMeasuring, GuidedSettings
 
 pytest.importorskip("xgboost")
 
@@ -111,8 +111,9 @@ def test_guided_finds_the_optimum_before_measuring_the_rest(tmp_path):
     graph = Graph.load(mixed_chain("MMRSTMRRSMTTMRMSRTTMMRSRMTSMRRTM", 64))
     cands = candidates(graph)
     calls: list = []
-    g = Recording(graph, cands, list(backends.values()), db, measure=fake_measure(graph, db, backends, calls),
-                  search=lambda costs: search_exact(graph, costs), deadline=None)
+    g = Recording(graph, cands, list(backends.values()), db,
+                  GuidedSettings(measure=fake_measure(graph, db, backends, calls),
+                                 search=lambda costs: search_exact(graph, costs), deadline=None))
     table = g.run()
     # the true optimum (every candidate priced by the synthetic machine)
     best = search_exact(graph, {c: true_ms(graph, c) for c in cands})
@@ -146,8 +147,9 @@ def test_guided_with_a_deadline_leaves_estimates_and_seeds_a_fresh_db(tmp_path):
         return measure(list(batch)[:max(0, 90 - done)], left)
 
     import time
-    g = Recording(graph, cands, list(backends.values()), db, measure=limited,
-                  search=lambda costs: search_exact(graph, costs), deadline=time.monotonic() + 60)
+    g = Recording(graph, cands, list(backends.values()), db,
+                  GuidedSettings(measure=limited, search=lambda costs: search_exact(graph, costs),
+                                 deadline=time.monotonic() + 60))
     table = g.run()
     assert any(w == "seed" for w, _ in g.phases), g.phases
     rep = g.report()
@@ -176,16 +178,16 @@ def test_a_tune_never_exports_an_unmeasured_partition(tmp_path, monkeypatch):
         return None if est is None else [Estimate(1e-4, 2e-4, 3e-4) for _ in est]
 
     monkeypatch.setattr(LearnedCosts, "estimate", cheap)
-    from collage.tuner.job import TuneJob
+    from collage.tuner.steps import search as search_step
 
     searched = []
-    real_search = TuneJob.search
+    real_search = search_step.search
 
-    def search(self, measured, base):  # what the search step is given: measured costs only
+    def search(ctx, measured, base):  # what the search step is given: measured costs only
         searched.append(dict(measured.costs))
-        return real_search(self, measured, base)
+        return real_search(ctx, measured, base)
 
-    monkeypatch.setattr(TuneJob, "search", search)
+    monkeypatch.setattr(search_step, "search", search)
     from collage.tuner.guided import GuidedMeasuring
 
     real_take = GuidedMeasuring.take

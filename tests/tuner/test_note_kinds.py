@@ -22,27 +22,29 @@ def test_repricing_rewrites_the_transitions_note_only():
 
 
 def test_the_precision_notes_are_replaced_by_kind():
+    from collage.tuner.precision.search import PrecisionOutcome
     from collage.tuner.precision.tuner import PrecisionTuner
 
     tuner = object.__new__(PrecisionTuner)
-    tuner.notes = [Note(NoteKind.PRECISION, "an earlier outcome"), Note(NoteKind.ACCURACY, "judged on random"),
-                   Note(NoteKind.OTHER, LOOKS_LIKE + "kept")]
-    notes = tuner.use_whole_model("openvino-bf16", "precision: the whole model")
-    assert notes == ["judged on random", LOOKS_LIKE + "kept", "precision: the whole model"]
+    outcome = PrecisionOutcome(notes=(Note(NoteKind.PRECISION, "an earlier outcome"),
+                                      Note(NoteKind.ACCURACY, "judged on random"),
+                                      Note(NoteKind.OTHER, LOOKS_LIKE + "kept")))
+    notes = tuner.use_whole_model(outcome, "openvino-bf16", "precision: the whole model").notes
+    assert list(notes) == ["judged on random", LOOKS_LIKE + "kept", "precision: the whole model"]
     assert notes[-1].kind is NoteKind.PRECISION
 
 
 def test_never_worse_drops_the_refined_note_by_kind():
-    from collage.tuner.job import Measured, TuneJob, Verified
+    from collage.tuner.context import JobContext
+    from collage.tuner.records import Measured, Searched, Verified
+    from collage.tuner.steps.verify import never_worse
 
-    job = object.__new__(TuneJob)
-    job.graph = Graph.load(onnx.shape_inference.infer_shapes(chain_model(2, width=8)))
-    job.say = lambda *a: None
-    job.searched_for = None
-    job.whole_prediction = lambda measured, name: 1.0
+    graph = Graph.load(onnx.shape_inference.infer_shapes(chain_model(2, width=8)))
+    ctx = JobContext(graph, type("O", (), {"progress": False})(), None, None, [], [], {}, {}, None, None, 0.0, 0.0)
     plan = Plan([Partition((0,), "onnxruntime", 1.0), Partition((1,), "openvino", 1.0)], 2.0,
                 [Note(NoteKind.REFINED, "worded otherwise"), Note(NoteKind.REFINEMENT, LOOKS_LIKE + "kept")])
-    out = job.never_worse(Verified(plan, 3.0, None, {"onnxruntime": 1.0}, {"onnxruntime": 1.0}),
-                          Measured({}, {}, 0))
+    searched = Searched(plan, {}, {}, {}, 1, 0.0, plan, None, None)
+    out = never_worse(ctx, Verified(plan, 3.0, None, {"onnxruntime": 1.0}, {"onnxruntime": 1.0}), searched,
+                      Measured({}, {}, 0))
     assert out.plan.partitions[0].backend == "onnxruntime" and len(out.plan.notes) == 2
     assert out.plan.notes[0] == LOOKS_LIKE + "kept" and out.plan.notes[1].kind is NoteKind.NEVER_WORSE

@@ -35,14 +35,26 @@ def test_defaults_and_refusals():
         TuneOptions.build(budget_s=float("nan"))
 
 
-def test_tune_signature_is_explicit():
+def test_tune_takes_options_or_its_keywords_and_drops_none():
+    """``tune(model, out_dir, options=None, **keywords)``: every keyword reaches TuneOptions (nothing silently
+    dropped), an unknown one is refused naming it, and keywords override a TuneOptions given."""
+    from collage.errors import OptionTypeError
+    from collage.tuner.options import TUNE_KEYWORDS
+
     params = inspect.signature(tune).parameters
-    assert list(params)[:2] == ["model", "out_dir"]
-    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in list(params.values())[2:])
+    assert list(params) == ["model", "out_dir", "options", "keywords"]
+    fields = set(TuneOptions.__dataclass_fields__)
+    assert TUNE_KEYWORDS - {"budget", "tvm_budget"} == fields - {"tvm_budget_s"}
     for name in ("target", "backends", "budget", "db", "refine_trials", "shapes", "limits", "archive", "tolerance",
                  "accuracy", "calibration", "progress", "seed", "budget_s"):
-        assert name in params, name
-    assert not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    # every option of tune reaches TuneOptions (nothing silently dropped)
-    fields = set(TuneOptions.__dataclass_fields__)
-    assert set(params) - {"model", "out_dir", "budget", "tvm_budget"} == fields - {"tvm_budget_s"}
+        assert name in TUNE_KEYWORDS, name
+    with pytest.raises(OptionTypeError, match="'budgt'"):
+        tune("zoo:tiny-resnet", "out", budgt="30s")
+    with pytest.raises(OptionTypeError, match="TuneOptions"):
+        tune("zoo:tiny-resnet", "out", {"budget": "30s"})
+    base = TuneOptions.build(budget="30s", backends=["onnxruntime"], tvm_budget=None)
+    assert base.with_keywords(budget="1m").budget_s == 60.0 and base.with_keywords(seed=3).budget_s == 30.0
+    assert base.with_keywords(seed=3).backends == ("onnxruntime",) and base.with_keywords(seed=3).seed == 3
+    assert base.with_keywords() == base
+
+

@@ -118,17 +118,17 @@ def test_tune_refuses_bf16_without_accuracy(tmp_path):
 def test_budgeted_search_tightens_until_within_budget(monkeypatch):
     # each node alone uses 40% of the budget; any three together break it
     tuner, costs = synthetic_precision(monkeypatch, {(0,): 0.4, (1,): 0.4, (2,): 0.4, (3,): 0.4})
-    plan = tuner.search(costs, None)
+    plan, out = tuner.search(costs, None)
     lows = [p for p in plan.partitions if p.backend == "openvino-bf16"]
     assert sum(len(p.nodes) for p in lows) == 2, plan.describe()
-    assert tuner.rounds[-1].ok and not tuner.rounds[0].ok and len(tuner.rounds) >= 2
-    assert not tuner.fallback and any("within the accuracy budget" in n for n in plan.notes)
+    assert out.rounds[-1].ok and not out.rounds[0].ok and len(out.rounds) >= 2
+    assert not out.fallback and any("within the accuracy budget" in n for n in plan.notes)
 
 
 def test_budgeted_search_falls_back_to_fp32(monkeypatch):
     tuner, costs = synthetic_precision(monkeypatch, {(0,): 2.0, (1,): 2.0, (2,): 2.0, (3,): 2.0})
-    plan = tuner.search(costs, None)
-    assert plan.backends == ["onnxruntime"] and tuner.fallback
+    plan, out = tuner.search(costs, None)
+    assert plan.backends == ["onnxruntime"] and out.fallback
     assert any("the plan is fp32" in n for n in plan.notes)
 
 
@@ -137,18 +137,18 @@ def test_coarse_range_over_budget_keeps_its_sub_ranges(monkeypatch):
     # every candidate that overlaps the whole (or the longest prefix) would leave nothing but fp32
     errs = {(i,): 0.05 for i in range(14)} | {(14,): 0.6, (15,): 0.6}
     tuner, costs = synthetic_precision(monkeypatch, errs, n=16, prefixes=True)
-    plan = tuner.search(costs, None)
+    plan, out = tuner.search(costs, None)
     lows = [p for p in plan.partitions if p.backend == "openvino-bf16"]
-    assert not tuner.fallback and tuner.rounds[-1].ok, [(r.lam, r.low_partitions, r.ok) for r in tuner.rounds]
+    assert not out.fallback and out.rounds[-1].ok, [(r.lam, r.low_partitions, r.ok) for r in out.rounds]
     assert sorted(i for p in lows for i in p.nodes) == list(range(14)), plan.describe()
     assert max(len(p.nodes) for p in lows) >= 13  # a coarse prefix, not 14 single-node partitions
 
 
 def test_nan_candidates_are_excluded(monkeypatch):
     tuner, costs = synthetic_precision(monkeypatch, {(0,): math.inf, (1,): 0.1, (2,): 0.1, (3,): 0.1})
-    plan = tuner.search(costs, None)
+    plan, out = tuner.search(costs, None)
     owner = plan.node_backend()
-    assert owner[0] == "onnxruntime" and owner[3] == "openvino-bf16" and tuner.rounds[-1].ok
+    assert owner[0] == "onnxruntime" and owner[3] == "openvino-bf16" and out.rounds[-1].ok
 
 
 # ---------------------------------------------------------------------- real bf16 errors
@@ -178,11 +178,11 @@ def test_attention_block_gets_plan_within_budget():
     cands.append(whole)
     # synthetic latencies (this test is about the search): bf16 3x faster, so all-bf16 is the fastest plan
     costs = {c: len(c.nodes) * (1.0 if c.backend == "onnxruntime" else 0.3) + 0.05 for c in cands}
-    tuner = P.PrecisionTuner.setup(g, bks, "rel=1e-3", None, progress=False)
-    plan = tuner.search(costs, None)
+    tuner = P.PrecisionTuner.setup(g, bks, P.PrecisionSettings("rel=1e-3", None, progress=False))
+    plan, out = tuner.search(costs, None)
     whole_err = tuner.errors[whole]
     assert not tuner.budget.allows(whole_err), whole_err.describe()  # all-bf16 breaks the budget
-    assert tuner.rounds and tuner.rounds[-1].ok and not tuner.fallback
+    assert out.rounds and out.rounds[-1].ok and not out.fallback
     assert "openvino-bf16" in plan.backends and "onnxruntime" in plan.backends
     err = tuner.end_to_end(plan, "check")  # measured again, on the stitched artifact
     assert tuner.budget.allows(err), err.describe()
@@ -194,11 +194,11 @@ def test_impossible_budget_falls_back_to_fp32():
     bks = [get_backend("onnxruntime"), get_backend("openvino-bf16")]
     cands = enumerate_candidates(g, {b.name: b.supports_all(g) for b in bks}, Limits(max_nodes=3))
     costs = {c: len(c.nodes) * (1.0 if c.backend == "onnxruntime" else 0.3) for c in cands}
-    tuner = P.PrecisionTuner.setup(g, bks, "rel=1e-9", None, progress=False)
-    plan = tuner.search(costs, None)
-    assert plan.backends == ["onnxruntime"] and tuner.fallback
+    tuner = P.PrecisionTuner.setup(g, bks, P.PrecisionSettings("rel=1e-9", None, progress=False))
+    plan, out = tuner.search(costs, None)
+    assert plan.backends == ["onnxruntime"] and out.fallback
     assert any("the plan is fp32" in n for n in plan.notes)
-    assert tuner.report(plan)["fallback_fp32"] is True
+    assert tuner.report(plan, out)["fallback_fp32"] is True
 
 
 # ---------------------------------------------------------------------- end to end through tune
@@ -259,7 +259,7 @@ def test_tightening_suspects_pieces_judged_by_their_own_error_first(monkeypatch)
     # prefix (the highest score) would leave at most 2 bf16 nodes, excluding the later pieces keeps 8.
     errs = {(i,): 0.1 for i in range(8)} | {(i,): 0.35 for i in range(8, 16)}
     tuner, costs = synthetic_precision(monkeypatch, errs, n=16, prefixes=True)
-    plan = tuner.search(costs, None)
+    plan, out = tuner.search(costs, None)
     lows = sorted(i for p in plan.partitions if p.backend == "openvino-bf16" for i in p.nodes)
-    assert tuner.rounds[-1].ok and not tuner.rounds[0].ok, [(r.lam, r.low_partitions, r.ok) for r in tuner.rounds]
+    assert out.rounds[-1].ok and not out.rounds[0].ok, [(r.lam, r.low_partitions, r.ok) for r in out.rounds]
     assert lows == list(range(8)), plan.describe()

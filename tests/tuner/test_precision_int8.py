@@ -137,13 +137,13 @@ def test_int8_candidate_over_budget_is_never_chosen(tmp_path):
     partition in the plan; every lower-precision partition chosen is within budget on its own, end to end too."""
     from collage import zoo
     from collage.measure.connect import get_db
-    from collage.tuner.precision.tuner import PrecisionTuner
+    from collage.tuner.precision.tuner import PrecisionSettings, PrecisionTuner
 
     g = zoo.load_graph("zoo:tiny-resnet")
     names = ["onnxruntime", "openvino-bf16", *INT8]
     bks = [get_backend(n) for n in names]
     db = get_db(tmp_path / "costs.sqlite")
-    tuner = PrecisionTuner.setup(g, bks, "rel=0.008", db=db, work=tmp_path, progress=False)
+    tuner = PrecisionTuner.setup(g, bks, PrecisionSettings("rel=0.008", db=db, work=tmp_path, progress=False))
     assert tuner.int8["calibration_runs"] == 1
     supports = {b.name: {i: True for i in range(len(g))} for b in bks}
     cands = [c for c in enumerate_candidates(g, supports, Limits(max_nodes=1))
@@ -154,7 +154,7 @@ def test_int8_candidate_over_budget_is_never_chosen(tmp_path):
     cands += [Candidate(whole, n) for n in names]
     speed = {"onnxruntime": 1.0, "openvino-bf16": 0.5, **{n: 0.1 for n in INT8}}
     costs = {c: len(c.nodes) * speed[c.backend] + 0.01 for c in cands}
-    plan = tuner.search(costs, None)
+    plan, out = tuner.search(costs, None)
     budget = Budget(None, 0.008)
     int8_errs = [e for c, e in tuner.errors.items() if c.backend in INT8]
     assert int8_errs and any(not budget.allows(e) for e in int8_errs)
@@ -163,7 +163,7 @@ def test_int8_candidate_over_budget_is_never_chosen(tmp_path):
         if p.backend in INT8:
             assert budget.allows(tuner.errors[c]), f"int8 partition over budget chosen: {c}"
     assert all(p.backend not in INT8 or len(p.nodes) < len(g) for p in plan.partitions)  # whole int8 is over
-    assert tuner.final_error is None or (tuner.final_error.finite and budget.allows(tuner.final_error))
+    assert out.final_error is None or (out.final_error.finite and budget.allows(out.final_error))
     assert not math.isnan(plan.predicted_ms or 0.0)
 
 

@@ -51,10 +51,10 @@ def test_all_bf16_gives_nan_and_the_budgeted_plan_does_not():
     whole = Candidate(tuple(range(len(g))), "openvino-bf16")
     cands += [core, whole]
     costs = {c: len(c.nodes) * (1.0 if c.backend == "onnxruntime" else 0.3) + 0.05 for c in cands}
-    tuner = P.PrecisionTuner.setup(g, bks, "cos=0.999,rel=0.01", None, progress=False)
-    plan = tuner.search(costs, None)
+    tuner = P.PrecisionTuner.setup(g, bks, P.PrecisionSettings("cos=0.999,rel=0.01", None, progress=False))
+    plan, out = tuner.search(costs, None)
     assert not tuner.errors[whole].finite and not tuner.errors[core].finite  # NaN: never in a plan
-    assert tuner.rounds and tuner.rounds[-1].ok and not tuner.fallback, [r.to_dict() for r in tuner.rounds]
+    assert out.rounds and out.rounds[-1].ok and not out.fallback, [r.to_dict() for r in out.rounds]
     assert "openvino-bf16" in plan.backends  # bf16 where it is safe (the rest of the attention)
     parts = {(p.backend, tuple(p.nodes)) for p in plan.partitions}
     assert ("openvino-bf16", core.nodes) not in parts and ("openvino-bf16", whole.nodes) not in parts
@@ -75,9 +75,9 @@ def test_whole_model_bf16_within_budget_is_found(monkeypatch):
     whole = (0, 1, 2, 3)
     tuner, costs = synthetic_precision(monkeypatch, {(0,): 0.4, (1,): 0.4, (2,): 0.4, (3,): 0.4, whole: 0.5})
     costs[Candidate(whole, "openvino-bf16")] = 1.2  # slower than 2+2 bf16 pieces (1.02), far faster than fp32 (4.04)
-    plan = tuner.search(costs, None)
+    plan, out = tuner.search(costs, None)
     assert [(p.backend, tuple(p.nodes)) for p in plan.partitions] == [("openvino-bf16", whole)], plan.describe()
-    assert not tuner.rounds[0].ok and tuner.rounds[-1].ok and not tuner.fallback
+    assert not out.rounds[0].ok and out.rounds[-1].ok and not out.fallback
     assert tuner.whole_model_within_budget() == [Candidate(whole, "openvino-bf16")]
 
 
@@ -137,15 +137,16 @@ def test_whole_model_alternative_offered_to_the_verification(monkeypatch):
 
     whole = (0, 1, 2, 3)
     tuner, costs = synthetic_precision(monkeypatch, {(0,): 0.1, (1,): 0.1, (2,): 0.1, (3,): 0.1, whole: 0.3})
-    tuner.search(costs, None)
+    _, out = tuner.search(costs, None)
     assert tuner.whole_model_within_budget() == [Candidate(whole, "openvino-bf16")]
     alts = tuner.whole_model_alternatives(Plan.single("onnxruntime", 4))
     assert set(alts) == {"openvino-bf16"}
     x = np.zeros((4, 64), np.float32)
     assert np.asarray(alts["openvino-bf16"].run({"x": x})[tuner.graph.outputs[0]]).shape == (4, 64)
     assert tuner.whole_model_alternatives(Plan.single("openvino-bf16", 4)) == {}  # already the plan
-    notes = tuner.use_whole_model("openvino-bf16", "precision: chosen in the verification")
-    assert not tuner.fallback and notes[-1] == "precision: chosen in the verification"
+    chosen = tuner.use_whole_model(out, "openvino-bf16", "precision: chosen in the verification")
+    notes = chosen.notes
+    assert not chosen.fallback and notes[-1] == "precision: chosen in the verification"
     assert sum(x.startswith("precision:") for x in notes) == 1
 
 

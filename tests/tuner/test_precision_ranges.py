@@ -90,7 +90,7 @@ def test_prescreen_drops_over_budget_ranges_before_timing(monkeypatch):
     bks = [get_backend("onnxruntime"), get_backend("openvino-bf16")]
     monkeypatch.setattr(P.OutputErrors, "measure", lambda self, cs, budget_s=None, progress=False:
                         {c: ErrorMeasure(rel=len(c.nodes) / 10.0) for c in cs})
-    tuner = P.PrecisionTuner.setup(g, bks, "rel=1.0", None, progress=False)
+    tuner = P.PrecisionTuner.setup(g, bks, P.PrecisionSettings("rel=1.0", None, progress=False))
     cands = _ranges(n, cuts) + _ranges(n, cuts, "onnxruntime")
     kept = tuner.prescreen(cands)
     assert Candidate(tuple(range(n)), "openvino-bf16") in kept  # the whole model always stays

@@ -22,6 +22,7 @@ from collage.measure.db import SQLiteCostDB
 from collage.errors import CollageError
 from collage.search.candidates import Limits
 from collage.tuner.job import parse_budget, tune
+from collage.tuner.search_step import Stitching
 
 BACKENDS = ["onnxruntime", "openvino"]
 
@@ -117,7 +118,7 @@ def test_retune_reuses_every_measurement(tmp_path, monkeypatch):
 
 def test_never_worse_names_the_partition_furthest_over_its_price():
     from collage.plan import Partition, Plan
-    from collage.tuner.job import furthest_over_price
+    from collage.tuner.steps.verify import furthest_over_price
 
     plan = Plan([Partition((0, 1), "openvino", 2.0), Partition((2,), "onnxruntime", 1.0),
                  Partition((3, 4, 5), "openvino", 3.0)], 6.0)
@@ -142,9 +143,9 @@ def test_interleaved_measuring_says_when_the_warm_up_is_over():
 def test_a_budget_used_up_before_measuring_still_measures_every_whole_model(tmp_path, monkeypatch):
     # benchmarks.precision once ran bert-base's 3-minute budget down in the precision prescreen: two whole
     # models got a cost, and the verification's faster whole-model bf16 plan had nothing to be predicted from
-    from collage.tuner.job import TuneJob
+    from collage.tuner.steps import budget
 
-    monkeypatch.setattr(TuneJob, "budget_left", lambda self, *whole: 0.0)
+    monkeypatch.setattr(budget, "budget_left", lambda ctx, *whole: 0.0)
     db = str(tmp_path / "costs.sqlite")
     res = tune("zoo:tiny-resnet", tmp_path / "out", backends=BACKENDS, db=db, budget="30s",
                limits=Limits(max_nodes=1), progress=False)
@@ -155,6 +156,18 @@ def test_a_budget_used_up_before_measuring_still_measures_every_whole_model(tmp_
     assert [len(p["nodes"]) for p in res.report["searched_plan"]["partitions"]] == [n]
 
 
+def context(**given):
+    """A tune's context for a step under test: ``given`` fields, the others empty."""
+    import time
+
+    from collage.tuner.context import JobContext
+
+    fields = {"graph": None, "options": None, "work": None, "clock": None, "backends": [], "names": list(BACKENDS),
+              "backend_options": {}, "feeds": {}, "db": None, "precision": None, "t_start": time.monotonic(),
+              "t_wall": time.time()}
+    return JobContext(**{**fields, **given})
+
+
 def test_measuring_the_whole_models_is_counted_in_the_budget():
     # issue 40: --budget is the whole tune's wall clock, the whole models' measuring inside it (before, it was
     # left out: on a slow machine level bert-base-masked's 7 whole models took 90 s of its 240 s budget, and a
@@ -163,14 +176,12 @@ def test_measuring_the_whole_models_is_counted_in_the_budget():
 
     from collage.search.candidates import Candidate
     from collage.tuner.clock import Deadline
-    from collage.tuner.job import TuneJob
+    from collage.tuner.steps.measure import measure_whole_first
 
-    job = object.__new__(TuneJob)
-    job.graph = zoo.load_graph("zoo:tiny-resnet")
-    job.options = type("O", (), {"budget_s": 10.0, "progress": False})()
-    job.clock, job.names, job.precision = Deadline(10.0), list(BACKENDS), type("P", (), {"low": set()})()
-    job.t_start, job.transition_s, job.whole_s, job.tvm_run = time.monotonic(), 0.0, 0.0, None
-    n = len(job.graph)
+    ctx = context(graph=zoo.load_graph("zoo:tiny-resnet"), 
+                  options=type("O", (), {"budget_s": 10.0, "progress": False})(),
+                  clock=Deadline(10.0), precision=type("P", (), {"low": set()})())
+    n = len(ctx.graph)
     cands = [Candidate(tuple(range(n)), b) for b in BACKENDS] + [Candidate((0,), b) for b in BACKENDS]
     given = []
 
@@ -183,7 +194,7 @@ def test_measuring_the_whole_models_is_counted_in_the_budget():
             time.sleep(1.0)
         return Table()
 
-    job.measure_whole_first(measure, cands)
+    measure_whole_first(ctx, measure, cands)
     assert given[0] == (len(BACKENDS), None) and given[1][0] == len(cands)
     assert given[1][1] <= 9.0  # the second call gets what is left: the second spent on the whole models is in it
 
@@ -298,15 +309,18 @@ class _Prec:
     def whole_model_within_budget(self) -> list:
         return self._within
 
-    def use_whole_model(self, backend: str, note: str) -> list[str]:
+    def use_whole_model(self, outcome, backend: str, note: str):
         self.used.append((backend, note))
-        return [note]
+        return outcome
 
 
 def test_one_backend_in_pieces_becomes_its_whole_model():
     from collage.plan import Partition, Plan
     from collage.search.candidates import Candidate
-    from collage.tuner.search_step import whole_if_one_backend
+    from collage.tuner.search_step import whole_if_one_backend as merged_plan
+
+    def whole_if_one_backend(*args):
+        return merged_plan(*args)[0]
 
     graph = list(range(4))  # only its length is read
     whole = {b: Candidate((0, 1, 2, 3), b) for b in ("onnxruntime", "openvino-bf16")}
@@ -384,8 +398,9 @@ def test_calibration_takes_level_from_the_whole_model_and_the_cut_from_the_chain
     monkeypatch.setattr(search_step, "artifact_runner", lambda graph, plan, *a: len(plan.partitions))
     monkeypatch.setattr(search_step, "measure_interleaved",
                         lambda runners, rounds: {k: {1: whole_ms, 2: chain_ms}[v] for k, v in runners.items()})
-    charges = search_step.calibrate_partition_charges(g, costs, None, ["openvino", "onnxruntime"], {}, tmp_path,
-                                                      whole_costs={"openvino": 10.0}, progress=False)
+    charges = search_step.calibrate_partition_charges(g, costs, None, ["openvino", "onnxruntime"],
+                                                      search_step.Stitching({}, tmp_path, progress=False),
+                                                      whole_costs={"openvino": 10.0})
     assert charges["openvino"].level == pytest.approx(level) and charges["openvino"].cut_ms == pytest.approx(cut)
     # a backend with nothing measured takes the others' medians
     assert charges["onnxruntime"] == charges["openvino"]
@@ -455,8 +470,7 @@ def test_a_winning_but_mispredicted_plan_is_searched_again(monkeypatch, tmp_path
     a, b = (((0, 1), "openvino-bf16"), ((2, 3), "onnxruntime")), (((0, 1), "openvino-bf16"), ((2, 3), "openvino"))
     measured = _fake_plan_runs(monkeypatch, {a: (20.0, [4.0, 12.0]), b: (12.5, [5.5, 7.0])})
     plan, charged, attempts, searched_for, single_ms = tune_search.search_checked(
-        list(range(4)), {head: 5.0, ort: 5.0, ov: 7.0}, {}, do_search, {}, tmp_path, best_single_ms=30.0,
-        progress=False)
+        list(range(4)), {head: 5.0, ort: 5.0, ov: 7.0}, {}, do_search, Stitching({}, tmp_path, progress=False), 30.0)
     assert plan.parts() == b and attempts == 2 and measured == [a, b]
     # A's excess, (20 - 10) over its one cut, on its backends' cuts; A's parts priced as they ran in it instead
     # (its calls, 16 ms, scaled to its 20 ms)
@@ -468,7 +482,7 @@ def test_a_winning_but_mispredicted_plan_is_searched_again(monkeypatch, tmp_path
     assert plan.notes[-1].endswith("12.500 ms end to end; searched for 12.000 ms")
     # report.json's searched_plan and the bench's columns keep both prices
     from collage.tuner.bench import searched_columns
-    from collage.tuner.job import plan_summary
+    from collage.tuner.assemble import plan_summary
 
     summary = plan_summary(plan, searched_for, single_ms)
     assert summary["predicted_ms"] == 12.5 and summary["searched_for_ms"] == 12.0
@@ -524,8 +538,7 @@ def test_an_over_predicted_plan_gets_its_cuts_lowered_and_ships_predicted_as_mea
     measured = _fake_plan_runs(monkeypatch, {shape: (8.5, [6.0, 2.0])})
     charges = {"openvino": PartitionCharge(1.0, 2.0), "openvino-bf16": PartitionCharge(1.0, 2.0)}
     plan, charged, attempts, *_ = tune_search.search_checked(list(range(3)), {head: 6.0, tail: 2.0}, charges,
-                                                            do_search, {}, tmp_path, best_single_ms=12.0,
-                                                            progress=False)
+                                                            do_search, Stitching({}, tmp_path, progress=False), 12.0)
     # predicted 10 (6 + 2 + the 2 ms cut), measured 8.5: 1.5 ms less on the one cut, on both backends
     assert charges["openvino"].cut_ms == 0.5 and charges["openvino-bf16"].cut_ms == 0.5
     # the calls (8 ms) scaled to the plan's 8.5 ms
@@ -554,8 +567,8 @@ def test_a_plan_measured_in_an_earlier_attempt_is_kept_priced_as_it_ran(monkeypa
     b = (((0,), "onnxruntime"), ((1, 2), "openvino"))
     _fake_plan_runs(monkeypatch, {a: (6.5, [2.0, 1.0, 2.0]), b: (7.0, [1.0, 5.0])})
     plan, charged, attempts, searched_for, _ = tune_search.search_checked(
-        list(range(3)), {x: 1.0, y: 1.0, z: 1.0, y2: 2.0}, {}, lambda charged: next(plans), {}, tmp_path,
-        best_single_ms=9.0, progress=False)
+        list(range(3)), {x: 1.0, y: 1.0, z: 1.0, y2: 2.0}, {}, lambda charged: next(plans),
+            Stitching({}, tmp_path, progress=False), 9.0)
     assert plan.parts() == a and attempts == 3 and searched_for is first
     # 6.5 ms end to end, 0.5 ms of it priced transitions: the 5 ms of calls scaled to 6 ms
     assert [p.cost_ms for p in plan.partitions] == pytest.approx([2.4, 1.2, 2.4])
@@ -567,12 +580,14 @@ def test_a_plan_measured_in_an_earlier_attempt_is_kept_priced_as_it_ran(monkeypa
 
 
 def test_the_kept_plan_gets_back_what_its_own_search_left(monkeypatch, tmp_path):
-    """The tune keeps the first attempt's plan after a second attempt searched another: the precision report
-    (rounds, notes) is put back to what the first search left, not searched again (a budgeted search keeps
-    the errors it measured, so the same costs can give another plan the second time)."""
+    """The tune keeps the first attempt's plan after a second attempt searched another: the precision outcome
+    (rounds, notes) is the one the first search returned with it, not the last search's, nor searched again
+    (a budgeted search keeps the errors it measured, so the same costs can give another plan the second time)."""
     from collage.plan import Partition, Plan
     from collage.tuner import search_step
-    from collage.tuner.job import Baselines, Measured, TuneJob
+    from collage.tuner.clock import Deadline
+    from collage.tuner.records import Baselines, Measured
+    from collage.tuner.steps.search import search
 
     graph = zoo.load_graph("zoo:tiny-resnet")
     n = len(graph)
@@ -582,19 +597,12 @@ def test_the_kept_plan_gets_back_what_its_own_search_left(monkeypatch, tmp_path)
     class Prec:
         low: frozenset = frozenset()
 
-        def __init__(self):
-            self.found, self.state = iter([a, b, a]), None
+        def __init__(self, found):
+            self.found = iter(found)
 
         def search(self, charged, transition):
             plan = next(self.found)
-            self.state = "rounds of A" if plan is a else "rounds of B"
-            return plan
-
-        def search_state(self):
-            return self.state
-
-        def restore_search(self, state):
-            self.state = state
+            return plan, "rounds of A" if plan is a else "rounds of B"
 
     def two_attempts(graph, costs, charges, do_search, *args, **kw):
         first = do_search({})
@@ -603,16 +611,12 @@ def test_the_kept_plan_gets_back_what_its_own_search_left(monkeypatch, tmp_path)
 
     monkeypatch.setattr(search_step, "calibrate_partition_charges", lambda *a, **kw: {})
     monkeypatch.setattr(search_step, "search_checked", two_attempts)
-    job = object.__new__(TuneJob)
-    job.graph, job.precision, job.names, job.feeds, job.work = graph, Prec(), BACKENDS, {}, tmp_path
-    job.options = type("O", (), {"target": "cpu", "progress": False})()
-    job.transition, job.backend_options, job.db = None, {}, None
-    from collage.tuner.clock import Deadline
-
-    job.clock = Deadline(None)  # no budget: the tune's clock cuts nothing
-    plan, _, info = job.search(Measured({}, {}, 0), Baselines({}, {}, {}, 5.0))
-    assert plan.parts() == a.parts() and info["searched_plan"]["best_single_ms"] == 1.0
-    assert job.precision.state == "rounds of A"
+    ctx = context(graph=graph, precision=Prec([a, b, a]), work=tmp_path,
+                  options=type("O", (), {"target": "cpu", "progress": False})(),
+                  clock=Deadline(None))  # no budget: the tune's clock cuts nothing
+    searched = search(ctx, Measured({}, {}, 0), Baselines({}, {}, {}, 5.0))
+    assert searched.plan.parts() == a.parts() and searched.single_ms == 1.0
+    assert searched.outcome == "rounds of A"
 
     # a plan the attempts never ran (one partition): its gain is against the single backends priced alike,
     # each whole model's worker cost at its backend's level
@@ -627,12 +631,11 @@ def test_the_kept_plan_gets_back_what_its_own_search_left(monkeypatch, tmp_path)
     monkeypatch.setattr(search_step, "search_checked", one_attempt)
     monkeypatch.setattr(search_step, "calibrate_partition_charges",
                         lambda *a, **kw: {"onnxruntime": PartitionCharge(level=1.5), "openvino": PartitionCharge(1.1)})
-    job.precision = Prec()
-    job.precision.found = iter([one])
+    ctx = context(graph=graph, precision=Prec([one]), work=tmp_path, options=ctx.options, clock=ctx.clock)
     whole = {(tuple(range(n)), b): Cost("whole", b, "v", "cpu", "{}", "here", median_ms=ms)
              for b, ms in (("onnxruntime", 3.0), ("openvino", 4.0))}
-    _, _, info = job.search(Measured(whole, {}, 0), Baselines({"onnxruntime": None, "openvino": None}, {}, {}, 5.0))
-    assert info["searched_plan"]["best_single_ms"] == pytest.approx(4.4)  # openvino's 4.0 x 1.1 (ORT: 3 x 1.5)
+    searched = search(ctx, Measured(whole, {}, 0), Baselines({"onnxruntime": None, "openvino": None}, {}, {}, 5.0))
+    assert searched.single_ms == pytest.approx(4.4)  # openvino's 4.0 x 1.1 (ORT: 3 x 1.5)
 
 
 def test_a_plan_found_again_after_it_ran_ends_the_attempts(monkeypatch, tmp_path):
@@ -653,8 +656,8 @@ def test_a_plan_found_again_after_it_ran_ends_the_attempts(monkeypatch, tmp_path
     # (10.7 ms over calls of 3 and 7 ms: priced as it ran, the plan's prediction is 10.7 ms but for the last bit of
     # a float, so it is the plan coming back, not a difference of exactly 0, that ends the attempts)
     measured = _fake_plan_runs(monkeypatch, {shape: (10.7, [3.0, 7.0])})
-    plan, charged, attempts, *_ = tune_search.search_checked(list(range(2)), {x: 3.0, y: 7.0}, {}, do_search, {},
-                                                            tmp_path, best_single_ms=9.0, attempts=5, progress=False)
+    plan, charged, attempts, *_ = tune_search.search_checked(list(range(2)), {x: 3.0, y: 7.0}, {}, do_search,
+        Stitching({}, tmp_path, progress=False), 9.0, attempts=5)
     assert attempts == 2 and measured == [shape] and len(searched) == 2
     assert plan.predicted_ms == pytest.approx(10.7) and charged == pytest.approx({x: 3.21, y: 7.49})
 
@@ -676,13 +679,12 @@ def test_a_plan_is_judged_against_the_single_backends_timed_beside_it(monkeypatc
     measured = _fake_plan_runs(monkeypatch, {shape: (10.5, [4.0, 6.0])}, singles_ms=9.0)
     singles = {"onnxruntime": lambda: None, "openvino": lambda: None}  # timed as 9 ms each beside the plan
     _, charged, attempts, _, single_ms = tune_search.search_checked(list(range(2)), {x: 4.0, y: 6.0}, {}, do_search,
-                                                                    {}, tmp_path, best_single_ms=30.0,
-                                                                    progress=False, singles=singles)
+        Stitching({}, tmp_path, progress=False), 30.0, singles=singles)
     assert attempts == 2 and measured == [shape] and charged == pytest.approx({x: 4.2, y: 6.3})
     assert single_ms == 9.0  # the plan's predicted gain is against the singles timed beside it
     # without the singles beside it, the stale 30 ms makes the same plan a win at once
-    _, _, attempts, *_ = tune_search.search_checked(list(range(2)), {x: 4.0, y: 6.0}, {}, do_search, {}, tmp_path,
-                                                   best_single_ms=30.0, progress=False)
+    _, _, attempts, *_ = tune_search.search_checked(list(range(2)), {x: 4.0, y: 6.0}, {}, do_search,
+        Stitching({}, tmp_path, progress=False), 30.0)
     assert attempts == 1
 
 
@@ -710,8 +712,8 @@ def test_a_mix_that_lost_to_the_singles_beside_it_leaves_the_search_on_one_backe
     measured = _fake_plan_runs(monkeypatch, {shape: (10.5, [4.0, 6.0])}, singles_ms=9.0)
     singles = {"onnxruntime": lambda: None, "openvino": lambda: None}
     plan, _, attempts, searched_for, single_ms = tune_search.search_checked(
-        list(range(2)), {x: 4.0, y: 5.0, w_ort: 12.0, w_ov: 11.0}, {}, do_search, {}, tmp_path,
-        best_single_ms=30.0, progress=False, singles=singles)
+        list(range(2)), {x: 4.0, y: 5.0, w_ort: 12.0, w_ov: 11.0}, {}, do_search,
+            Stitching({}, tmp_path, progress=False), 30.0, singles=singles)
     assert attempts == 2 and measured == [shape]
     assert searched[1][w_ort] == searched[1][w_ov] == 9.0  # the whole models as they ran beside the mix
     assert len(plan.partitions) == 1 and plan.predicted_ms == 9.0
@@ -737,8 +739,8 @@ def test_a_mix_that_won_in_its_rounds_is_kept_over_one_faster_in_ms_that_lost_in
     _fake_plan_runs(monkeypatch, {sa: (10.0, [4.0, 6.0]), sb: (11.0, [4.0, 7.0])}, singles_ms={sa: 9.0, sb: 12.0})
     singles = {"onnxruntime": lambda: None, "openvino": lambda: None}
     plan, _, attempts, searched_for, single_ms = tune_search.search_checked(
-        list(range(2)), {x: 4.0, y: 5.0}, {}, lambda charged: next(plans), {}, tmp_path, best_single_ms=30.0,
-        progress=False, singles=singles)
+        list(range(2)), {x: 4.0, y: 5.0}, {}, lambda charged: next(plans),
+            Stitching({}, tmp_path, progress=False), 30.0, singles=singles)
     assert attempts == 3 and plan.parts() == sb and searched_for is b and single_ms == 12.0
 
 
@@ -773,8 +775,8 @@ def test_a_real_mixed_plan_is_priced_as_it_ran(monkeypatch, tmp_path):
                                                                   charged, lambda a, b, nbytes: 0.01))
 
     searched_for = do_search(costs).predicted_ms  # 2 ms and the transitions (0.01 ms a tensor crossing the cut)
-    plan, charged, *_ = tune_search.search_checked(graph, costs, {}, do_search, random_inputs(graph, seed=0),
-                                                     tmp_path, best_single_ms=1e9, progress=False)
+    plan, charged, *_ = tune_search.search_checked(graph, costs, {}, do_search,
+        Stitching(random_inputs(graph, seed=0), tmp_path, progress=False), 1e9)
     assert len(timed) == 1  # measured once: searched again, the same plan, not measured again
     assert plan.predicted_ms == pytest.approx(timed[0])
     assert charged[head] == plan.partitions[0].cost_ms and charged[tail] == plan.partitions[1].cost_ms

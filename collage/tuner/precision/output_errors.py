@@ -1,11 +1,9 @@
 """Errors of lower-precision range candidates at the model's outputs (for :mod:`collage.tuner.precision.tuner`).
 
-``collage.measure.accuracy.measure_errors`` gives a candidate's *own* error: fed the reference
-tensors, its outputs vs the reference, on the tensors that leave it. The accuracy budget is on the
-model's outputs, and an intermediate tensor's error is a poor predictor of it: on zfnet512 the bf16
-prefix ``[0, 20)`` (every layer but the last Gemm) has its own error rel 0.0043 (43% of a 0.01 budget),
-yet 0.0139 at the model's output (139%); on shufflenet the prefixes past node 137 look 57-95% of the
-budget on their own and are 103-125% at the output. A search that trusts the own error picks those
+``collage.measure.accuracy.measure_errors`` gives a candidate's *own* error: fed the reference tensors, its
+outputs vs the reference, on the tensors that leave it. The accuracy budget is on the model's outputs, and an
+intermediate tensor's error is a poor predictor of it: a prefix within the budget on its own can be well over it
+at the model's output (results/precision/precision-cuts-shufflenet.md). A search that trusts the own error picks those
 pieces, fails the end-to-end check and tightens one coarse piece per round until its rounds run out.
 
 So a *range* candidate (a contiguous id range ``[a, b)`` between the graph's narrow cuts,
@@ -26,6 +24,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -65,22 +64,41 @@ class OutputErrors:
         self.graph, self.backends, self.calib = graph, backends, calib
         self.bounds = range_bounds(graph)
         self.store = ErrorStore(db)
-        self._data: str | None = None
-        self._refs: list[dict[str, np.ndarray]] | None = None
-        self._rest: tuple[int, Any] | None = None  # (b, ONNX Runtime session of [b, n)): one at a time
+        self._rest: dict[int, Any] = {}  # {b: ONNX Runtime session of [b, n)}: one at a time
 
     def close(self) -> None:
         """Drop the kept session of the rest of the model (vgg19's holds ~0.5 GB of weights)."""
-        self._rest = None
+        self._rest.clear()
+
+    @cached_property
+    def _data(self) -> str:
+        """The whole model's structure and weights: the rest of the model is part of the error."""
+        n = len(self.graph)
+        h = hashlib.sha256(f"{self.graph.fingerprint(range(n))}-{WeightHashes(self.graph)(range(n))}".encode())
+        return h.hexdigest()[:16]
+
+    @cached_property
+    def _refs(self) -> list[dict[str, np.ndarray]]:
+        """The fp32 reference runs, with the tensors at every narrow cut."""
+        graph, n = self.graph, len(self.graph)
+        needed: set[str] = set()
+        for x in sorted(self.bounds):
+            if 0 < x < n:
+                needed.update(graph.boundary(range(x))[1])
+                needed.update(graph.boundary(range(x, n))[0])
+        return reference_runs(graph, self.calib, sorted(needed))
+
+    def _rest_of(self, b: int, ort: Any) -> Any:
+        """The ONNX Runtime session of ``[b, n)``, kept until another one is asked for."""
+        if b not in self._rest:
+            self._rest.clear()
+            self._rest[b] = ort.compile(self.graph.extract(range(b, len(self.graph))))
+        return self._rest[b]
 
     def span(self, c: Candidate) -> tuple[int, int] | None:
         return span_of(c.nodes, self.bounds)
 
     def _data_key(self, a: int, b: int) -> str:
-        if self._data is None:  # the whole model's structure and weights: the rest of the model is part of the error
-            n = len(self.graph)
-            h = hashlib.sha256(f"{self.graph.fingerprint(range(n))}-{WeightHashes(self.graph)(range(n))}".encode())
-            self._data = h.hexdigest()[:16]
         return f"{self.calib.digest}-{self._data}-{a}:{b}-out"
 
     def cached(self, cands: Sequence[Candidate]) -> dict[Candidate, ErrorMeasure]:
@@ -111,13 +129,7 @@ class OutputErrors:
         if not todo:
             return out
         t0 = time.monotonic()
-        if self._refs is None:
-            needed: set[str] = set()
-            for x in sorted(self.bounds):
-                if 0 < x < n:
-                    needed.update(graph.boundary(range(x))[1])
-                    needed.update(graph.boundary(range(x, n))[0])
-            self._refs = reference_runs(graph, self.calib, sorted(needed))
+        refs = self._refs
         ort = reference_backend()
         for k, c in enumerate(track(todo, f"output errors {graph.name}", "cand", enabled=progress,
                                     deadline=None if budget_s is None else t0 + budget_s)):
@@ -129,15 +141,10 @@ class OutputErrors:
             ins, _ = graph.boundary(c.nodes)
             try:
                 compiled = self.backends[c.backend].compile(graph.extract(c.nodes))
-                rest = None
-                if b < n:
-                    if self._rest is None or self._rest[0] != b:
-                        self._rest = None
-                        self._rest = (b, ort.compile(graph.extract(range(b, n))))
-                    rest = self._rest[1]
+                rest = self._rest_of(b, ort) if b < n else None
                 rest_ins = graph.boundary(range(b, n))[0] if rest is not None else []
                 err = ErrorMeasure()
-                for ref in self._refs:
+                for ref in refs:
                     env = {k2: np.array(v, copy=True) for k2, v in compiled.run({t: ref[t] for t in ins}).items()}
                     if rest is not None:
                         env.update(rest.run({t: env[t] if t in env else ref[t] for t in rest_ins}))

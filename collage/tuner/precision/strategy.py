@@ -1,18 +1,19 @@
-"""Precision as a strategy of the tuning job: the fixed points where :mod:`collage.tuner.job` asks it.
+"""Precision as a strategy of the tuning job: the fixed points where the tune's steps ask it
+(:class:`PrecisionStrategy`).
 
 The job holds one strategy for the whole run and calls it at the same points whatever the precision:
 
 - ``prescreen(cands)``: the candidates worth timing, in measuring order (after enumeration);
 - ``low``: names of the lower-precision backends (no fp32 baselines, no "fastest whole model");
-- ``search(charged, transition)``: the plan for measured costs (after measurement, per search attempt);
-  ``search_state()`` / ``restore_search(state)``: what a search left for the report, taken after each
-  attempt and put back for the plan the job keeps;
-- ``whole_model_within_budget()`` / ``use_whole_model(name, note)``: lower-precision whole models allowed
-  on their own, and the notes once one is chosen;
+- ``search(charged, transition)``: the plan for measured costs (after measurement, per search attempt), with
+  the :class:`collage.tuner.precision.search.PrecisionOutcome` that search left for the report; the tune
+  keeps the outcome of the plan it keeps and hands it to the later points;
+- ``whole_model_within_budget()`` / ``use_whole_model(outcome, name, note)``: lower-precision whole models
+  allowed on their own, and the outcome once one is chosen;
 - ``whole_model_alternatives(plan)``: compiled competitors for the verification round;
 - ``is_low(plan)``: the plan holds lower-precision partitions (no fp32 tolerance check, no refinement);
-- ``check(plan, artifact, fp32_numerics)``: the final numerics; ``report(plan)``: report.json's "precision"
-  section (None: no section);
+- ``check(plan, artifact, fp32_numerics, outcome)``: the final numerics (and the outcome with the final
+  error); ``report(plan, outcome)``: report.json's "precision" section (None: no section);
 - ``backend_options``: constructor options the strategy adds per backend name (the int8 variants' calibrated
   ``ranges``), which the job merges into the options it builds backends with.
 
@@ -22,17 +23,47 @@ budgeted one. :func:`precision_strategy` picks.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from collage.measure.db import CostDB
     from collage.graph.ir import Graph
+    from collage.measure.db import CostDB
     from collage.plan import Plan
     from collage.search.candidates import Candidate
     from collage.tuner.options import TuneOptions
-    from collage.tuner.precision.tuner import PrecisionTuner
+    from collage.tuner.precision.search import PrecisionOutcome
+
+Transition = Callable[[str, str, int], float]
+
+
+class PrecisionStrategy(Protocol):
+    """The points where the tune asks its precision strategy (module docstring)."""
+
+    @property
+    def low(self) -> Collection[str]: ...
+
+    @property
+    def backend_options(self) -> Mapping[str, Mapping[str, Any]]: ...
+
+    def prescreen(self, cands: Sequence[Candidate]) -> list[Candidate]: ...
+
+    def search(self, charged: Mapping[Candidate, float],
+               transition: Transition | None) -> tuple[Plan, PrecisionOutcome]: ...
+
+    def whole_model_within_budget(self) -> list[Candidate]: ...
+
+    def use_whole_model(self, outcome: PrecisionOutcome, backend: str, note: str) -> PrecisionOutcome: ...
+
+    def whole_model_alternatives(self, plan: Plan) -> dict[str, Any]: ...
+
+    def is_low(self, plan: Plan) -> bool: ...
+
+    def check(self, plan: Plan, artifact: Any, fp32_numerics: dict[str, Any] | None,
+              outcome: PrecisionOutcome) -> tuple[dict[str, Any] | None, PrecisionOutcome]: ...
+
+    def report(self, plan: Plan, outcome: PrecisionOutcome) -> dict[str, Any] | None: ...
 
 
 class Fp32Only:
@@ -42,28 +73,25 @@ class Fp32Only:
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        self.work: Path | None = None
         self.backend_options: dict[str, dict[str, Any]] = {}
 
     def prescreen(self, cands: Sequence[Candidate]) -> list[Candidate]:
         return list(cands)
 
-    def search(self, charged: Mapping[Candidate, float], transition: Callable[[str, str, int], float]) -> Plan:
+    def search(self, charged: Mapping[Candidate, float],
+               transition: Transition | None) -> tuple[Plan, PrecisionOutcome]:
         from collage.search import solve as search  # module by module, the DP, or the ILP
+        from collage.tuner.precision.search import PrecisionOutcome
 
-        return search(self.graph, charged, transition)
-
-    def search_state(self) -> None:
-        return None
-
-    def restore_search(self, state: None) -> None:
-        pass
+        return search(self.graph, charged, transition), PrecisionOutcome()
 
     def whole_model_within_budget(self) -> list[Candidate]:
         return []
 
-    def use_whole_model(self, backend: str, note: str) -> list[str]:
-        return [note]
+    def use_whole_model(self, outcome: PrecisionOutcome, backend: str, note: str) -> PrecisionOutcome:
+        from collage.tuner.precision.tuner import whole_model_outcome
+
+        return whole_model_outcome(outcome, note)
 
     def whole_model_alternatives(self, plan: Plan) -> dict[str, Any]:
         return {}
@@ -71,20 +99,23 @@ class Fp32Only:
     def is_low(self, plan: Plan) -> bool:
         return False
 
-    def check(self, plan: Plan, artifact: Any, fp32_numerics: dict[str, Any] | None = None) -> dict[str, Any] | None:
-        return fp32_numerics
+    def check(self, plan: Plan, artifact: Any, fp32_numerics: dict[str, Any] | None,
+              outcome: PrecisionOutcome) -> tuple[dict[str, Any] | None, PrecisionOutcome]:
+        return fp32_numerics, outcome
 
-    def report(self, plan: Plan) -> dict[str, Any] | None:
+    def report(self, plan: Plan, outcome: PrecisionOutcome) -> dict[str, Any] | None:
         return None
 
 
-def precision_strategy(graph: Graph, backends: Sequence[Any], options: TuneOptions,
-                       db: CostDB) -> PrecisionTuner | Fp32Only:
+def precision_strategy(graph: Graph, backends: Sequence[Any], options: TuneOptions, db: CostDB,
+                       work: Path | None = None) -> PrecisionStrategy:
     """The budgeted PrecisionTuner under an accuracy budget, else :class:`Fp32Only` (which still refuses
-    lower-precision backends named without a budget: ``PrecisionTuner.setup`` checks)."""
-    from collage.tuner.precision.tuner import PrecisionTuner
+    lower-precision backends named without a budget: ``PrecisionTuner.setup`` checks). ``work``: the tune's
+    scratch folder (the budgeted search's stitched plans go there)."""
+    from collage.tuner.precision.tuner import PrecisionSettings, PrecisionTuner
 
-    tuner = PrecisionTuner.setup(graph, backends, options.accuracy, options.calibration, seed=options.seed,
-                                 db=db, target=options.target, progress=options.progress,
+    settings = PrecisionSettings(options.accuracy, options.calibration, seed=options.seed, db=db,
+                                 target=options.target, work=work, progress=options.progress,
                                  budget_s=options.budget_s, backend_options=options.all_backend_options())
+    tuner = PrecisionTuner.setup(graph, backends, settings)
     return tuner if tuner is not None else Fp32Only(graph)

@@ -1,0 +1,62 @@
+"""Steps 9-10 of a tune: the final plan's numerics (outputs vs the ONNX Runtime fp32 reference for an fp32 plan,
+then the precision strategy's check against the accuracy budget), and the artifact written, reusing exactly the
+partitions that were verified (no recompilation)."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from collage.tuner.context import JOB_LOGGER
+from collage.tuner.records import FinalCheck, Verified
+from collage.tuner.result import TuneResult
+from collage.tuner.verify import check_numerics
+
+if TYPE_CHECKING:
+    from collage.tuner.context import JobContext
+    from collage.tuner.outdir import OutputLocation
+
+log = logging.getLogger(JOB_LOGGER)
+
+
+def numerics(ctx: JobContext, verified: Verified) -> FinalCheck:
+    """The final plan loaded (exported again where the verification did not keep its artifact) and checked."""
+    plan = verified.plan
+    artifact = verified.artifact or ctx.load(ctx.export(plan, ctx.work / "final"))
+    fp32 = None if ctx.precision.is_low(plan) else check_numerics(ctx.graph, plan, artifact, ctx.feeds,
+                                                                   dict(ctx.options.tolerance), ctx.backend_options)
+    checked, outcome = ctx.precision.check(plan, artifact, fp32, verified.outcome)
+    return FinalCheck(artifact, checked, outcome)
+
+
+def boundary_overhead(ctx: JobContext, artifact: Any) -> Any:
+    """The final artifact's measured overhead per boundary (report.json ``boundary_overhead_ms``; None where the
+    artifact has no such measurement, or it failed: a report-only figure never fails a tune)."""
+    if not hasattr(artifact, "boundary_overhead"):
+        return None
+    try:
+        return artifact.boundary_overhead(ctx.feeds)
+    except Exception as e:  # report-only figure; never fail a tune for it
+        log.warning("could not measure boundary overhead: %s", e)
+        return None
+
+
+def cuda_graph(artifact: Any) -> Any:
+    """A device-resident (GPU) artifact's CUDA-graph segments and what splits them (report.json ``cuda_graph``);
+    None for any other artifact."""
+    return artifact.graph_report() if hasattr(artifact, "graph_report") else None
+
+
+def write(ctx: JobContext, out: OutputLocation, verified: Verified, artifact: Any,
+          report: dict[str, Any]) -> TuneResult:
+    """The artifact at ``out`` (checked before the tune began), reusing the verified partitions."""
+    from collage.tuner.export import export
+
+    compiled = {p.index: p.compiled for p in artifact.partitions}
+    ctx.say("exporting the artifact to %s (%d partition(s))%s", out.out, len(verified.plan.partitions),
+            f", {ctx.clock.left():.0f} s left of the budget" if ctx.clock.budgeted else "")
+    final = export(ctx.graph, verified.plan, out, target=ctx.options.target, report=report,
+                   archive=ctx.options.archive, compiled=compiled, backend_options=ctx.backend_options)
+    ctx.say("wrote %s: plan %.3f ms vs %s", final, verified.plan_ms,
+            ", ".join(f"{k} {v:.3f} ms" for k, v in verified.baselines.items()))
+    return TuneResult(Path(final), verified.plan, verified.plan_ms, verified.baselines, report)
