@@ -59,8 +59,8 @@ from collage.graph.inputs import input_specs
 from collage.report.model import REPORT_VERSION
 from collage.runtime.manifest import FORMAT_VERSION, MANIFEST, PLAN_FILE, REPORT_FILE, collage_version
 from collage.plan import Partition, Plan
-from collage.tuner.outdir import (OutputLocation, archive_path, carry_over, check_output_location, inspect_output,
-                                  install, recover_replaced, staging_dir, umask, warn_kept)
+from collage.tuner.outdir import (OutputLocation, archive_path, as_inspected, carry_over, check_output_location,
+                                  inspect_output, install, recover_replaced, staging_dir, umask, warn_kept)
 from collage.util import machine_id, sha256_bytes, sha256_file
 
 if TYPE_CHECKING:
@@ -140,10 +140,12 @@ def export(graph: Graph, plan: Plan, out_dir: str | os.PathLike | OutputLocation
     is built next to ``out_dir`` and renamed into place only when complete (inside it, where ``out_dir`` cannot be
     renamed: a mount point); an existing ``out_dir`` is replaced only if it is a collage artifact (the files it does
     not list are kept) or an empty directory (:mod:`collage.tuner.outdir`). ``out_dir`` may be the
-    :class:`collage.tuner.outdir.OutputLocation` a tune checked before it began (not checked again).
+    :class:`collage.tuner.outdir.OutputLocation` a tune checked before it began (checked again, checksums included,
+    only if an entry under it changed since: :func:`collage.tuner.outdir.as_inspected`).
     ``archive=True`` also writes ``<out_dir>.tar.gz``.
     """
-    where = out_dir if isinstance(out_dir, OutputLocation) else inspect_output(out_dir, archive=archive)
+    where = (as_inspected(out_dir, archive=archive) if isinstance(out_dir, OutputLocation)
+             else inspect_output(out_dir, archive=archive))
     out = where.out
     compiled = dict(compiled or {})
     backend_options = {k: dict(v) for k, v in (backend_options or {}).items()}

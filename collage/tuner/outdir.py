@@ -52,6 +52,9 @@ class OutputLocation:
     kept: tuple[str, ...] = ()  # the user's files in the old artifact (relative POSIX paths), carried over
     dropped: tuple[str, ...] = ()  # derived files of the old artifact that are not carried over (report.html)
     replaced: tuple[str, ...] = ()  # top-level names of the old artifact's own entries (moved away in place)
+    # every entry under OUT when it was inspected: (relative POSIX path, size, mtime in ns); the export compares it
+    # (stat calls only) with what is there then, and inspects OUT again, checksums included, only if it differs
+    snapshot: tuple[tuple[str, int, int], ...] = ()
 
 
 def check_output_location(out_dir: str | os.PathLike, *, archive: bool = False) -> Path:
@@ -77,10 +80,37 @@ def inspect_output(out_dir: str | os.PathLike, *, archive: bool = False) -> Outp
         if why:
             raise ArtifactError(f"{out}: cannot write in this directory ({why}); choose a writable output directory")
         in_place = is_mount_point(out) or not _can_write_in(out.parent)
-        where = OutputLocation(out, in_place, kept, dropped, replaced)
+        where = OutputLocation(out, in_place, kept, dropped, replaced, snapshot(out))
     if archive:
         _check_archive(where)
     return where
+
+
+def snapshot(out: Path) -> tuple[tuple[str, int, int], ...]:
+    """Every entry under ``out`` (collage's scratch entries left out) with its size and modification time."""
+    found = []
+    for root, dirs, files in os.walk(out):
+        here = Path(root)
+        if here == out:
+            dirs[:] = [d for d in dirs if not d.startswith(INTERNAL)]
+            files = [f for f in files if not f.startswith(INTERNAL)]
+        for name in dirs + files:
+            try:
+                st = (here / name).lstat()
+            except FileNotFoundError:
+                continue
+            found.append(((here / name).relative_to(out).as_posix(), st.st_size, st.st_mtime_ns))
+    return tuple(sorted(found))
+
+
+def as_inspected(where: OutputLocation, *, archive: bool = False) -> OutputLocation:
+    """``where`` if OUT is as it was when the tune inspected it, else OUT inspected again: a file the user added
+    during the tune is kept too, and a listed file changed meanwhile makes OUT no longer collage's to replace."""
+    now_exists = where.out.exists()
+    if (now_exists and where.snapshot and snapshot(where.out) == where.snapshot) or (
+            not now_exists and not where.snapshot and not where.kept and not where.replaced):
+        return where
+    return inspect_output(where.out, archive=archive)
 
 
 def _check_creatable(out: Path) -> None:

@@ -50,3 +50,50 @@ def test_a_tune_result_computes_its_summary_once(monkeypatch, tmp_path):
     assert res.predicted_ms == 1.0 and res.notes == [] and res.coverage is None and res.numerics is None
     assert len(calls) == 1
     assert res.to_dict()["model"] == "m" and len(calls) == 2  # to_dict: a new dict each call
+
+
+def _tune_with(out, db, during):
+    """A tiny tune over OUT with ``during(out)`` run after OUT was inspected, right before the export writes."""
+    import importlib
+
+    from collage.tuner.job import tune
+
+    export_module = importlib.import_module("collage.tuner.export")
+    real = export_module.export
+
+    from collage.tuner.outdir import OutputLocation
+
+    def export_after(*args, **kwargs):
+        if isinstance(args[2], OutputLocation):  # the final export (the scratch ones get a path)
+            during(args[2].out)
+        return real(*args, **kwargs)
+
+    import pytest
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(export_module, "export", export_after)  # the name finish.write imports
+        return tune("zoo:tiny-resnet", out, backends=BACKENDS, db=db, limits=Limits(max_nodes=1), progress=False)
+
+
+def test_a_file_the_user_adds_during_a_tune_is_kept(tmp_path):
+    """OUT is inspected once before measuring; a file added to the old artifact while the tune ran is carried
+    over too (the export sees OUT changed since and inspects it again)."""
+    db, out = str(tmp_path / "c.sqlite"), tmp_path / "out"
+    _tune_with(out, db, lambda o: None)
+    _tune_with(out, db, lambda o: (o / "NOTES.md").write_text("mine"))
+    assert (out / "NOTES.md").read_text() == "mine"
+    assert (out / "manifest.json").exists()
+
+
+def test_a_listed_file_changed_during_a_tune_stops_the_replacement(tmp_path):
+    """A file of the old artifact changed while the tune ran (someone else's edit): OUT is no longer collage's
+    artifact as it wrote it, so it is not replaced and the edit is not lost."""
+    import pytest
+
+    from collage.errors import ArtifactError
+
+    db, out = str(tmp_path / "c.sqlite"), tmp_path / "out"
+    _tune_with(out, db, lambda o: None)
+    part = next(p for p in sorted((out / "partitions").rglob("*")) if p.is_file())
+    with pytest.raises(ArtifactError, match="not a collage artifact as collage wrote it"):
+        _tune_with(out, db, lambda o: part.write_bytes(b"edited"))
+    assert part.read_bytes() == b"edited"
