@@ -106,7 +106,7 @@ def overhead_rows(tmp: Path, n: int, repeats: int = 3) -> list[dict]:
         executors = {names[0]: LocalExecutor(),
                      names[1]: RayExecutor(cluster.cluster.address, lock=False, per_node=1),
                      names[2]: RayExecutor(cluster.cluster.address, lock=False, per_node=2)}
-        for i, (name, ex) in enumerate(executors.items()):  # every worker process started before timing
+        for i, (_name, ex) in enumerate(executors.items()):  # every worker process started before timing
             run_job(distinct_graph(3, 9000 + 10 * i), tmp / f"warm-{i}.sqlite", ex, opts, cap_s=0.05)
         for r in range(repeats):
             for i, (name, ex) in enumerate(executors.items()):

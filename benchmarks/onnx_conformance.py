@@ -56,7 +56,7 @@ def run_plan(plan: str, pattern: str | None, every: int, categories: tuple[str, 
     reasons: collections.Counter = collections.Counter()
     bad: list[str] = []
     t0 = time.monotonic()
-    for k, (category, name, test) in enumerate(cases):
+    for k, (_category, name, test) in enumerate(cases):
         outcome, detail = run_case(test)
         counts[outcome] += 1
         if outcome == "refused":

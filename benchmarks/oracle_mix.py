@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         pairs = [f"{a:.2f}/{b:.2f}" for a, b in zip(r["piece_ms"]["onnxruntime"], r["piece_ms"]["openvino"])]
         lines.append(f"- {r['model']}: " + ", ".join(pairs))
         if r.get("oracle_piece_ms"):
-            lines.append(f"  - its oracle mix, each piece inside that mix: "
+            lines.append("  - its oracle mix, each piece inside that mix: "
                          + ", ".join(f"{b[:3]} {ms:.2f}" for b, ms in zip(r["pick"], r["oracle_piece_ms"])))
     write_report(args.output, lines)
     return 0

@@ -209,7 +209,7 @@ def write_int8(path: Path, rows: list[dict], args: argparse.Namespace, elapsed: 
                 continue
             ms, e, b = r["ms"], r["errors"], r["budget"]
 
-            def cell(k: str) -> str:
+            def cell(k: str, r=r, ms=ms, e=e, b=b) -> str:
                 if k in (r.get("refused") or {}):
                     return "does not compile (notes)"
                 return f"{ms[k]:.2f} ({_err(e[k], b)})" if k in ms else "-"

@@ -378,7 +378,7 @@ def protection(rows: list[ModelRow], accuracies: list[str]) -> list[str]:
                     spared.append(f"`{r.model}` {name}")
         lines += [f"- `{a}`, every runner judged on the evaluation inputs: within the budget but the answer changed: "
                   + ("; ".join(harmed) or "none") + ".",
-                  f"  Over the budget with the answer unchanged on every evaluation sample: " + (", ".join(spared) or "none") + "."]
+                  "  Over the budget with the answer unchanged on every evaluation sample: " + (", ".join(spared) or "none") + "."]
     return lines
 
 

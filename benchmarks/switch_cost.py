@@ -163,10 +163,10 @@ def tables(got: dict[str, list[dict]], cycles: int) -> list[str]:
                   "| ORT->ORT over alone | OV->OV over alone | ORT->OV over alone | OV->ORT over alone | whole ORT | whole OV |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for setting, runs in got.items():
-            pool = lambda key: [v for r in runs for v in r["samples"][key]]  # noqa: E731
+            pool = lambda key, runs=runs: [v for r in runs for v in r["samples"][key]]  # noqa: E731
             alone = {(k, r): _med(pool(f"{model}|alone|{k}|{r}")) for k in range(2) for r in ("ort", "ov")}
 
-            def at(first, second, pos):
+            def at(first, second, pos, pool=pool, model=model):
                 """Median ms of the call at chain position ``pos`` parity (0: half A on first, 1: half B on second),
                 over every cycle but the first (the first A follows the previous configuration's run)."""
                 vals = [t[j] for t in pool(f"{model}|chain|{first}|{second}") for j in range(2, 2 * cycles) if j % 2 == pos]

@@ -68,7 +68,7 @@ def _predict(graph: Graph, pieces, assign: list[str], costs, transition) -> tupl
     owner = {i: k for k, (_, nodes) in enumerate(pieces) for i in nodes}
     parts = sum(costs[(nodes, b)].median_ms for (_, nodes), b in zip(pieces, assign))
     trans = 0.0
-    for k, ((_, nodes), b) in enumerate(zip(pieces, assign)):
+    for _k, ((_, nodes), b) in enumerate(zip(pieces, assign)):
         by_src: dict[str, int] = {}
         for t in graph.boundary(nodes)[0]:
             p = graph.producer(t)

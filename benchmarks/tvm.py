@@ -196,7 +196,7 @@ def tune_table(tunes: list[dict], args_note: str) -> list[str]:
                      f"{best_tvm} | {t['wall_s']:.0f} |")
     with_tvm = sum(1 for t in tunes if t["tvm_parts"])
     return lines + ["", f"Plans with a TVM partition: {with_tvm} of {len(tunes)}."
-                    + (f" End-to-end gain over the best single backend: "
+                    + (" End-to-end gain over the best single backend: "
                        + ", ".join(f"{t['model']} {t['best_ms'] / t['plan_ms']:.2f}x" for t in tunes if t["tvm_parts"])
                        if with_tvm else ""), ""]
 

@@ -133,8 +133,9 @@ def alternation_timings(a: str, b: str, options_a: Mapping[str, Any], options_b:
         models = [piece_model(n, seed=k) for k in range(2)]
         on_a = [ba.compile(m) for m in models]
         on_b = [bb.compile(m) for m in models]
-        picks = {"AA": lambda k: on_a[k % 2], "BB": lambda k: on_b[k % 2],
-                 "AB": lambda k: (on_a if k % 2 == 0 else on_b)[(k // 2) % 2]}
+        # the pieces bound as defaults (the lambdas run in this iteration only); `picks` is deleted with them below
+        picks = {"AA": lambda k, on_a=on_a: on_a[k % 2], "BB": lambda k, on_b=on_b: on_b[k % 2],
+                 "AB": lambda k, on_a=on_a, on_b=on_b: (on_a if k % 2 == 0 else on_b)[(k // 2) % 2]}
         # piece k reads what piece k-1 wrote (published as y{k-1})
         chains = {name: [(_Renamed(pick(k), f"y{k}"), {"x": "x" if k == 0 else f"y{k - 1}"}, [f"y{k}"])
                          for k in range(pieces)] for name, pick in picks.items()}
@@ -144,7 +145,7 @@ def alternation_timings(a: str, b: str, options_a: Mapping[str, Any], options_b:
         rows.append({"nbytes": n * 4, "all_a_ms": t["AA"]["median_ms"], "all_b_ms": t["BB"]["median_ms"],
                      "alternating_ms": t["AB"]["median_ms"], "per_transition_ms": per,
                      "rounds": t["AB"]["rounds"]})
-        del on_a, on_b, chains
+        del on_a, on_b, picks, chains
     return rows
 
 

