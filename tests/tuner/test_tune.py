@@ -87,8 +87,10 @@ def test_retune_reuses_every_measurement(tmp_path, monkeypatch):
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where tune's scratch folder goes
     db = str(tmp_path / "costs.sqlite")
-    first = tune("zoo:tiny-resnet", tmp_path / "a", backends=BACKENDS, db=db, limits=Limits(max_nodes=1), progress=False)
-    second = tune("zoo:tiny-resnet", tmp_path / "b", backends=BACKENDS, db=db, limits=Limits(max_nodes=1), progress=False)
+    first = tune("zoo:tiny-resnet", tmp_path / "a", backends=BACKENDS, db=db, limits=Limits(max_nodes=1),
+                 progress=False)
+    second = tune("zoo:tiny-resnet", tmp_path / "b", backends=BACKENDS, db=db, limits=Limits(max_nodes=1),
+                  progress=False)
     assert first.report["measurements"]["with_cost"] > 0
     assert second.report["measurements"]["measured_now"] == 0
     assert second.report["measurements"]["reused"] == second.report["measurements"]["distinct_keys"] > 0

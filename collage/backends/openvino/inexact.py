@@ -111,7 +111,8 @@ def _inexact_reason(node: onnx.NodeProto, types: dict[str, int], consts: Mapping
     computes wrongly), or None."""
     wrong = _wrong_form(node)
     if wrong is None and node.op_type == "QuantizeLinear" and types.get(node.output[0]) == onnx.TensorProto.UINT16:
-        wrong = "QuantizeLinear to uint16: rounds .5 cases differently (test_quantizelinear_uint16, zero point a constant)"
+        wrong = ("QuantizeLinear to uint16: rounds .5 cases differently (test_quantizelinear_uint16, zero point a "
+                 "constant)")
     if wrong is None and node.op_type == "Resize" and node_attr(node, "mode", "nearest") != "nearest" \
             and node_attr(node, "coordinate_transformation_mode", "half_pixel") == "align_corners" \
             and len(node.input) > 2 and node.input[2] in consts and np.any(np.asarray(consts[node.input[2]]) < 1):
