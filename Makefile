@@ -13,17 +13,18 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# lint-imports: the layer contracts in pyproject.toml ([tool.importlinter]); tests/test_layers.py adds the
-# cycle and private-name checks. mypy: strict on the packages [tool.mypy] lists in pyproject.toml
+# ruff: pyflakes, pycodestyle and bugbear at 120 columns over collage/, tests/, benchmarks/ and scripts/
+# ([tool.ruff] in pyproject.toml says what it ignores and why). lint-imports: the layer contracts in pyproject.toml
+# ([tool.importlinter]); tests/test_layers.py adds the cycle and private-name checks. mypy: strict on the packages [tool.mypy] lists in pyproject.toml
 # (collage/search and collage/runtime; it says why, and why each ignore). TEST_JOBS pytest-xdist workers
 # (tests/conftest.py says why two are safe); TEST_JOBS=0 runs the tests in this process.
 TEST_JOBS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
 test: $(STAMP)
-	$(BIN)/lint-imports && $(BIN)/mypy && $(PYTEST) $(PYTEST_ARGS)
+	$(BIN)/ruff check && $(BIN)/lint-imports && $(BIN)/mypy && $(PYTEST) $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(BIN)/lint-imports && $(BIN)/mypy && $(PYTEST) -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/ruff check && $(BIN)/lint-imports && $(BIN)/mypy && $(PYTEST) -m "not slow" $(PYTEST_ARGS)
 
 # What collage is for, in under 5 minutes on 2 cores: DEMO_MODEL tuned once over ONNX Runtime and OpenVINO in
 # fp32 plus the lower-precision variants this CPU has. DEMO_VARIANTS comes from `collage backends --json`

@@ -1,1 +1,2 @@
-"""Benchmarks that write the Markdown tables under results/<topic>/ (``python -m benchmarks.NAME``; results/README.md lists the topics)."""
+"""Benchmarks that write the Markdown tables under results/<topic>/ (``python -m benchmarks.NAME``; results/README.md
+lists the topics)."""

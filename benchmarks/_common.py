@@ -32,7 +32,8 @@ def header(title: str, command: str, notes: str = "") -> list[str]:
 
     lines = [f"# {title}", "", f"Command: `{command}`", "",
              f"Machine: {machine_id()}; threads {physical_cores()}; onnxruntime {onnxruntime.__version__}; "
-             f"openvino {openvino.get_version().split('-')[0]}; commit {source_commit()}; written {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC.", ""]
+             f"openvino {openvino.get_version().split('-')[0]}; commit {source_commit()}; written "
+             f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC.", ""]
     if "--quick" in command:
         lines += [SMOKE, ""]
     if notes:

@@ -1,11 +1,12 @@
-"""Backend tables for results/backends/ and results/chains/: which backend takes which op, per-call overhead, chains of sessions.
+"""Backend tables for results/backends/ and results/chains/: which backend takes which op, per-call overhead, chains of
+sessions.
 
     python -m benchmarks.backend_tables            # full: every zoo model, ResNet-50 and BERT-base chains
     python -m benchmarks.backend_tables --quick    # smoke run on the tiny zoo models (minutes)
     python -m benchmarks.backend_tables --tables chain --rounds 100
 
-Writes results/backends/op-support.md, results/backends/call-overhead.md and results/chains/chain.md (``*-quick.md`` with
-``--quick``), each starting with the exact command that produced it. The chain table ends with what
+Writes results/backends/op-support.md, results/backends/call-overhead.md and results/chains/chain.md (``*-quick.md``
+with ``--quick``), each starting with the exact command that produced it. The chain table ends with what
 each boundary costs in layout conversions (from the runtimes' profilers), per tensor size. Timings are
 medians over many interleaved runs (configurations take turns, in a shuffled order each round), never
 single samples. The chain table lives in ``benchmarks/chain_tables.py``.
@@ -144,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         models = chosen or (TINY_MODELS if args.quick else zoo.names())
         print(op_support(models, command, args.out / "backends"))
     if "overhead" in tables:
-        print(call_overhead(rounds if args.quick else max(rounds // 2, 10), 50 if args.quick else 200, command, args.out / "backends"))
+        print(call_overhead(rounds if args.quick else max(rounds // 2, 10), 50 if args.quick else 200, command,
+                            args.out / "backends"))
     if "chain" in tables:
         models = chosen or (["tiny-resnet", "tiny-bert"] if args.quick else ["resnet50", "bert-base"])
         from benchmarks.chain_tables import chains

@@ -1,6 +1,7 @@
 """Tuning under a budget: guided vs enumeration-order measuring, against a reference tuned with a long budget.
 
-    python -m benchmarks.budget --train-db DB --models bert-base resnet50 vit-b16 gpt2-small  # -> results/budget/budget.md
+    python -m benchmarks.budget --train-db DB --models bert-base resnet50 vit-b16 gpt2-small  # ->
+    results/budget/budget.md
     python -m benchmarks.budget --train-db DB --models tiny-resnet --budget 15s --reference 60s --out /tmp/b.md
 
 Issue 20's question: does a plan tuned under ``--budget 2m`` come within 3% of the plan tuned with every
@@ -210,7 +211,8 @@ def bench_model(model: str, args: argparse.Namespace, work: Path, features: dict
     rows: dict[str, dict] = {}
     for run in RUNS:
         if earlier is not None and run not in args.rerun:
-            rows[run] = {k: v for k, v in earlier["rows"][run].items() if k not in ("e2e_ms", "e2e_p10", "e2e_p90", "ratio")}
+            drop = ("e2e_ms", "e2e_p10", "e2e_p90", "ratio")
+            rows[run] = {k: v for k, v in earlier["rows"][run].items() if k not in drop}
             rows[run]["reused"] = True
             continue
         shutil.rmtree(mdir / f"out-{run}", ignore_errors=True)
@@ -241,7 +243,8 @@ def table(results: list[dict]) -> list[str]:
         for run in RUNS:
             r = res["rows"][run]
             est = "-" if r["estimated"] is None else str(r["estimated"])
-            out.append([res["model"], run + (" (earlier tune)" if r.get("reused") else ""), r["budget"], r["plan"], f"{r['measured']} / {est} / {r['distinct']}",
+            out.append([res["model"], run + (" (earlier tune)" if r.get("reused") else ""), r["budget"], r["plan"],
+                        f"{r['measured']} / {est} / {r['distinct']}",
                         f"{r['tune_s']:.0f}", f"{r['tune_ms']:.3f}",
                         f"{r['e2e_ms']:.3f} ({r['e2e_p10']:.3f}-{r['e2e_p90']:.3f})",
                         "1 (reference)" if run == "reference" else f"{r['ratio']:.3f}", f"{r['load']:.1f}"])

@@ -3,11 +3,11 @@
 
 The input to the partition charges the tuner measures (``collage.tuner.search_step.PartitionCharge``). Per model
 and backend, chains of contiguous pieces, each exported and loaded as an artifact
-(``search_step.artifact_runner``, as the tuner's calibration does) and timed interleaved in one process: ``1`` the whole model as one partition, ``tM`` the model less its
-last M nodes + those M nodes (a small tail after a narrow cut), ``K`` K pieces of equal node count. The
-pieces' own costs come from ``measure_candidates`` into a fresh cost DB just before (measurement workers,
-called back to back, as the tune measures candidates). ``excess`` = chain - sum of pieces; ``vs whole chain``
-= chain - the ``1`` chain of the same round set: the cost of the cuts alone, with the pieces' measurement
+(``search_step.artifact_runner``, as the tuner's calibration does) and timed interleaved in one process: ``1`` the whole
+model as one partition, ``tM`` the model less its last M nodes + those M nodes (a small tail after a narrow cut), ``K``
+K pieces of equal node count. The pieces' own costs come from ``measure_candidates`` into a fresh cost DB just before
+(measurement workers, called back to back, as the tune measures candidates). ``excess`` = chain - sum of pieces; ``vs
+whole chain`` = chain - the ``1`` chain of the same round set: the cost of the cuts alone, with the pieces' measurement
 noise and the offset between a worker's back-to-back timing and an in-process interleaved call left out.
 """
 from __future__ import annotations
@@ -54,7 +54,8 @@ def run_model(model: str, backends: list[str], shapes: list[str], rounds: int, w
                 continue
             parts = [costs[(p, b)].median_ms for p in pieces]
             cut = sum(graph.tensor(t).nbytes for p in pieces[1:] for t in graph.boundary(p)[0] if t not in inputs)
-            plan = fill_boundaries(graph, Plan([Partition(tuple(p), b, ms) for p, ms in zip(pieces, parts)], sum(parts)))
+            plan = fill_boundaries(graph,
+                                   Plan([Partition(tuple(p), b, ms) for p, ms in zip(pieces, parts)], sum(parts)))
             runners[s] = artifact_runner(graph, plan, work / f"{model}-{b}-{s}", feeds, "cpu", None)
             info[s] = (len(pieces), sum(parts), cut, parts)
         ms = measure_interleaved(runners, rounds=rounds)

@@ -73,7 +73,8 @@ class Chain:
 
 
 def _add_linked(configs: dict[str, Callable[[], object]], label: str, backend, graph: Graph,  # noqa: ANN001
-                parts: list[list[int]], models: list[onnx.ModelProto], alone: list, feeds: dict[str, np.ndarray]) -> None:
+                parts: list[list[int]], models: list[onnx.ModelProto], alone: list,
+                feeds: dict[str, np.ndarray]) -> None:
     """Add the chain compiled with ``backend.compile_linked`` (only graph outputs kept plain), after checking
     that it computes what the chain of partitions compiled alone computes."""
     linked = Chain(graph, parts, backend.compile_linked(models, plain=graph.outputs))
@@ -154,8 +155,8 @@ def _edge_reorders(backend, compiled) -> set[str]:  # noqa: ANN001
 def _ort_conversions(models: list[onnx.ModelProto], feeds: dict[str, np.ndarray], graph: Graph,
                      parts: list[list[int]], runs: int, linked: bool = False) -> list[tuple[float, float]]:
     """Per piece (ms at its input, ms at its output) in onnxruntime's layout conversions at its edges
-    (ReorderInput of an input, ReorderOutput of an output), from its profiler's kernel times: median over ``runs`` chain runs (``linked``: the
-    pieces compiled with ``compile_linked``)."""
+    (ReorderInput of an input, ReorderOutput of an output), from its profiler's kernel times: median over ``runs`` chain
+    runs (``linked``: the pieces compiled with ``compile_linked``)."""
     import json
     import tempfile
 
@@ -266,8 +267,8 @@ def chains(models: list[str], rounds: int, command: str, out: Path) -> Path:
                     "`vs whole` compares a same-backend chain's median with the whole model's on that backend "
                     "(target <= 1.10x); `paired` is the median (and quartiles) over rounds of the chain's time divided "
                     "by the whole model's in the same round, taken within a second of each other, so that the "
-                    "machine's speed level, which moves by 10-25% over minutes here (results/measurement/machine-level.md), "
-                    "cancels out.")
+                    "machine's speed level, which moves by 10-25% over minutes here "
+                    "(results/measurement/machine-level.md), cancels out.")
     lines += md_table(["model", "pieces", "hand-over settings", "configuration", "median ms", "p10 - p90 ms",
                         "vs whole", "paired: vs whole (quartiles)", "runs"], rows)
     lines += ["## What a boundary costs", "",
@@ -283,17 +284,17 @@ def chains(models: list[str], rounds: int, command: str, out: Path) -> Path:
               "The tuner charges conversions without a model of its own: every candidate partition is compiled "
               "and measured on its own, conversions at its edges included; `gap` is the chain's median minus the "
               "whole model's, `rest` the part of it the conversions do not explain (thread wake-ups, colder caches, "
-              "call overhead), which `collage.tuner.search_step.calibrate_partition_charges` charges as a level and a cost per cut. "
-              "Rows `, linked`: the pieces compiled together with `Backend.compile_linked` (only the graph outputs "
-              "kept in ONNX layout), which hands a tensor from one piece to the next in the runtime's own layout. "
-              "For onnxruntime (`collage/backends/ort_link.py`) this removes the ReorderOutput at the end of a piece "
-              "and the ReorderInput at the start of the next wherever the next piece reads the tensor only through "
-              "ReorderInput (every ResNet cut; BERT has no NCHWc, so nothing changes there): its conversions column "
-              "should be about 0 and its gap only the `rest`. For OpenVINO (`collage/backends/ov_link.py`) a linked "
-              "feature map is declared NHWC on both sides (the CPU plugin's own channels-last form), so the plugin's "
-              "Reorders become no-ops; where a piece ends in a convolution with a fused residual sum the plugin keeps a "
-              "Transpose, and a 1x1 MaxPool copy in front of the output lets it merge (one plain copy per boundary, "
-              "which the conversions column does not count).", ""]
+              "call overhead), which `collage.tuner.search_step.calibrate_partition_charges` charges as a level and a "
+              "cost per cut. Rows `, linked`: the pieces compiled together with `Backend.compile_linked` (only the "
+              "graph outputs kept in ONNX layout), which hands a tensor from one piece to the next in the runtime's "
+              "own layout. For onnxruntime (`collage/backends/ort_link.py`) this removes the ReorderOutput at the end "
+              "of a piece and the ReorderInput at the start of the next wherever the next piece reads the tensor only "
+              "through ReorderInput (every ResNet cut; BERT has no NCHWc, so nothing changes there): its conversions "
+              "column should be about 0 and its gap only the `rest`. For OpenVINO (`collage/backends/ov_link.py`) a "
+              "linked feature map is declared NHWC on both sides (the CPU plugin's own channels-last form), so the "
+              "plugin's Reorders become no-ops; where a piece ends in a convolution with a fused residual sum the "
+              "plugin keeps a Transpose, and a 1x1 MaxPool copy in front of the output lets it merge (one plain copy "
+              "per boundary, which the conversions column does not count).", ""]
     lines += md_table(["model", "backend", "boundaries", "conversions ms (sum)", "ms per boundary",
                         "ms per MB (fit through 0)", "gap ms (chain - whole)", "rest ms"], summary)
     lines += md_table(["model", "backend", "boundary", "tensor MB", "conversion ms", "ms per MB"], per)

@@ -1,6 +1,7 @@
 """How well the learned cost model predicts a model it has never seen: leave-one-model-out over a cost DB.
 
-    python -m benchmarks.cost_model --db DB             # -> results/budget/cost-model.md (results/budget/README.md makes DB)
+    python -m benchmarks.cost_model --db DB             # -> results/budget/cost-model.md (results/budget/README.md
+    makes DB)
     python -m benchmarks.cost_model --db DB --models tiny-resnet squeezenet --out /tmp/cm.md
     python -m benchmarks.cost_model --db DB --retune tiny-resnet                # + the warm re-tune line
     python -m benchmarks.cost_model --db DB --retune resnet50 --max-nodes 6 --retune-only   # that line alone

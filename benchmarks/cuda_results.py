@@ -45,7 +45,8 @@ def plan_row(art_dir: Path, tag: str, repeat: int) -> dict[str, Any]:
             "partitions": len(art.partitions), "device_ms": round(ms, 4),
             "predicted_ms": report.get("predicted_ms"), "verified_ms": report.get("plan_ms"),
             "graph": "whole" if graphs.get("whole_plan") else f"{len(graphs.get('captured', []))} segment(s)",
-            "graph_splits": "; ".join(f"{s['partition']} {s['backend']}: {s['reason']}" for s in graphs.get("splits", [])),
+            "graph_splits": "; ".join(f"{s['partition']} {s['backend']}: {s['reason']}"
+                                      for s in graphs.get("splits", [])),
             "error": json.dumps((report.get("precision") or {}).get("end_to_end"))}
 
 
@@ -87,8 +88,8 @@ def goal_lines(plans: list[dict[str, Any]], anchors: dict[tuple[str, str], float
         speed = eager / low["device_ms"] if low and eager else None
         mixes = [p for p in (fp32, low) if p and "+" in p["plan_backends"]]
         pred = [p["predicted_ms"] / p["verified_ms"] for p in mixes if p.get("predicted_ms") and p.get("verified_ms")]
-        lines.append(f"| {model} | {fp32['device_ms'] if fp32 else '-'} | {graph or '-'} | {'yes' if within else 'no'} | "
-                     f"{low['device_ms'] if low else '-'} | {eager or '-'} | {f'{speed:.2f}x' if speed else '-'} | "
+        lines.append(f"| {model} | {fp32['device_ms'] if fp32 else '-'} | {graph or '-'} | {'yes' if within else 'no'} "
+                     f"| {low['device_ms'] if low else '-'} | {eager or '-'} | {f'{speed:.2f}x' if speed else '-'} | "
                      f"{', '.join(p['plan_backends'] for p in mixes) or 'none'} | "
                      f"{', '.join(f'{x:.2f}' for x in pred) or '-'} |")
     return lines
@@ -112,9 +113,9 @@ def merge(args: argparse.Namespace) -> Path:
     from collage.util import source_commit
 
     md = [f"# GPU check: collage's plans beside native torch ({dt.date.today().isoformat()})", "",
-          f"benchmarks/gpu_check.sh, one run on {gpu_name(0)}, collage at commit {source_commit()}. Plans: device-resident, CUDA-graph "
-          "replayed where they can be, CUDA events (benchmarks/cuda_results.py). Anchors: benchmarks/torch_anchors.py "
-          "in the same run.", "",
+          f"benchmarks/gpu_check.sh, one run on {gpu_name(0)}, collage at commit {source_commit()}. Plans: "
+          "device-resident, CUDA-graph replayed where they can be, CUDA events (benchmarks/cuda_results.py). Anchors: "
+          "benchmarks/torch_anchors.py in the same run.", "",
           "## Goal (issue 41)", "", *goal_lines(plans, anchors), "", "## Plans", "", *table(plans, cols), ""]
     if Path(args.anchors).with_suffix(".md").is_file():
         md += ["## Torch anchors", "", Path(args.anchors).with_suffix(".md").read_text(), ""]

@@ -14,7 +14,8 @@
    for these nodes because they share one machine; on a fleet each node is its own machine).
 3. **Projection**: the real window time per candidate (ONNX Runtime and OpenVINO, collage's default cap,
    on this machine, measured here locally) plus the Ray overhead gives candidates per hour per node;
-   with the distinct keys of resnet50 and bert-base (results/measurement/noise.md) that is the time per model on N nodes.
+   with the distinct keys of resnet50 and bert-base (results/measurement/noise.md) that is the time per model on N
+   nodes.
 
 Every cluster is local (``ray.cluster_utils.Cluster``: a head without the measurement resource plus N
 nodes with ``collage_measure: 1`` and one CPU each) and is shut down after its run.
@@ -38,7 +39,8 @@ from collage.util import machine_id, markdown_table, source_commit
 SLEEP = "collage.backends.simulated:SleepBackend"
 #: the simulated window: compile 0.5 s, then calls of 20 ms (warm-up 0.2 s, then >= 10 timed calls)
 SLEEP_OPTS = {"ms_per_node": 20.0, "compile_s": 0.5}
-#: distinct (fingerprint, backend) keys over onnxruntime + openvino, results/measurement/noise.md (candidates up to 12 nodes)
+#: distinct (fingerprint, backend) keys over onnxruntime + openvino, results/measurement/noise.md (candidates up to 12
+#: nodes)
 DISTINCT = {"resnet50": 806, "bert-base": 1118}
 
 log = logging.getLogger("benchmarks.distributed")
@@ -106,7 +108,7 @@ def overhead_rows(tmp: Path, n: int, repeats: int = 3) -> list[dict]:
         executors = {names[0]: LocalExecutor(),
                      names[1]: RayExecutor(cluster.cluster.address, lock=False, per_node=1),
                      names[2]: RayExecutor(cluster.cluster.address, lock=False, per_node=2)}
-        for i, (name, ex) in enumerate(executors.items()):  # every worker process started before timing
+        for i, (_name, ex) in enumerate(executors.items()):  # every worker process started before timing
             run_job(distinct_graph(3, 9000 + 10 * i), tmp / f"warm-{i}.sqlite", ex, opts, cap_s=0.05)
         for r in range(repeats):
             for i, (name, ex) in enumerate(executors.items()):
@@ -221,10 +223,11 @@ def render(command, over, thr, real_s, real, per_hour, proj, total_s, drivers_no
     return "\n".join([
         "# Measuring on a Ray cluster: dispatch overhead, scaling, projection",
         "",
-        f"Command: `{command}` at commit {source_commit()} ({total_s:.0f} s). Machine: {machine_id()}, shared with other jobs (load average "
-        f"{os.getloadavg()[0]:.1f} when it ended); {dt.datetime.now(dt.timezone.utc).isoformat(timespec='minutes')}. "
-        "Clusters are local (`ray.cluster_utils.Cluster`: a head without the measurement resource and N nodes "
-        "with `collage_measure: 1`, one CPU each) and the cost DB a SQLite file (every node is on this machine).",
+        f"Command: `{command}` at commit {source_commit()} ({total_s:.0f} s). Machine: {machine_id()}, shared with "
+        f"other jobs (load average {os.getloadavg()[0]:.1f} when it ended); "
+        f"{dt.datetime.now(dt.timezone.utc).isoformat(timespec='minutes')}. Clusters are local "
+        "(`ray.cluster_utils.Cluster`: a head without the measurement resource and N nodes with `collage_measure: 1`, "
+        "one CPU each) and the cost DB a SQLite file (every node is on this machine).",
         "",
         "## 1. Dispatch overhead per candidate",
         "",
@@ -258,14 +261,14 @@ def render(command, over, thr, real_s, real, per_hour, proj, total_s, drivers_no
         f"default cap of 2 s, compile included) took {real['wall s']:.0f} s locally: **{real_s:.2f} s per "
         f"candidate**. Adding the Ray executor's overhead beyond the local one (section 1, `per_node=2`) gives "
         f"**{per_hour:.0f} candidates per hour per node** (one measurement at a time per machine); the same order as "
-        "results/measurement/noise.md, whose one-window runs took 83 s for 214 resnet50 and bert-base subgraphs. With the "
-        "distinct keys of two real models (results/measurement/noise.md: candidates up to 12 nodes, deduplicated by "
-        "fingerprint, two backends) and nodes like this one:",
+        "results/measurement/noise.md, whose one-window runs took 83 s for 214 resnet50 and bert-base subgraphs. With "
+        "the distinct keys of two real models (results/measurement/noise.md: candidates up to 12 nodes, deduplicated "
+        "by fingerprint, two backends) and nodes like this one:",
         "",
         markdown_table(proj),
-        "This assumes identical 2-core nodes and windows as long as squeezenet's candidates; larger subgraphs (bert-base "
-        "layers) have longer compiles, and TVM or int8 candidates multiply the keys. The per-node rate is what "
-        "scales: the whole overhead per candidate (section 1, driver and node together) is milliseconds against "
+        "This assumes identical 2-core nodes and windows as long as squeezenet's candidates; larger subgraphs "
+        "(bert-base layers) have longer compiles, and TVM or int8 candidates multiply the keys. The per-node rate is "
+        "what scales: the whole overhead per candidate (section 1, driver and node together) is milliseconds against "
         f"{real_s:.1f} s of measurement, so one driver keeps at least ~{drivers_nodes:.0f} nodes busy before its "
         "own work per candidate becomes the bottleneck (the cost DB's few statements per candidate, shared by "
         "all nodes, are the other limit; PostgreSQL serves thousands a second).",

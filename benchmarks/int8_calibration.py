@@ -30,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     from collage.measure.accuracy import load_calibration, reference_runs, run_error
 
     command = "python -m benchmarks.int8_calibration " + " ".join(sys.argv[1:] if argv is None else argv)
-    lines = ["# INT8 calibration: min/max vs percentile vs entropy, core vs all ops", "", f"Command: `{command}` at commit {source_commit()}", "",
+    lines = ["# INT8 calibration: min/max vs percentile vs entropy, core vs all ops", "",
+             f"Command: `{command}` at commit {source_commit()}", "",
              "Error of the whole model in int8 (QDQ, weights int8 per channel, activations uint8) vs ONNX Runtime "
              "fp32 on the 2 seeded random samples that also calibrate; rel = max |err| / output range, cos = min "
              "cosine similarity.", "",

@@ -169,16 +169,17 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["# How steady is this machine?", "", f"Command: `{command.strip()}` at commit {source_commit()}", "",
              f"Machine: {machine_id()}, {physical_cores()} cores; {now}; steal time {steal} of CPU time; "
              f"CPU clock seen {mhz} MHz.", "",
-             f"The same workloads, nothing recompiled, taken round robin in {args.slice:g} s slices (one slice: median of "
-             f"single calls) for {args.seconds:.0f} s. `apart`: pairs of slices of one workload at least {APART_S:.0f} s "
-             "apart, as two separate measuring runs are; `/ probe`: each slice divided by the reference probe "
-             "slice nearest in time.", "",
+             f"The same workloads, nothing recompiled, taken round robin in {args.slice:g} s slices (one slice: median "
+             f"of single calls) for {args.seconds:.0f} s. `apart`: pairs of slices of one workload at least "
+             f"{APART_S:.0f} s apart, as two separate measuring runs are; `/ probe`: each slice divided by the "
+             "reference probe slice nearest in time.", "",
              *_table(["workload", "slices", "median ms", "p10 - p90 ms", "max/min", "pairs apart",
                       "median difference apart", "within 5% apart", "/ probe: median difference", "/ probe: within 5%"],
                      summary), "",
              f"Level over time: median of the slice medians in each {BUCKET_S:.0f} s bucket, ms.", "",
              *_table(levels[0], levels[1:]), ""]
-    out = Path(args.out or ("results/measurement/machine-level-quick.md" if args.quick else "results/measurement/machine-level.md"))
+    out = Path(args.out or ("results/measurement/machine-level-quick.md" if args.quick
+                            else "results/measurement/machine-level.md"))
     write_atomic(out, lines)
     print(out)
     return 0

@@ -130,10 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# MetaSchedule on one ResNet-50 3x3 conv block" + (" (quick smoke run)" if quick else ""),
         "",
-        f"Command: `{command}` at commit {source_commit()} ({time.perf_counter() - started:.0f} s). Machine: {machine_id()}, "
-        f"{physical_cores()} cores; {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC.",
-        f"Subgraph: {model.graph.name} ({args.source}: {', '.join(n.op_type for n in model.graph.node)}), input 1x64x56x56, 64 -> 64 channels, 3x3, pad 1. "
-        f"TVM {TVMBackend(tuning='metaschedule', trials=args.trials).version()}; {args.trials} trials per workload; database {db}.",
+        f"Command: `{command}` at commit {source_commit()} ({time.perf_counter() - started:.0f} s). Machine: "
+        f"{machine_id()}, {physical_cores()} cores; {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC.",
+        f"Subgraph: {model.graph.name} ({args.source}: {', '.join(n.op_type for n in model.graph.node)}), input "
+        "1x64x56x56, 64 -> 64 channels, 3x3, pad 1. TVM "
+        f"{TVMBackend(tuning='metaschedule', trials=args.trials).version()}; {args.trials} trials per workload; "
+        f"database {db}.",
         "",
         "| what | value |",
         "|---|---:|",
@@ -141,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         f"| TVM MetaSchedule ({args.trials} trials), median ms | {ms['tuned']:.3f} |",
         f"| ONNX Runtime, median ms | {ms['ort']:.3f} |",
         f"| speed-up of tuning | {ms['untuned'] / ms['tuned']:.1f}x |",
-        f"| tuning seconds (workloads tuned: {ts.get('tuned')} of {ts.get('workloads')}) | {ts.get('tuning_s', 0):.1f} |",
+        f"| tuning seconds (workloads tuned: {ts.get('tuned')} of {ts.get('workloads')}) | {ts.get('tuning_s', 0):.1f} "
+        "|",
         f"| first tuned compile, seconds (tuning included) | {first_s:.1f} |",
         f"| second compile on the same database, seconds (workloads tuned: {again.tuning.get('tuned')}, "
         f"reused: {again.tuning.get('reused')}) | {second_s:.1f} |",

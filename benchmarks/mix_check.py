@@ -1,4 +1,5 @@
-"""A tune's searched plan measured again, in a fresh process, against the single backends: ``python -m benchmarks.mix_check``.
+"""A tune's searched plan measured again, in a fresh process, against the single backends: ``python -m
+benchmarks.mix_check``.
 
     python -m benchmarks.mix_check ART/bert-base ART/zfnet512 --backend-option onnxruntime.shared_pool=false \
         --backend-option onnxruntime.wait=stop --backend-option onnxruntime.spin_us=0 -o results/bench/mix-check.md
@@ -91,14 +92,18 @@ def main(argv: list[str] | None = None) -> int:
         parts.append((r["model"], r["partitions"], r["part_predicted_ms"], r["part_ms"]))
         print(rows[-1], file=sys.stderr, flush=True)
     command = "python -m benchmarks.mix_check " + " ".join(argv if argv is not None else sys.argv[1:])
-    lines = header("Searched plans measured again in a fresh process", command, __doc__.split("\n\n")[2].replace("\n", " "))
+    lines = header("Searched plans measured again in a fresh process", command,
+                   __doc__.split("\n\n")[2].replace("\n", " "))
     lines += md_table(["model", "searched plan (nodes)", "predicted ms", "plan ms", "plan vs prediction",
                        "whole model ms", "best single / plan"], rows)
-    lines += ["", "Per partition: the search's cost (as charged) and the median of its call inside the plan's runs, ms:", ""]
+    lines += ["",
+              "Per partition: the search's cost (as charged) and the median of its call inside the plan's runs, ms:",
+              ""]
     prow = [[m, k, b, n, "-" if pred is None else f"{pred:.3f}", f"{got:.3f}",
              "-" if not pred else f"{got / pred - 1:+.0%}"]
             for m, ps, preds, gots in parts for k, ((b, n), pred, got) in enumerate(zip(ps, preds, gots))]
-    lines += md_table(["model", "partition", "backend", "nodes", "predicted ms", "in the plan ms", "vs prediction"], prow)
+    lines += md_table(["model", "partition", "backend", "nodes", "predicted ms", "in the plan ms", "vs prediction"],
+                      prow)
     write_report(args.output, lines)
     return 0
 

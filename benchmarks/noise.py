@@ -50,7 +50,8 @@ def _class(ms: float) -> str:
     return next(name for lo, hi, name in CLASSES if lo <= ms < hi)
 
 
-def subgraphs(graph: Graph, supports: dict[str, dict[int, bool]], n_multi: int, seed: int) -> list[tuple[tuple[int, ...], str]]:
+def subgraphs(graph: Graph, supports: dict[str, dict[int, bool]], n_multi: int,
+              seed: int) -> list[tuple[tuple[int, ...], str]]:
     """Distinct single nodes, a seeded sample of multi-node candidates, the whole model: (nodes, kind)."""
     from collage.search.candidates import Limits, enumerate_candidates
 
@@ -201,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
                        "--blocks", str(blocks), "--cap", str(cap_s)]
                 print(f"run {rep} of protocol {proto} ...", file=sys.stderr)
                 t = time.time()
-                subprocess.run(cmd, check=True, env=dict(os.environ, COLLAGE_CACHE=str(Path(tmp) / f"cache-{proto}-{rep}")))
+                subprocess.run(cmd, check=True,
+                               env=dict(os.environ, COLLAGE_CACHE=str(Path(tmp) / f"cache-{proto}-{rep}")))
                 durations[proto].append(time.time() - t)
                 runs[proto].append(json.loads(js.read_text()))
     cpu1 = cpu_snapshot()
@@ -255,16 +257,17 @@ def write(out: Path, args, backends, models, cap_s, max_nodes, above, protocols,
              if cpu0["steal"] is not None else "unknown")
     mhz = sorted(set(cpu0["mhz"] + cpu1["mhz"]))
     lines = [f"# Measurement noise{' (quick smoke run)' if args.quick else ''}", "",
-             f"Command: `{cmd}` at commit {source_commit()} ({elapsed:.0f} s). Machine: {machine_id()}, {physical_cores()} cores; "
-             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC. Models: {', '.join(models)}; "
-             f"backends: {', '.join(backends)}; timing cap {cap_s} s per candidate (all its rounds together). "
-             f"Steal time during the benchmark: {steal}; CPU clock seen: "
+             f"Command: `{cmd}` at commit {source_commit()} ({elapsed:.0f} s). Machine: {machine_id()}, "
+             f"{physical_cores()} cores; {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC. Models: "
+             f"{', '.join(models)}; backends: {', '.join(backends)}; timing cap {cap_s} s per candidate (all its "
+             f"rounds together). Steal time during the benchmark: {steal}; CPU clock seen: "
              f"{', '.join(f'{x:.0f}' for x in mhz) or 'unknown'} MHz.", "",
              f"Protocol `rounds` (`measure_candidates(rounds=3)`): every candidate measured in "
              f"3 windows of cap/3 (warm-up, single timed calls until the median's "
              f"95% CI is within 2% or the window's cap), a compile each, taken round robin over "
              f"{M.DEFAULT_WINDOW} candidates in flight; cost = median of the round medians. Protocol `single`: one "
-             "window of the whole cap per candidate (collage's default, `rounds=1`). Each run is a separate process with a fresh cost DB.", "",
+             "window of the whole cap per candidate (collage's default, `rounds=1`). Each run is a separate process "
+             "with a fresh cost DB.", "",
              f"## Same subgraph, two separate runs (subgraphs above {above:g} ms)", "",
              "| protocol | statistic | pairs | median difference | p90 | max | within 5% | run seconds |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
@@ -300,7 +303,8 @@ def write(out: Path, args, backends, models, cap_s, max_nodes, above, protocols,
                  f"{g.node_label(r['nodes'][0]) if r['kind'] == 'node' else len(r['nodes'])}")
         rr2 = r2_by[(r["model"], tuple(r["nodes"]), r["backend"])]
         lines.append(f"| {label} | {r['backend']} | {a:.3f} | {b:.3f} | {d:.1%} | "
-                     f"{', '.join(f'{x:.3f}' for x in r['round_ms'])} | {', '.join(f'{x:.3f}' for x in rr2['round_ms'])} |")
+                     f"{', '.join(f'{x:.3f}' for x in r['round_ms'])} | "
+                     f"{', '.join(f'{x:.3f}' for x in rr2['round_ms'])} |")
     lines += ["", f"## CV of single calls, per backend and size class (protocol `{main_proto}`, run 1)", "",
               "CV (std/mean, pooled over a candidate's rounds) is pulled up by rare outliers on a shared machine; "
               "(p90-p10)/median is the robust spread; the last column is the half-range of the round medians "
@@ -315,8 +319,8 @@ def write(out: Path, args, backends, models, cap_s, max_nodes, above, protocols,
         cv = np.array([r["cv"] or 0.0 for r in rows])
         ci = np.array([r["ci"] if r["ci"] is not None and np.isfinite(r["ci"]) else np.nan for r in rows])
         spread = np.median([(r["p90_ms"] - r["p10_ms"]) / r["median_ms"] for r in rows])
-        lines.append(f"| {b} | {cls} | {len(rows)} | {np.median(cv):.1%} | {np.percentile(cv, 90):.1%} | {spread:.1%} | "
-                     f"{np.nanmedian(ci) if np.isfinite(ci).any() else float('nan'):.1%} | "
+        lines.append(f"| {b} | {cls} | {len(rows)} | {np.median(cv):.1%} | {np.percentile(cv, 90):.1%} | {spread:.1%} "
+                     f"| {np.nanmedian(ci) if np.isfinite(ci).any() else float('nan'):.1%} | "
                      f"{int(np.median([r['samples'] for r in rows]))} |")
     lines += ["", f"## Candidates vs distinct fingerprints (candidates up to {max_nodes} nodes)", "",
               "| model | nodes | candidates | distinct (fingerprint, backend) | per backend: candidates / distinct |",

@@ -56,7 +56,7 @@ def run_plan(plan: str, pattern: str | None, every: int, categories: tuple[str, 
     reasons: collections.Counter = collections.Counter()
     bad: list[str] = []
     t0 = time.monotonic()
-    for k, (category, name, test) in enumerate(cases):
+    for k, (_category, name, test) in enumerate(cases):
         outcome, detail = run_case(test)
         counts[outcome] += 1
         if outcome == "refused":
@@ -64,7 +64,8 @@ def run_plan(plan: str, pattern: str | None, every: int, categories: tuple[str, 
         elif outcome in ("wrong", "error"):
             bad.append(f"{outcome} {name}: {detail}")
         if (k + 1) % 200 == 0:
-            print(f"{plan}: {k + 1}/{len(cases)} {dict(counts)} {time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
+            print(f"{plan}: {k + 1}/{len(cases)} {dict(counts)} {time.monotonic() - t0:.0f}s", file=sys.stderr,
+                  flush=True)
     return {"plan": plan, "cases": len(cases), "counts": counts, "reasons": reasons, "bad": bad,
             "excluded": excluded, "seconds": time.monotonic() - t0, "every": every,
             "categories": [c for c in categories]}
@@ -92,11 +93,12 @@ def _versions() -> str:
 
 def render(results: list[dict], command: str) -> str:
     commands = list(dict.fromkeys(r.get("command", command) for r in results))
-    lines = [*(f"`{c}`" for c in commands), "", f"# ONNX backend test suite through collage ({datetime.date.today()})", "",
+    lines = [*(f"`{c}`" for c in commands), "", f"# ONNX backend test suite through collage ({datetime.date.today()})",
+             "",
              f"Versions: {_versions()}. Each case: the model exported as a collage artifact and run through "
-             "`collage.load` (`collage.conformance.backend`); categories node, simple, pytorch-converted, pytorch-operator "
-             "and the shipped light models, `_cpu` variants. **wrong** = outputs differ from ONNX's expected "
-             "ones; **error** = an exception that is not a clean CollageError. Both must be 0.", "",
+             "`collage.load` (`collage.conformance.backend`); categories node, simple, pytorch-converted, "
+             "pytorch-operator and the shipped light models, `_cpu` variants. **wrong** = outputs differ from ONNX's "
+             "expected ones; **error** = an exception that is not a clean CollageError. Both must be 0.", "",
              "| plan | cases run | pass | refused | wrong | error | excluded | time |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
@@ -109,7 +111,8 @@ def render(results: list[dict], command: str) -> str:
     lines += ["", "mixed = node i on onnxruntime for even i, openvino for odd i (the other one when the first refuses "
               "the node), consecutive nodes on one backend forming a partition: every boundary kind is crossed.", ""]
     for r in results:
-        lines += [f"## {r['plan']}: refusals by reason ({r['counts']['refused']})", "", "| count | reason |", "|---:|---|"]
+        lines += [f"## {r['plan']}: refusals by reason ({r['counts']['refused']})", "", "| count | reason |",
+                  "|---:|---|"]
         top = r["reasons"].most_common(40)
         for reason, n in top:
             lines.append(f"| {n} | {reason.replace('|', '/')} |")

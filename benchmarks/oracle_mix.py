@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="collage-oracle-") as tmp:
         for m in args.models.split(","):
             out = Path(tmp) / f"{m}.json"
-            proc = subprocess.run([sys.executable, "-m", "benchmarks.oracle_mix", "--one", m, "--rounds", str(args.rounds),
+            proc = subprocess.run([sys.executable, "-m", "benchmarks.oracle_mix", "--one", m, "--rounds",
+                                   str(args.rounds),
                                    "--json", str(out)])
             if proc.returncode or not out.exists():
                 print(f"{m}: failed (exit {proc.returncode})", file=sys.stderr)
@@ -146,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                       "-" if mix is None else f"{ms[f'whole {best}'] / mix:.3f}x",
                       f"{sp['first']} {sp['nodes'][0]} + {sp['then']} {sp['nodes'][1]}", f"{sp['estimate']:.2f}",
                       f"{ms['best split']:.2f}", f"{ms[f'whole {best}'] / ms['best split']:.3f}x"])
-    lines = header("An oracle fp32 mix of ONNX Runtime and OpenVINO: each piece where it runs faster in a chain", command,
+    lines = header("An oracle fp32 mix of ONNX Runtime and OpenVINO: each piece where it runs faster in a chain",
+                   command,
                    f"{args.rounds} interleaved rounds per phase, medians of single calls, one process per model; "
                    f"total {(time.monotonic() - t0) / 60:.1f} min. Pieces: the segments between the model's narrow "
                    "cuts. `oracle predicted`: the sum, over pieces, of the lower of the two in-chain medians (from the "
@@ -154,14 +156,16 @@ def main(argv: list[str] | None = None) -> int:
                    "interleaved with the other five (their columns are from that phase). "
                    "`gain`: the best whole model / the mix. `best split`: one switch, the pieces before a cut on one "
                    "backend and the rest on the other, the cut and order with the lowest estimate (each half at its "
-                   "backend's whole-model time x the half's share of that backend's chain), measured in the second phase.")
+                   "backend's whole-model time x the half's share of that backend's chain), measured in the second "
+                   "phase.")
     lines += md_table(["model", "pieces", "whole ORT ms", "whole OV ms", "ORT chain ms", "OV chain ms",
                        "oracle pieces", "oracle predicted ms", "oracle measured ms", "oracle gain",
                        "best split (nodes)", "split estimate ms", "split measured ms", "split gain"], table)
     lines += ["", "What the tune's pricing would say: each piece (and the whole model) measured alone in measurement "
-              "workers, as a tune measures candidates; `in chain / worker`: the piece's in-chain median over its worker "
-              "cost, median and p10-p90 over the pieces, beside the same ratio for the whole model (the tune's "
-              "`level` is that one number per backend). A spread wider than the runtimes' difference mis-ranks pieces.", ""]
+              "workers, as a tune measures candidates; `in chain / worker`: the piece's in-chain median over its "
+              "worker cost, median and p10-p90 over the pieces, beside the same ratio for the whole model (the tune's "
+              "`level` is that one number per backend). A spread wider than the runtimes' difference mis-ranks pieces.",
+              ""]
     ratio_rows = []
     for r in rows:
         ms = r.get("second", r["first"])
@@ -178,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         pairs = [f"{a:.2f}/{b:.2f}" for a, b in zip(r["piece_ms"]["onnxruntime"], r["piece_ms"]["openvino"])]
         lines.append(f"- {r['model']}: " + ", ".join(pairs))
         if r.get("oracle_piece_ms"):
-            lines.append(f"  - its oracle mix, each piece inside that mix: "
+            lines.append("  - its oracle mix, each piece inside that mix: "
                          + ", ".join(f"{b[:3]} {ms:.2f}" for b, ms in zip(r["pick"], r["oracle_piece_ms"])))
     write_report(args.output, lines)
     return 0

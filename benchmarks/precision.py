@@ -4,8 +4,8 @@ For each model: ``collage tune`` over onnxruntime, openvino (fp32) and openvino-
 budget (default ``cos=0.999,rel=0.01``, judged on seeded random inputs), then, interleaved in one run:
 the tuned artifact, the best fp32 single backend (ONNX Runtime, OpenVINO fp32) and OpenVINO all-bf16
 on the whole model. Each one's end-to-end error is measured against the ONNX Runtime fp32 reference
-on the same calibration inputs. Writes ``results/precision/precision-bf16.md`` (``results/precision/precision-quick.md`` with
-``--quick``: the tiny zoo models, small candidates, a short measuring budget), rewritten after each
+on the same calibration inputs. Writes ``results/precision/precision-bf16.md`` (``results/precision/precision-quick.md``
+with ``--quick``: the tiny zoo models, small candidates, a short measuring budget), rewritten after each
 model, so a run cut short keeps the models it finished.
 
 Default (no --models): the 11 CPU zoo models plus bert-base-masked (BERT-base with an HF-style padding
@@ -125,7 +125,8 @@ def _bench_model(name: str, accuracy: str, out: Path, *, max_nodes: int, budget_
             "partitions": len(parts), "low_partitions": sum(p.backend == "openvino-bf16" for p in parts),
             "low_nodes": sum(len(p.nodes) for p in parts if p.backend == "openvino-bf16"),
             "fallback": bool((res.report.get("precision") or {}).get("fallback_fp32")),
-            "notes": list(dict.fromkeys(list(res.plan.notes) + list((res.report.get("precision") or {}).get("notes") or []))),
+            "notes": list(dict.fromkeys(list(res.plan.notes)
+                                        + list((res.report.get("precision") or {}).get("notes") or []))),
             "tune_s": tune_s}
 
 
@@ -146,8 +147,9 @@ def write(path: Path, rows: list[dict], args: argparse.Namespace, elapsed: float
     status = "" if done == todo else f" **Partial: {done} of {todo} models done.**"
     budgets = ", ".join(f"{r['model']} {r['budget_text']}" for r in rows) or "-"
     lines = ["# Precision as a searched dimension: budgeted bf16 vs fp32 vs all-bf16", "",
-             f"Command: `{args.command}` at commit {source_commit()} (accuracy budget `{args.accuracy}`, candidates up to {args.max_nodes} "
-             f"nodes; measuring budget per model: {budgets}). Total {elapsed / 60:.1f} min.{status}", "",
+             f"Command: `{args.command}` at commit {source_commit()} (accuracy budget `{args.accuracy}`, candidates up "
+             f"to {args.max_nodes} nodes; measuring budget per model: {budgets}). Total {elapsed / 60:.1f} "
+             f"min.{status}", "",
              "Backends searched: onnxruntime, openvino (fp32), openvino-bf16. Latency: median ms of a full call, "
              f"the four measured interleaved in {args.rounds} rounds in one process. Error: vs the ONNX Runtime "
              "fp32 reference on 2 seeded random input samples (`collage.zoo.catalog.random_inputs`; not representative "
@@ -185,10 +187,10 @@ def write_int8(path: Path, rows: list[dict], args: argparse.Namespace, elapsed: 
     status = "" if done == todo else f" **Partial: {done} of {todo} (model, budget) runs done.**"
     lines = ["# INT8 in the search: fp32 / bf16 / int8 across ONNX Runtime and OpenVINO under an accuracy budget", "",
              f"Command: `{args.command}` at commit {source_commit()}. Total {elapsed / 60:.1f} min.{status}", "",
-             f"Backends searched: {', '.join(BACKENDS + WITH_INT8)} (candidates up to {args.max_nodes} nodes). Latency: "
-             f"median ms of a full call, the plan and every whole-model runner measured interleaved in {args.rounds} "
-             "rounds in one process (2 threads on a 2-core machine, whose speed level moves 13-25% between runs minutes "
-             "apart: results/measurement/machine-level.md; compare within a table). "
+             f"Backends searched: {', '.join(BACKENDS + WITH_INT8)} (candidates up to {args.max_nodes} nodes). "
+             "Latency: median ms of a full call, the plan and every whole-model runner measured interleaved in "
+             f"{args.rounds} rounds in one process (2 threads on a 2-core machine, whose speed level moves 13-25% "
+             "between runs minutes apart: results/measurement/machine-level.md; compare within a table). "
              "Error vs the ONNX Runtime fp32 reference on 2 seeded random input samples (the same samples calibrate "
              "the int8 ranges: min/max, per tensor, once per model), as max |err| / output range and min cosine. "
              "int8: QDQ with weights int8 per channel, activations uint8, Conv/MatMul/Gemm quantized "
@@ -198,9 +200,10 @@ def write_int8(path: Path, rows: list[dict], args: argparse.Namespace, elapsed: 
     for text in dict.fromkeys(r["accuracy"] for r in rows):
         mine = [r for r in rows if r["accuracy"] == text]
         lines += [f"## Budget `{text}`", "",
-                  "| model | best fp32 single (ms) | all-bf16 OV (ms, rel / cos) | all-fp16 OV (ms, rel / cos) | all-int8 ORT (ms, rel / cos) | "
-                  "all-int8 OV (ms, rel / cos) | all-int8+bf16 OV (ms, rel / cos) | plan (ms) | plan error | within "
-                  "budget | plan mix (backend x partitions) | plan vs fp32 | predicted ms | pred/meas | tune s |",
+                  "| model | best fp32 single (ms) | all-bf16 OV (ms, rel / cos) | all-fp16 OV (ms, rel / cos) | "
+                  "all-int8 ORT (ms, rel / cos) | all-int8 OV (ms, rel / cos) | all-int8+bf16 OV (ms, rel / cos) | "
+                  "plan (ms) | plan error | within budget | plan mix (backend x partitions) | plan vs fp32 | predicted "
+                  "ms | pred/meas | tune s |",
                   "|---|---|---|---|---|---|---|---:|---|---|---|---:|---:|---:|---:|"]
         ratios, mixed = [], 0
         for r in mine:
@@ -209,7 +212,7 @@ def write_int8(path: Path, rows: list[dict], args: argparse.Namespace, elapsed: 
                 continue
             ms, e, b = r["ms"], r["errors"], r["budget"]
 
-            def cell(k: str) -> str:
+            def cell(k: str, r=r, ms=ms, e=e, b=b) -> str:
                 if k in (r.get("refused") or {}):
                     return "does not compile (notes)"
                 return f"{ms[k]:.2f} ({_err(e[k], b)})" if k in ms else "-"
@@ -220,24 +223,27 @@ def write_int8(path: Path, rows: list[dict], args: argparse.Namespace, elapsed: 
             mixed += len({x.split("-")[0] for x in r["mix"]}) > 1
             lines.append(
                 f"| {r['model']} | {r['best32']} {ms[r['best32']]:.2f} | {cell('openvino-bf16')} | "
-                f"{cell('openvino-fp16')} | {cell('onnxruntime-int8')} | {cell('openvino-int8')} | {cell('openvino-int8-bf16')} | "
-                f"{ms['plan']:.2f} | {_err(e['plan'], b)} | {_verdict(e['plan'], b)} | {_mix(r)} | {ratio:.2f}x | "
-                f"{'-' if pred is None else f'{pred:.2f}'} | {pm} | "
+                f"{cell('openvino-fp16')} | {cell('onnxruntime-int8')} | {cell('openvino-int8')} | "
+                f"{cell('openvino-int8-bf16')} | {ms['plan']:.2f} | {_err(e['plan'], b)} | {_verdict(e['plan'], b)} | "
+                f"{_mix(r)} | {ratio:.2f}x | {'-' if pred is None else f'{pred:.2f}'} | {pm} | "
                 f"{r['tune_s']:.0f} |")
         if ratios:
             geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
-            lines += ["", f"Geomean plan vs fp32 best single over {len(ratios)} model(s): **{geo:.2f}x**; plans that mix "
+            lines += ["", f"Geomean plan vs fp32 best single over {len(ratios)} model(s): **{geo:.2f}x**; plans that "
+                          "mix "
                       f"runtimes (ONNX Runtime and OpenVINO): {mixed} of {len(ratios)}.", ""]
     lines += ["## Partitions and notes per run", ""]
     for r in rows:
         if "failed" in r:
             continue
-        parts = "; ".join(f"{b} ({p}, rel {rel:.2g})" if rel is not None else f"{b} ({p})" for b, p, rel, _ in r["parts"])
+        parts = "; ".join(f"{b} ({p}, rel {rel:.2g})" if rel is not None else f"{b} ({p})"
+                          for b, p, rel, _ in r["parts"])
         i8 = r.get("int8") or {}
-        refused = "".join(f" The whole model on {k} does not compile: {v}." for k, v in (r.get("refused") or {}).items())
+        refused = "".join(f" The whole model on {k} does not compile: {v}."
+                          for k, v in (r.get("refused") or {}).items())
         lines += [f"- **{r['model']}** `{r['accuracy']}`: partitions: {parts or '-'}.{refused} int8 ranges: "
-                  f"{i8.get('tensors', '-')} tensors, {i8.get('method', '-')}, calibration runs {i8.get('calibration_runs', '-')}"
-                  f" ({(i8.get('calibration') or {}).get('samples', '-')} samples, "
+                  f"{i8.get('tensors', '-')} tensors, {i8.get('method', '-')}, calibration runs "
+                  f"{i8.get('calibration_runs', '-')} ({(i8.get('calibration') or {}).get('samples', '-')} samples, "
                   f"{'random' if (i8.get('calibration') or {}).get('random') else 'given'}). Notes: "
                   + ("; ".join(r.get("notes") or []) or "-")]
     write_atomic(path, lines)
@@ -249,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", default=None, help=f"comma-separated zoo names (default: {', '.join(FULL)})")
     p.add_argument("--accuracy", default="cos=0.999,rel=0.01",
                    help="budget; with --int8 several separated by ';' (each model runs under each)")
-    p.add_argument("--int8", action="store_true", help="search the int8 variants too; write results/precision/precision.md")
+    p.add_argument("--int8", action="store_true", help="search the int8 variants too; write "
+                                                       "results/precision/precision.md")
     p.add_argument("--max-nodes", type=int, default=None, help="largest candidate (default 4; 3 with --quick)")
     p.add_argument("--budget", default=None,
                    help=f"measuring budget for every model, e.g. 3m (default: {DEFAULT_BUDGET}, "
@@ -267,11 +274,13 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         print(f"benchmarks.precision: {why}; nothing to compare", file=sys.stderr)
         return 2
-    models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else (QUICK if args.quick else FULL)
+    models = ([m.strip() for m in args.models.split(",") if m.strip()] if args.models
+              else (QUICK if args.quick else FULL))
     args.max_nodes = args.max_nodes or (3 if args.quick else 4)
     args.rounds = args.rounds or (3 if args.quick else 7)
     out = Path(args.out or ("results/precision/precision.md" if args.int8 and not args.quick else
-                            "results/precision/precision-quick.md" if args.quick else "results/precision/precision-bf16.md"))
+                            "results/precision/precision-quick.md" if args.quick
+                            else "results/precision/precision-bf16.md"))
     accuracies = [a.strip() for a in args.accuracy.split(";") if a.strip()] if args.int8 else [args.accuracy]
     runs = [(a, m) for m in models for a in accuracies]  # model-major: a run cut short has both budgets of its models
     t0 = time.monotonic()
@@ -282,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"benchmarks.precision: {name} at {accuracy} ({k + 1}/{len(runs)}, budget {budget}, "
               f"{(time.monotonic() - t0) / 60:.1f} min so far)", file=sys.stderr, flush=True)
         try:
-            row = bench_model(name, accuracy, max_nodes=args.max_nodes, budget_s=parse_duration(budget) if budget else None,
+            row = bench_model(name, accuracy, max_nodes=args.max_nodes,
+                              budget_s=parse_duration(budget) if budget else None,
                               db=args.db, rounds=args.rounds, int8=args.int8)
         except KeyboardInterrupt:
             raise

@@ -98,7 +98,8 @@ def write(path: Path, name: str, rows: list[dict], budget: Any, accuracy: str, c
     keys = [f"{SHORT[a]} > {SHORT[b]}" for a, b in ORDERS]
     status = "" if len(rows) == todo else f" **Partial: {len(rows)} of {todo} cuts done.**"
     lines = [f"# Every fp32/bf16 split of {name} at a narrow cut", "",
-             f"Command: `{command}` at commit {source_commit()} (accuracy budget `{accuracy}`). {elapsed / 60:.1f} min.{status}", "",
+             f"Command: `{command}` at commit {source_commit()} (accuracy budget `{accuracy}`). {elapsed / 60:.1f} "
+             f"min.{status}", "",
              "Two pieces, `[0, cut)` then `[cut, n)`, on collage's openvino (fp32) and openvino-bf16 backends; "
              "error at the model's outputs vs the ONNX Runtime fp32 reference on 2 seeded random samples "
              "(max |err| / output range); latency: median ms of a full call, each cut's chains measured "

@@ -46,7 +46,8 @@ def write(path: Path, rows: list[dict], command: str, elapsed: float) -> None:
              f"| model | {head} | bf16 x fp32 | fp16 x fp32 |", "|---|" + "---:|---|" * len(VARIANTS) + "---:|---:|"]
     for r in rows:
         ms, e = r["ms"], r["errors"]
-        cells = " | ".join(f"{ms[b]:.3f} | {e[b].rel:.2e}" if e[b].finite else f"{ms[b]:.3f} | NaN/inf" for b in VARIANTS)
+        cells = " | ".join(f"{ms[b]:.3f} | {e[b].rel:.2e}" if e[b].finite else f"{ms[b]:.3f} | NaN/inf"
+                           for b in VARIANTS)
         lines.append(f"| {r['model']} | {cells} | {ms['openvino'] / ms['openvino-bf16']:.2f}x | "
                      f"{ms['openvino'] / ms['openvino-fp16']:.2f}x |")
     write_atomic(path, lines)
@@ -54,7 +55,8 @@ def write(path: Path, rows: list[dict], command: str, elapsed: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.precision_variants", description=__doc__.splitlines()[0])
-    p.add_argument("--models", default=",".join(DEFAULT), help=f"comma-separated zoo names (default {','.join(DEFAULT)})")
+    p.add_argument("--models", default=",".join(DEFAULT), help="comma-separated zoo names (default "
+                                                               f"{','.join(DEFAULT)})")
     p.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds (default 9)")
     p.add_argument("--out", default="results/precision/precision-variants.md")
     args = p.parse_args(argv)

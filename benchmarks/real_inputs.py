@@ -198,7 +198,8 @@ def _figure(d, rng: np.random.Generator, cx: float, top: float, height: float) -
     d.ellipse((cx - head * 0.7, t0, cx + head * 0.7, t1), fill=skin if bare else cloth)
     if bare:
         for dx in (-0.3, 0.3):
-            d.ellipse((cx + dx * head - 3, t0 + head * 0.8, cx + dx * head + 3, t0 + head * 0.8 + 6), fill=(120, 70, 60))
+            d.ellipse((cx + dx * head - 3, t0 + head * 0.8, cx + dx * head + 3, t0 + head * 0.8 + 6),
+                      fill=(120, 70, 60))
     for side in (-1, 1):
         d.line((cx + side * head * 0.6, t0 + 4, cx + side * head * 1.1, t1), fill=skin, width=max(2, int(head * 0.2)))
         d.line((cx + side * head * 0.3, t1 - 4, cx + side * head * 0.45, top + height), fill=skin if bare else cloth,
@@ -332,7 +333,8 @@ def _shell(rng) -> bytes:
 
 
 def _xml(rng) -> bytes:
-    items = "".join(f"  <item id=\"{i}\"><name>{rng.choice(WORDS)}</name><value>{rng.uniform(0, 9):.3f}</value></item>\n"
+    items = "".join(f"  <item id=\"{i}\"><name>{rng.choice(WORDS)}</name>"
+                    f"<value>{rng.uniform(0, 9):.3f}</value></item>\n"
                     for i in range(25))
     return f"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<catalog>\n{items}</catalog>\n".encode()
 

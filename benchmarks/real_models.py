@@ -201,7 +201,8 @@ def run_case(case: Case, env: dict, work: Path, budget: str, backends: str) -> R
     row.loads = [json.loads((d / "report.json").read_text())["load"] for d in dirs]
     row.plans = [describe_plan(d) for d in dirs]
     try:
-        row.errors, row.untuned_err = verify(case, out, Path(env["COLLAGE_CACHE"]) / "zoo" / "real" / f"{case.name}.onnx")
+        row.errors, row.untuned_err = verify(case, out,
+                                             Path(env["COLLAGE_CACHE"]) / "zoo" / "real" / f"{case.name}.onnx")
     except Exception as e:  # noqa: BLE001 - a failed check is a row of the table, not the end of the run
         row.rc, row.refused = -1, f"tuned, but the check on real inputs failed: {type(e).__name__}: {e}"
     return row
@@ -237,7 +238,8 @@ def fmt_row(r: Row) -> list[object]:
     sizes = r.result.get("sizes", [r.result])
     folds = "; ".join(f"{ld['nodes_before']} -> {ld['nodes_after']}" for ld in r.loads)
     plans = "; ".join(r.plans)
-    ms = "; ".join(f"{s['plan_ms']:.2f} vs {min(s['baselines'].values()):.2f} ({min(s['baselines'], key=s['baselines'].get)})"
+    ms = "; ".join(f"{s['plan_ms']:.2f} vs {min(s['baselines'].values()):.2f} "
+                   f"({min(s['baselines'], key=s['baselines'].get)})"
                    for s in sizes)
     errs = "; ".join(f"{e:.1e}" for e in r.errors)
     untuned = "n/a (one size set)" if r.untuned_err is None else f"{r.untuned_err:.1e} ({r.case.note})"

@@ -1,6 +1,7 @@
 """Accuracy budgets on real weights and real inputs: ``python -m benchmarks.real_precision`` (issue 38, part 5).
 
-    python -m benchmarks.real_precision                                    # results/real-models/real-precision.md (+ .csv)
+    python -m benchmarks.real_precision                                    # results/real-models/real-precision.md (+
+    .csv)
     python -m benchmarks.real_precision --models magika --budget 30s -o /tmp/rp.md
 
 For each real zoo model (``collage zoo fetch --all`` first): calibration inputs and, from other seeds, evaluation
@@ -146,7 +147,8 @@ class ModelRow:
     judged: dict[str, Judged] = field(default_factory=dict)     # runner name -> on the evaluation set
     ms: dict[str, float] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)        # whole-model variant -> why it did not run
-    calib_err: dict[str, object] = field(default_factory=dict)   # whole-model variant -> cos / rel on the calibration inputs
+    # whole-model variant -> cos / rel on the calibration inputs
+    calib_err: dict[str, object] = field(default_factory=dict)
     opset: int = 0
 
 
@@ -191,7 +193,8 @@ def tune_one(model: str, row: ModelRow, accuracy: str, calib: Path, s: Settings)
                    progress=False)
     except Exception as e:  # noqa: BLE001 - a failed tune is a row of the table
         traceback.print_exc()
-        pr.failed, pr.tune_s = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}", time.monotonic() - t0
+        pr.failed = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+        pr.tune_s = time.monotonic() - t0
         return pr, None
     pr.tune_s = time.monotonic() - t0
     prec = res.report.get("precision") or {}
@@ -314,14 +317,16 @@ def plan_lines(row: ModelRow) -> list[list[object]]:
         key = f"plan {pr.accuracy}"
         if pr.failed or key not in row.judged:
             why = pr.failed or row.refused.get(key, "no result")
-            out.append([f"`{row.model}`", f"`{pr.accuracy}`", f"failed: {why}".replace("|", "\\|")] + ["-"] * 6 + [f"{pr.tune_s:.0f}"])
+            out.append([f"`{row.model}`", f"`{pr.accuracy}`", f"failed: {why}".replace("|", "\\|")] + ["-"] * 6
+                       + [f"{pr.tune_s:.0f}"])
             continue
         j, c = row.judged[key], pr.calib_err or {}
         calib = f"{c.get('cos', float('nan')):.6f} / {c.get('rel', float('nan')):.2e}" if c else "-"
         ok = "yes" if within(j, pr.accuracy) else "**no**"
         out.append([f"`{row.model}`", f"`{pr.accuracy}`", pr.mix + (" (fp32 fallback)" if pr.fallback else ""), calib,
                     f"{err_text(j)} ({ok})", j.task.text, f"{row.ms[key]:.2f}",
-                    f"{best} {row.ms[best]:.2f}" if best else "-", f"{row.ms[best] / row.ms[key]:.2f}x" if best else "-",
+                    f"{best} {row.ms[best]:.2f}" if best else "-",
+                    f"{row.ms[best] / row.ms[key]:.2f}x" if best else "-",
                     f"{pr.tune_s:.0f}"])
     return out
 
@@ -360,7 +365,8 @@ def plan_protection(rows: list[ModelRow]) -> list[str]:
                 over.append(f"`{r.model}` at `{pr.accuracy}` ({pr.mix}: {err_text(j)})")
     return ["- Plans accepted by the tune (within the budget on the calibration inputs) whose answer changed on the "
             "evaluation inputs: " + ("; ".join(changed) or "none") + ".",
-            "- Plans accepted by the tune that are over the budget on the evaluation inputs: " + ("; ".join(over) or "none") + "."]
+            "- Plans accepted by the tune that are over the budget on the evaluation inputs: "
+            + ("; ".join(over) or "none") + "."]
 
 
 def protection(rows: list[ModelRow], accuracies: list[str]) -> list[str]:
@@ -378,7 +384,8 @@ def protection(rows: list[ModelRow], accuracies: list[str]) -> list[str]:
                     spared.append(f"`{r.model}` {name}")
         lines += [f"- `{a}`, every runner judged on the evaluation inputs: within the budget but the answer changed: "
                   + ("; ".join(harmed) or "none") + ".",
-                  f"  Over the budget with the answer unchanged on every evaluation sample: " + (", ".join(spared) or "none") + "."]
+                  "  Over the budget with the answer unchanged on every evaluation sample: "
+                  + (", ".join(spared) or "none") + "."]
     return lines
 
 
@@ -401,7 +408,8 @@ def page(rows: list[ModelRow], args: argparse.Namespace, elapsed: float, todo: i
                        *[f"within `{a}` (evaluation)" for a in accs], "vs best fp32"],
                       [ln for r in rows for ln in variant_lines(r, accs)])
     lines += ["## Does the budget protect the task?", "", *protection(rows, accs), ""]
-    lines += ["Task metrics: " + "; ".join(f"{m}: {tm.DESCRIBE[tm.KIND[m]]}" for m in dict.fromkeys(r.model for r in rows)) + ".", ""]
+    lines += ["Task metrics: "
+              + "; ".join(f"{m}: {tm.DESCRIBE[tm.KIND[m]]}" for m in dict.fromkeys(r.model for r in rows)) + ".", ""]
     lines += ["## Skipped, failed, notes", ""]
     for r in rows:
         if r.skipped or r.failed:
@@ -437,7 +445,8 @@ def write_csv(path: Path, rows: list[ModelRow]) -> None:
         for r in rows:
             mixes = {f"plan {p.accuracy}": p.mix for p in r.plans}
             for name, j in r.judged.items():
-                w.writerow([r.model, name, f"{r.ms.get(name, float('nan')):.4f}", f"{j.err.cos:.8f}", f"{j.err.rel:.6e}",
+                w.writerow([r.model, name, f"{r.ms.get(name, float('nan')):.4f}", f"{j.err.cos:.8f}",
+                            f"{j.err.rel:.6e}",
                             j.err.finite, f"{j.task.value:.4f}", j.task.text, mixes.get(name, name), ""])
             for name, why in r.refused.items():
                 w.writerow([r.model, name, "", "", "", "", "", "", "", why])
@@ -461,7 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     p.add_argument("-o", "--out", default=None)
     args = p.parse_args(argv)
-    args.command = "python -m benchmarks.real_precision" + (" " + " ".join(sys.argv[1:] if argv is None else argv)).rstrip()
+    args.command = ("python -m benchmarks.real_precision"
+                    + (" " + " ".join(sys.argv[1:] if argv is None else argv)).rstrip())
     args.accuracies = [a.strip() for a in args.accuracy.split(";") if a.strip()]
     args.commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                  text=True).stdout.strip() or "unknown"

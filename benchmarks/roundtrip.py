@@ -63,8 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = [check(d) for d in sorted(Path(args.root).iterdir()) if (d / "manifest.json").exists()]
     text = ("# Round trip: tuned artifact run by `collage run` in a fresh process vs ONNX Runtime fp32\n\n"
-            f"Command: `python -m benchmarks.roundtrip {args.root}` at commit {source_commit()} (artifacts from `collage bench --artifacts`).\n"
-            "Tolerance atol 1e-4, rtol 1e-3; seeded inputs from collage.zoo.catalog.random_inputs(seed=7).\n\n"
+            f"Command: `python -m benchmarks.roundtrip {args.root}` at commit {source_commit()} (artifacts from "
+            "`collage bench --artifacts`).\nTolerance atol 1e-4, rtol 1e-3; seeded inputs from "
+            "collage.zoo.catalog.random_inputs(seed=7).\n\n"
             + markdown_table(rows))
     write_report(args.out, text.split("\n"))
     return 0 if all(r["ok"] for r in rows) else 1

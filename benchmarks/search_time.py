@@ -70,7 +70,8 @@ def node_flops(graph: Graph, i: int) -> tuple[str, float]:
         return "conv", 2.0 * n_out * float(np.prod(w[1:], dtype=np.float64))
     if node.op_type in ("MatMul", "Gemm"):
         a = graph.tensor(node.input[0]).shape
-        k = a[-1] if node.op_type == "MatMul" or not any(at.name == "transA" and at.i for at in node.attribute) else a[0]
+        k = a[-1] if node.op_type == "MatMul" or not any(at.name == "transA" and at.i
+                                                         for at in node.attribute) else a[0]
         return "matmul", 2.0 * n_out * float(k)
     return "other", n_out
 
@@ -118,8 +119,10 @@ def ladder(width: int = 4, steps: int = 24, dim: int = 256, rows: int = 256) -> 
             nxt = [f"a{s}_{c}" for c in range(width)]
         cur = nxt
     nodes.append(helper.make_node("Sum", cur, ["y"], name="sum"))
-    graph = helper.make_graph(nodes, f"ladder-{width}x{steps}", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows, dim])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, rows, dim])], initializer=inits)
+    graph = helper.make_graph(nodes, f"ladder-{width}x{steps}",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows, dim])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, rows, dim])],
+                              initializer=inits)
     return Graph.load(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
 
 
@@ -181,7 +184,8 @@ def bench(name: str, repeats: int, ilp: bool = True, graph: Graph | None = None,
            "dp_s": dstats.dp_s, "dp_method": dstats.method, "expanded": dstats.dp.expanded, "pushed": dstats.dp.pushed,
            "dropped": dstats.dp.dropped, "options": sum(counts.values()),
            "dp_agree": None if dplan is plan or not (proven and dp_proven) else
-           (_price(graph, dplan, costs) == _price(graph, plan, costs) and len(dplan.partitions) == len(plan.partitions)),
+           (_price(graph, dplan, costs) == _price(graph, plan, costs)
+            and len(dplan.partitions) == len(plan.partitions)),
            "kept_s": statistics.median(kept_s) if kept_s else None,
            "partitions": len(plan.partitions), "backends": plan.backends, "predicted_ms": plan.predicted_ms,
            "proven": proven, "greedy": greedy}
@@ -239,8 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"`{command}` at commit {source_commit()} on {machine_id()}, "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; median of {args.repeats} run(s). "
-        "The machine's speed level moves 13-25% between runs minutes apart (results/measurement/machine-level.md): compare "
-        "within a table.",
+        "The machine's speed level moves 13-25% between runs minutes apart (results/measurement/machine-level.md): "
+        "compare within a table.",
         "",
         "Costs are **synthetic** (this times the search, not the backends): all nodes supported on "
         f"{', '.join(backends)}; a candidate's cost comes from its nodes' estimated FLOPs with per-backend "
@@ -263,10 +267,11 @@ def main(argv: list[str] | None = None) -> int:
         "**options kept s** (with `--undropped`): the DP with no option dropped, timed right after (the same "
         "optimum: checked). **ILP alone s**: `ilp_search` on the same costs by itself (in a process stopped 30 s "
         "past its 60 s limit: `collage.search.solver.ilp_held`); **agree**: its plan and the exact search's "
-        "have the same cost (integer ns) and the same number of partitions (\"-\": one of them is not a proven optimum).",
+        "have the same cost (integer ns) and the same number of partitions (\"-\": one of them is not a proven "
+        "optimum).",
         "",
-        "| model | nodes | candidates per backend | enumeration s | exact s | method | proven | modules / chains | DP s | "
-        "DP states expanded | DP states reached | options dropped | options kept s | DP agrees | ILP alone s | "
+        "| model | nodes | candidates per backend | enumeration s | exact s | method | proven | modules / chains | DP "
+        "s | DP states expanded | DP states reached | options dropped | options kept s | DP agrees | ILP alone s | "
         "ILP status | agree | plan partitions | plan backends |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -277,9 +282,9 @@ def main(argv: list[str] | None = None) -> int:
                      else "- | - | -")
         dp_agree = "-" if r["dp_agree"] is None else "yes" if r["dp_agree"] else "**no**"
         dp_cell = f"{r['dp_s']:.2f}" + ("" if r["dp_method"] == "dp" else f" ({r['dp_method']})")
-        lines.append(f"| {r['model']} | {r['nodes']} | {counts} | {r['enum_s']:.2f} | {r['exact_s']:.2f} | {r['method']} | "
-                     f"{'yes' if r['proven'] else '**no**'} | {r['fj_shape']} | {dp_cell} | {r['expanded']} | "
-                     f"{r['pushed']} | {r['dropped']} of {r['options']} | "
+        lines.append(f"| {r['model']} | {r['nodes']} | {counts} | {r['enum_s']:.2f} | {r['exact_s']:.2f} | "
+                     f"{r['method']} | {'yes' if r['proven'] else '**no**'} | {r['fj_shape']} | {dp_cell} | "
+                     f"{r['expanded']} | {r['pushed']} | {r['dropped']} of {r['options']} | "
                      f"{'-' if r['kept_s'] is None else format(r['kept_s'], '.2f')} | {dp_agree} | {ilp_cells} | "
                      f"{r['partitions']} | {', '.join(r['backends'])} |")
     write_atomic(out, lines)

@@ -1,6 +1,7 @@
 """What a switch between ONNX Runtime and OpenVINO costs with real work on both sides, per threading setting.
 
-    python -m benchmarks.transitions --switch             # -> results/transitions/transitions.md (~10-15 min on 2 cores)
+    python -m benchmarks.transitions --switch             # -> results/transitions/transitions.md (~10-15 min on 2
+    cores)
     python -m benchmarks.switch_cost --rounds 20 -o results/transitions/transitions.md   # the same, directly
 
 BERT-base and ResNet-50 are each cut in two halves (A, B: a contiguous cut at the middle layer / residual
@@ -144,7 +145,8 @@ def _run_processes(rounds: int, cycles: int, repeats: int, settings: list[str]) 
             for setting in settings:
                 path = Path(tmp) / f"{setting}-{rep}.json"
                 log.info("%s, process %d of %d ...", setting, rep + 1, repeats)
-                subprocess.run([sys.executable, "-m", "benchmarks.switch_cost", "--worker", setting, "--rounds", str(rounds),
+                subprocess.run([sys.executable, "-m", "benchmarks.switch_cost", "--worker", setting, "--rounds",
+                                str(rounds),
                                 "--cycles", str(cycles), "--json", str(path)], check=True, env=os.environ.copy())
                 got[setting].append(json.loads(path.read_text()))
     return got
@@ -159,17 +161,19 @@ def tables(got: dict[str, list[dict]], cycles: int) -> list[str]:
     summary: dict[str, dict[str, float]] = {}
     for model in ("bert-base", "resnet50"):
         lines += [f"### {model}, two halves", "",
-                  "| setting | ORT A alone | ORT B alone | OV A alone | OV B alone | ORT->OV per switch | OV->ORT per switch "
-                  "| ORT->ORT over alone | OV->OV over alone | ORT->OV over alone | OV->ORT over alone | whole ORT | whole OV |",
+                  "| setting | ORT A alone | ORT B alone | OV A alone | OV B alone | ORT->OV per switch | OV->ORT per "
+                  "switch | ORT->ORT over alone | OV->OV over alone | ORT->OV over alone | OV->ORT over alone | whole "
+                  "ORT | whole OV |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for setting, runs in got.items():
-            pool = lambda key: [v for r in runs for v in r["samples"][key]]  # noqa: E731
+            pool = lambda key, runs=runs: [v for r in runs for v in r["samples"][key]]  # noqa: E731
             alone = {(k, r): _med(pool(f"{model}|alone|{k}|{r}")) for k in range(2) for r in ("ort", "ov")}
 
-            def at(first, second, pos):
+            def at(first, second, pos, pool=pool, model=model):
                 """Median ms of the call at chain position ``pos`` parity (0: half A on first, 1: half B on second),
                 over every cycle but the first (the first A follows the previous configuration's run)."""
-                vals = [t[j] for t in pool(f"{model}|chain|{first}|{second}") for j in range(2, 2 * cycles) if j % 2 == pos]
+                vals = [t[j] for t in pool(f"{model}|chain|{first}|{second}") for j in range(2, 2 * cycles)
+                        if j % 2 == pos]
                 return _med(vals)
             # X -> Y: the half on Y after X, minus the same half on Y after Y
             ort_ov = at("ort", "ov", 1) - at("ov", "ov", 1)       # B on OV after A on ORT
@@ -183,13 +187,16 @@ def tables(got: dict[str, list[dict]], cycles: int) -> list[str]:
             over_to_ov = (at("ort", "ov", 1) - alone[(1, "ov")] + at("ov", "ort", 0) - alone[(0, "ov")]) / 2
             over_to_ort = (at("ov", "ort", 1) - alone[(1, "ort")] + at("ort", "ov", 0) - alone[(0, "ort")]) / 2
             whole = {r: _med(pool(f"{model}|whole|{r}")) for r in ("ort", "ov")}
-            summary[f"{model}|{setting}"] = {"to_ov": to_ov, "to_ort": to_ort, "whole_ort": whole["ort"], "whole_ov": whole["ov"]}
+            summary[f"{model}|{setting}"] = {"to_ov": to_ov, "to_ort": to_ort, "whole_ort": whole["ort"],
+                                             "whole_ov": whole["ov"]}
             lines.append(f"| {setting} | {alone[(0, 'ort')]:.2f} | {alone[(1, 'ort')]:.2f} | {alone[(0, 'ov')]:.2f} | "
-                         f"{alone[(1, 'ov')]:.2f} | **{to_ov:+.2f}** | **{to_ort:+.2f}** | {same_ort:+.2f} | {same_ov:+.2f} | "
-                         f"{over_to_ov:+.2f} | {over_to_ort:+.2f} | {whole['ort']:.2f} | {whole['ov']:.2f} |")
+                         f"{alone[(1, 'ov')]:.2f} | **{to_ov:+.2f}** | **{to_ort:+.2f}** | {same_ort:+.2f} | "
+                         f"{same_ov:+.2f} | {over_to_ov:+.2f} | {over_to_ort:+.2f} | {whole['ort']:.2f} | "
+                         f"{whole['ov']:.2f} |")
         lines.append("")
     lines += ["### ResNet-50 in 18 pieces, all on ONNX Runtime", "",
-              "| setting | chain ms | whole ms | chain / whole (median of per-round ratios) | rounds |", "|---|---:|---:|---:|---:|"]
+              "| setting | chain ms | whole ms | chain / whole (median of per-round ratios) | rounds |",
+              "|---|---:|---:|---:|---:|"]
     for setting, runs in got.items():
         pairs = [v for r in runs for v in r["samples"]["resnet50|chain18"]]
         chain = [p[0] for p in pairs]
@@ -231,9 +238,9 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Command: `{cmd.strip()}` at commit {source_commit()} ({time.time() - t0:.0f} s). Machine: {machine_id()}; "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC. The machine's speed level moves "
-        "13-25% between runs minutes apart (results/measurement/machine-level.md): every number is a median over interleaved rounds, pooled over "
-        f"{args.repeats} processes per setting run alternately ({args.rounds} rounds each, {args.cycles} A,B cycles "
-        "per chain run); compare settings within this file only.",
+        "13-25% between runs minutes apart (results/measurement/machine-level.md): every number is a median over "
+        f"interleaved rounds, pooled over {args.repeats} processes per setting run alternately ({args.rounds} rounds "
+        f"each, {args.cycles} A,B cycles per chain run); compare settings within this file only.",
         "",
         "Settings:",
         "",
@@ -248,9 +255,9 @@ def main(argv: list[str] | None = None) -> int:
         "- nice = before, with the pool's worker threads at nice +19 (`setpriority` per thread id, Linux): while "
         "ONNX Runtime runs alone they get a core as before; when its spin overlaps another runtime's threads "
         "the kernel gives the core to those.",
-        "- timed = every ONNX Runtime session on its own pool of 2 threads with `session.intra_op.allow_spinning` 1 and "
-        "`session.intra_op.spin_duration_us` 100 (time-based spinning, ORT PR #27916, in 1.32): workers spin at most "
-        "0.1 ms for more work, then sleep. OpenVINO: nothing to set; its oneTBB 2021.13 workers yield ~1 ms "
+        "- timed = every ONNX Runtime session on its own pool of 2 threads with `session.intra_op.allow_spinning` 1 "
+        "and `session.intra_op.spin_duration_us` 100 (time-based spinning, ORT PR #27916, in 1.32): workers spin at "
+        "most 0.1 ms for more work, then sleep. OpenVINO: nothing to set; its oneTBB 2021.13 workers yield ~1 ms "
         "after a task (`worker_wait_leave_duration`), no property or environment variable of OpenVINO 2026.4 "
         "shortens it; pinning made no measurable difference (research notes /tmp/r19, issue 19).",
         "- stop = every ONNX Runtime session on its own pool, spinning while a run lasts and stopped when it "

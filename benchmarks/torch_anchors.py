@@ -144,11 +144,13 @@ def measure_model(name: str, s: Settings) -> list[Row]:
     except Exception as e:  # noqa: BLE001 - a model that does not build is a row
         return [Row(name, "build", error=f"{type(e).__name__}: {e}"[:300])]
     for anchor in ANCHORS:
-        if (anchor in CUDA_ONLY and not s.device.startswith("cuda")) or (anchor.startswith("compile") and not s.compile):
+        if (anchor in CUDA_ONLY and not s.device.startswith("cuda")) or (anchor.startswith("compile")
+                                                                         and not s.compile):
             continue
         try:
             fn, compile_s = anchor_call(anchor, program, feeds)
-            rows.append(Row(name, anchor, round(median_ms(fn, s), 4), None if compile_s is None else round(compile_s, 1)))
+            rows.append(Row(name, anchor, round(median_ms(fn, s), 4),
+                            None if compile_s is None else round(compile_s, 1)))
         except Exception as e:  # noqa: BLE001 - an anchor that fails is a row with its error
             rows.append(Row(name, anchor, error=f"{type(e).__name__}: {e}"[:300]))
         print(f"{name:12s} {anchor:13s} {rows[-1].ms} ms" + (f" (compile {rows[-1].compile_s} s)"

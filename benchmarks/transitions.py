@@ -1,11 +1,13 @@
 """Transition costs between backends, and how well parts + transitions predict a stitched chain.
 
     python -m benchmarks.transitions --switch   # the switch with real work on both sides, before/after the
-                                                # issue-19 settings -> results/transitions/transitions.md (benchmarks.switch_cost)
+                                                # issue-19 settings -> results/transitions/transitions.md
+                                                (benchmarks.switch_cost)
     python -m benchmarks.transitions            # ORT <-> OpenVINO, 3 sizes, BERT-base chain (~10-15 min, 2 cores)
     python -m benchmarks.transitions --quick    # 2 sizes, tiny-bert chain (~1-2 min)
 
-Without --switch, writes results/transitions/transitions-small.md (results/transitions/transitions-quick.md with --quick):
+Without --switch, writes results/transitions/transitions-small.md (results/transitions/transitions-quick.md with
+--quick):
 
 1. Per backend pair, fixed and per-byte transition cost (``collage.measure.transitions``: real
    alternation A, B, A, ... of small Add+Relu pieces minus the same-backend chains), with the fast
@@ -68,7 +70,7 @@ def _predict(graph: Graph, pieces, assign: list[str], costs, transition) -> tupl
     owner = {i: k for k, (_, nodes) in enumerate(pieces) for i in nodes}
     parts = sum(costs[(nodes, b)].median_ms for (_, nodes), b in zip(pieces, assign))
     trans = 0.0
-    for k, ((_, nodes), b) in enumerate(zip(pieces, assign)):
+    for _k, ((_, nodes), b) in enumerate(zip(pieces, assign)):
         by_src: dict[str, int] = {}
         for t in graph.boundary(nodes)[0]:
             p = graph.producer(t)
@@ -105,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     model = args.model or ("tiny-bert" if args.quick else "bert-base")
     sizes = QUICK_SIZES if args.quick else SIZES
     cap = args.cap if args.cap is not None else (0.5 if args.quick else 3.0)
-    out = Path(args.out or ("results/transitions/transitions-quick.md" if args.quick else "results/transitions/transitions-small.md"))
+    out = Path(args.out or ("results/transitions/transitions-quick.md" if args.quick
+                            else "results/transitions/transitions-small.md"))
     db = SQLiteCostDB(args.db or Path(tempfile.mkdtemp(prefix="collage-transitions-")) / "costs.sqlite")
     t0 = time.time()
 
@@ -153,13 +156,14 @@ def main(argv: list[str] | None = None) -> int:
 def write(out, args, sizes, fits, model, pieces, costs, whole, pair, check, elapsed, scale) -> None:
     cmd = "python -m benchmarks.transitions" + (" " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
     lines = [f"# Transition costs{' (quick smoke run)' if args.quick else ''}", "",
-             f"Command: `{cmd}` at commit {source_commit()} ({elapsed:.0f} s). Machine: {machine_id()}, {physical_cores()} cores; "
-             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC.", "",
+             f"Command: `{cmd}` at commit {source_commit()} ({elapsed:.0f} s). Machine: {machine_id()}, "
+             f"{physical_cores()} cores; {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC.", "",
              "Per transition = (alternating chain - mean of the two same-backend chains) / (pieces - 1); chains of "
              "Add+Relu pieces on [1, n] float32, timed interleaved. An alternating chain holds as many A->B as B->A "
              "hand-overs: the fit is their mean, stored for both directions.", "",
              "## Fits: fixed + per byte", "",
-             "| pair | settings | fixed ms | per MB ms | " + " | ".join(f"{human_bytes(s)} ms/transition" for s in sizes) + " |",
+             "| pair | settings | fixed ms | per MB ms | "
+             + " | ".join(f"{human_bytes(s)} ms/transition" for s in sizes) + " |",
              "|---|---|---:|---:|" + "---:|" * len(sizes)]
     for a, b, label, opts, fixed, per_byte, rows in fits:
         lines.append(f"| {a} <-> {b} | {label} `{opts}` | {fixed:.4f} | {per_byte * 2**20:.4f} | "
@@ -176,8 +180,9 @@ def write(out, args, sizes, fits, model, pieces, costs, whole, pair, check, elap
               f"{sum(costs[(n, a)].median_ms for _, n in pieces):.2f} ms, on {b} "
               f"{sum(costs[(n, b)].median_ms for _, n in pieces):.2f} ms; whole model on {a} "
               f"{costs[(whole, a)].median_ms:.2f} ms, on {b} {costs[(whole, b)].median_ms:.2f} ms.", "",
-              f"Model-scale hand-over (`measure_model_transitions`, fitted on chains of the first {scale.chains and next(iter(scale.chains.values()))['pieces']} "
-              f"pieces only, then applied to the {len(pieces)}-piece chains): per partition "
+              "Model-scale hand-over (`measure_model_transitions`, fitted on chains of the first "
+              f"{scale.chains and next(iter(scale.chains.values()))['pieces']} pieces only, then applied to the "
+              f"{len(pieces)}-piece chains): per partition "
               + ", ".join(f"{x} {v:.3f} ms" for x, v in scale.overhead_ms.items())
               + f"; per hand-over (each distinct tensor a piece reads from the other backend, as the search counts) "
               f"{scale.switch_ms:.3f} ms. Fit chains: "

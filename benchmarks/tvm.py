@@ -145,7 +145,8 @@ def main() -> None:
     p.add_argument("--db", default=None, help="cost DB (default: collage's)")
     p.add_argument("--tuning-db", default=None,
                    help="MetaSchedule database directory (default: the shared one under the cache dir)")
-    p.add_argument("--tune", default="", help="models to run `collage tune` on with TVM and --tvm-budget (before the per-class rows)")
+    p.add_argument("--tune", default="", help="models to run `collage tune` on with TVM and --tvm-budget (before the "
+                                              "per-class rows)")
     p.add_argument("--tvm-budget", default="5m", help="the tunes' TVM tuning budget")
     p.add_argument("--tune-budget", default="90s", help="the tunes' measuring budget")
     p.add_argument("--out", default="results/tvm/tvm.md")
@@ -173,7 +174,8 @@ def class_summary(rows: list[dict]) -> list[str]:
         if r.get("tvm_ms") and r["vendor_ms"]:
             by.setdefault(r["class"], []).append(r["tvm_ms"] / r["vendor_ms"])
     lines = ["## Per class, over all models", "",
-             "| class | candidates tuned | TVM / vendor, median | TVM / vendor, best | TVM faster |", "|---|---|---|---|---|"]
+             "| class | candidates tuned | TVM / vendor, median | TVM / vendor, best | TVM faster |",
+             "|---|---|---|---|---|"]
     for cls in CLASSES:
         if cls in by:
             v = by[cls]
@@ -196,7 +198,7 @@ def tune_table(tunes: list[dict], args_note: str) -> list[str]:
                      f"{best_tvm} | {t['wall_s']:.0f} |")
     with_tvm = sum(1 for t in tunes if t["tvm_parts"])
     return lines + ["", f"Plans with a TVM partition: {with_tvm} of {len(tunes)}."
-                    + (f" End-to-end gain over the best single backend: "
+                    + (" End-to-end gain over the best single backend: "
                        + ", ".join(f"{t['model']} {t['best_ms'] / t['plan_ms']:.2f}x" for t in tunes if t["tvm_parts"])
                        if with_tvm else ""), ""]
 

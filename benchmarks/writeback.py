@@ -1,7 +1,8 @@
 """Does the kernel's write-back of a freshly written artifact land inside a later measurement?
 
     python -m benchmarks.writeback                      # writes results/measurement/writeback.md
-    python -m benchmarks.writeback --quick              # squeezenet, 10 s phases: results/measurement/writeback-quick.md
+    python -m benchmarks.writeback --quick              # squeezenet, 10 s phases:
+    results/measurement/writeback-quick.md
 
 A tune writes each plan it times to disk (an artifact holds the partitions' weights: 233 MB for
 bvlc_alexnet) and times it at once; the verification does the same with the kept plan seconds later.

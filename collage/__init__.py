@@ -26,7 +26,8 @@ def __getattr__(name: str):
         return _attribute(name)
     except ImportError as e:
         from collage.extras import missing_extra
-        raise missing_extra(e, f"collage.{name}") or e
+        # B904: `or e` re-raises e itself when no extra is missing, and `from e` would make it its own cause
+        raise missing_extra(e, f"collage.{name}") or e  # noqa: B904
 
 
 def _attribute(name: str):

@@ -82,7 +82,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             except ImportError as e:  # an extra is missing: say so, or fail with it for the command asked for
                 err = missing_extra(e, "this command")
                 if err is None or only == name:
-                    raise err or e
+                    raise err or e  # noqa: B904 (err is None: e itself, which `from e` would make its own cause)
                 sub.add_parser(name, help=f"{help_text} [needs: {str(err).split(': ', 1)[-1]}]")
                 continue
             add_arguments(sub.add_parser(name, help=help_text, description=help_text, formatter_class=HelpFormatter))
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
         except ImportError as e:  # a lazily imported part of an extra that is not installed
-            raise missing_extra(e, "this command") or e
+            raise missing_extra(e, "this command") or e  # noqa: B904 (as above: it may be e itself)
     except CollageError as e:
         print(f"collage {args.command}: error: {e}", file=sys.stderr)
         return 2

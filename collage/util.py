@@ -175,7 +175,8 @@ def source_commit() -> str:
     if git("rev-parse", "--show-toplevel") != str(root):  # an installed copy (maybe inside another repo)
         return "unknown"
     commit = git("rev-parse", "--short", "HEAD")
-    return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no", "--", "collage", "benchmarks") else "")
+    return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no", "--", "collage", "benchmarks")
+                     else "")
 
 
 def human_bytes(n: float) -> str:

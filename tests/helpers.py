@@ -28,7 +28,8 @@ def model_feeds(model: onnx.ModelProto, seed: int = 0, int_high: int = 8) -> dic
     return random_inputs(model, seed, int_high=int_high)
 
 
-def ort_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *, optimize: bool = True) -> dict[str, np.ndarray]:
+def ort_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *,
+                  optimize: bool = True) -> dict[str, np.ndarray]:
     """The ONNX Runtime CPU outputs of ``model`` on ``feeds``, by output name."""
     from collage.backends.onnxruntime.session import make_session
 
@@ -122,7 +123,8 @@ def synthetic_precision(monkeypatch, errs: dict[tuple[int, ...], float], n: int 
         return {c: ErrorMeasure(rel=errs.get(c.nodes, sum(errs.get((i,), 0.0) for i in c.nodes))) for c in cs}
 
     monkeypatch.setattr("collage.tuner.precision.search.measure_errors", fake_errors)  # where the search calls it
-    # range candidates' errors at the model's outputs (collage.tuner.precision.output_errors): the same synthetic figures
+    # range candidates' errors at the model's outputs (collage.tuner.precision.output_errors): the same synthetic
+    # figures
     monkeypatch.setattr(P.OutputErrors, "measure", lambda self, cs, budget_s=None, progress=False:
                         fake_errors(g, [c for c in cs if self.span(c) is not None], None, None))
     cal = Calibration([{"x": np.zeros((4, 64), np.float32)}], "h", "test", False)

@@ -69,7 +69,8 @@ def test_every_cited_results_path_is_in_a_topic_folder_and_exists():
         topic, _, name = rel.partition("/")
         assert name, f"{where[0]} cites results/{rel}: a table outside a topic folder"
         if re.search(r"[<\[]", rel) or "-quick." in name:  # a name pattern, or a smoke run's table
-            assert topic == "<topic>" or (RESULTS / topic).is_dir(), f"{where[0]} cites results/{rel}: no results/{topic}/"
+            assert topic == "<topic>" or (RESULTS / topic).is_dir(), \
+                f"{where[0]} cites results/{rel}: no results/{topic}/"
             continue
         assert (RESULTS / rel).is_file(), f"{where[0]} cites results/{rel}, which does not exist"
 
@@ -87,7 +88,8 @@ def test_every_cited_design_document_is_in_docs():
         if path.suffix not in (".py", ".md", ".toml", ".sh", "") or not path.is_file() or path == Path(__file__):
             continue
         text = path.read_text(errors="replace")
-        assert "shared folder" not in text and "/work/shared" not in text, f"{name} cites a folder outside the repository"
+        assert "shared folder" not in text and "/work/shared" not in text, \
+            f"{name} cites a folder outside the repository"
         for m in DOC.finditer(text):
             seen += 1
             cited = m.group(1)

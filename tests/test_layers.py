@@ -1,8 +1,9 @@
 """The module graph of collage/ and benchmarks/: no `_private` name imported across modules, no import cycle.
 
 Imports are read with ast (every level: module top, functions, TYPE_CHECKING blocks), so a cycle hidden in
-a function-level import or an annotation counts too. The layer contracts themselves are import-linter's job (pyproject.toml,
-run by `make test`); this test checks what import-linter does not: private names and cycles at any level.
+a function-level import or an annotation counts too. The layer contracts themselves are import-linter's job
+(pyproject.toml, run by `make test`); this test checks what import-linter does not: private names and cycles at any
+level.
 """
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ its partitions) keeps its worker spinning ~50-60 ms after every run, and Python 
 pool's spinning (results/transitions/transitions-wait.md). On a 2-core machine the next runtime's call shares the
 cores with that spin: tens of milliseconds at BERT-base scale (results/transitions/transitions.md). Lowering the
 worker's priority does not fix it (``pool_nice``: a yielding oneTBB worker hands the core straight back
-to the spinner until the next tick; SCHED_IDLE likewise: results/transitions/transitions.md, results/transitions/transitions-nice.md).
+to the spinner until the next tick; SCHED_IDLE likewise: results/transitions/transitions.md,
+results/transitions/transitions-nice.md).
 
 So a pool registered here (:func:`register`, by its threads' ids) is *parked* while another runtime runs:
 each of its threads gets a real-time signal whose handler is libc's ``sleep``, so it blocks in the kernel
@@ -23,8 +24,9 @@ worker's share itself (checked in tests/backends/test_handover.py); and a parked
 after the signal's number of seconds (``sleep(signum)``, ~40 s) in any case.
 
 Only ONNX Runtime's pool is registered. OpenVINO's oneTBB workers wait for more work only ~1 ms after a
-call (its switch to ONNX Runtime costs under a millisecond at BERT-base: results/transitions/transitions.md), and OpenVINO also uses them outside
-``run`` (compiling): a worker parked while it held a oneTBB lock could hold a compile up.
+call (its switch to ONNX Runtime costs under a millisecond at BERT-base: results/transitions/transitions.md), and
+OpenVINO also uses them outside ``run`` (compiling): a worker parked while it held a oneTBB lock could hold a compile
+up.
 
 Off where it cannot work (not Linux, no ``tgkill``, or another handler already on the signals): then
 :func:`register` answers False and nothing is parked. One process, one set of pools: the state here is

@@ -139,7 +139,8 @@ def adjust(model: onnx.ModelProto, ranges: Ranges, ops: str = "core") -> Ranges:
     return {k: (float(td.range_value[0]), float(td.range_value[1])) for k, td in q.tensors_range.data.items()}
 
 
-def save_ranges(ranges: Mapping[str, tuple[float, float]], path: str | Path, info: Mapping[str, Any] | None = None) -> Path:
+def save_ranges(ranges: Mapping[str, tuple[float, float]], path: str | Path,
+                info: Mapping[str, Any] | None = None) -> Path:
     """Write ``ranges`` (and ``info``: method, calibration) as JSON, atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -64,7 +64,8 @@ def single_node_models(model: onnx.ModelProto) -> Iterator[tuple[onnx.NodeProto,
 
 
 def _mentioned(node: onnx.NodeProto, message: str) -> bool:
-    return bool(node.name) and node.name in message and re.search(rf"\b{re.escape(node.op_type)}\b", message) is not None
+    return (bool(node.name) and node.name in message
+            and re.search(rf"\b{re.escape(node.op_type)}\b", message) is not None)
 
 
 def find_unsupported_node(model: onnx.ModelProto, check: Callable[[onnx.ModelProto], str | None],

@@ -17,7 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a constructor option of one backend, repeatable, as for collage tune (e.g. "
                         "onnxruntime.shared_pool=false onnxruntime.wait=stop); every model's tune uses it")
     p.add_argument("--target", default="cpu", choices=["cpu", "cuda"], help="device the plans run on")
-    p.add_argument("--db", default=None, help="cost database: a path, sqlite:///PATH or postgresql://USER@HOST:PORT/DB (default ~/.cache/collage/costs.sqlite)")
+    p.add_argument("--db", default=None, help="cost database: a path, sqlite:///PATH or postgresql://USER@HOST:PORT/DB "
+                                              "(default ~/.cache/collage/costs.sqlite)")
     p.add_argument("--budget", default=None, type=duration_arg, help="measuring budget per model, e.g. 5m")
     add_candidate_arguments(p)
     p.add_argument("--cluster", default=None, metavar="ray://HOST:PORT",
@@ -34,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
                  backends=[b.strip() for b in args.backends.split(",") if b.strip()], target=args.target,
                  db=args.db, budget_s=args.budget, limits=limits_from(args), out_dir=args.out,
                  artifacts_dir=args.artifacts, cluster=args.cluster,
-                 backend_options=parse_backend_options(args.backend_option), progress=not args.quiet, command="collage bench " + " ".join(shlex.quote(a) for a in sys.argv[2:]))
+                 backend_options=parse_backend_options(args.backend_option), progress=not args.quiet,
+                 command="collage bench " + " ".join(shlex.quote(a) for a in sys.argv[2:]))
     failed = [r for r in rows if "error" in r]
     for r in failed:
         print(f"{r['model']}: {r['error']}", file=sys.stderr)

@@ -27,20 +27,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend-option", action="append", default=[], metavar="BACKEND.OPTION=VALUE",
                         help="a constructor option of one backend, repeatable (tvm.tuning=metaschedule tvm.trials=64); "
                              "part of the cost key, as in collage tune")
-    parser.add_argument("--db", default=None, help="cost database: a path, sqlite:///URL or postgresql://USER@HOST:PORT/DB "
+    parser.add_argument("--db", default=None, help="cost database: a path, sqlite:///URL or "
+                                                   "postgresql://USER@HOST:PORT/DB "
                         "(default: <cache>/costs.sqlite)")
     parser.add_argument("--cluster", default=None, metavar="ray://HOST:PORT",
                    help="measure the candidates on a Ray cluster's measurement nodes: ray://HOST:PORT, HOST:PORT, "
                         "or 'auto' ($RAY_ADDRESS); with --db postgresql://... shared by all (docs/CLUSTER.md)")
-    parser.add_argument("--budget", default=None, type=duration_arg, help="stop starting new measurements after this long "
+    parser.add_argument("--budget", default=None, type=duration_arg, help="stop starting new measurements after this "
+                                                                          "long "
                         "(90s, 10m, 1h); finished work is kept")
     parser.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2,...",
                         help="fix a symbolic input shape (repeatable)")
     parser.add_argument("--what", choices=("candidates", "nodes"), default="candidates",
                         help="candidates (what the tuner enumerates) or nodes (each node + the whole model)")
-    parser.add_argument("--max-nodes", type=count_arg(1), default=None, help="largest candidate, in nodes (--what candidates)")
+    parser.add_argument("--max-nodes", type=count_arg(1), default=None, help="largest candidate, in nodes (--what "
+                                                                             "candidates)")
     parser.add_argument("--cap", default="2s", type=duration_arg, help="timing cap per candidate (default 2s)")
-    parser.add_argument("--timeout", default="120s", type=duration_arg, help="kill a compile+measure that takes longer (default 120s)")
+    parser.add_argument("--timeout", default="120s", type=duration_arg, help="kill a compile+measure that takes longer "
+                                                                             "(default 120s)")
     parser.add_argument("--retry-failed", action="store_true", help="measure again keys stored as failed")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (same as --quiet)")
 

@@ -1,12 +1,13 @@
 """``collage run``: run a tuned artifact on inputs from .npy / .npz files (or seeded random ones).
 
-    collage run OUT --input NAME=x.npy ... [--random] [--output DIR] [--repeat N] [--partitions] [--ignore-version-mismatch]
+    collage run OUT --input NAME=x.npy ... [--random] [--output DIR] [--repeat N] [--partitions]
+    [--ignore-version-mismatch]
                 [--allow-nonfinite]
 
 Prints each output's name, shape and dtype (and where ``--output`` wrote it), with ``--repeat``
 the median latency, and with ``--partitions`` each partition's time where it runs (inside the stitched
-runs) and alone beside the tune's prediction. Loading and running is :mod:`collage.runtime.artifact`; like it, this module imports
-nothing of the tuner.
+runs) and alone beside the tune's prediction. Loading and running is :mod:`collage.runtime.artifact`; like it, this
+module imports nothing of the tuner.
 """
 from __future__ import annotations
 
@@ -120,7 +121,8 @@ def sanitize(name: str) -> str:
     return safe or "output"
 
 
-def partition_rows(art: Artifact, feeds: dict[str, np.ndarray], repeat: int, quiet: bool = False) -> list[dict[str, Any]]:
+def partition_rows(art: Artifact, feeds: dict[str, np.ndarray], repeat: int,
+                   quiet: bool = False) -> list[dict[str, Any]]:
     """Each partition's predicted ms, its median call inside the stitched runs and alone (``boundary_overhead``);
     printed as a table unless ``quiet``."""
     bo = art.boundary_overhead(feeds, repeat=repeat)

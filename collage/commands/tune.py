@@ -27,7 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="MetaSchedule tuning time for TVM inside the tune (e.g. 10m), spent on the candidates whose "
                         "vendor cost is farthest above a roofline estimate; implies tvm.tuning=metaschedule; the "
                         "tuning database is shared across candidates and tunes (report.json: tvm_tuning)")
-    p.add_argument("--budget", default=None, type=duration_arg, help="wall-clock limit of the whole tune: 90, 30s, 10m, 1h30m, 1.5h (default: none, measure every "
+    p.add_argument("--budget", default=None, type=duration_arg, help="wall-clock limit of the whole tune: 90, 30s, "
+                                                                     "10m, 1h30m, 1.5h (default: none, measure every "
                         "candidate); loading, the baselines (every backend's whole model), measuring, search, "
                         "verification and export all count, the tune ends within about 10%% of it, each step's "
                         "share said on the terminal; a budget too small for the baselines is refused, naming an "
@@ -37,7 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="under --budget, what is measured first: the candidates in enumeration order (default), or "
                         "'guided': a cost model learned from the cost DB prices the rest and the measuring goes to "
                         "the candidates that can change the plan (report: coverage.estimates)")
-    p.add_argument("--db", default=None, help="cost database: a path, sqlite:///PATH or postgresql://USER@HOST:PORT/DB (default ~/.cache/collage/costs.sqlite)")
+    p.add_argument("--db", default=None, help="cost database: a path, sqlite:///PATH or postgresql://USER@HOST:PORT/DB "
+                                              "(default ~/.cache/collage/costs.sqlite)")
     p.add_argument("--cluster", default=None, metavar="ray://HOST:PORT",
                    help="measure the candidates on a Ray cluster's measurement nodes: ray://HOST:PORT, HOST:PORT, "
                         "or 'auto' ($RAY_ADDRESS); with --db postgresql://... shared by all (docs/CLUSTER.md)")

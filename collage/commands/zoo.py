@@ -94,7 +94,8 @@ def _real_rows(rows: list[tuple[str, ...]], records: list[dict]) -> None:
         if record["built"]:
             path = real_path(m.name)
             record["bytes"], record["nodes"] = path.stat().st_size, read_meta(path)["nodes"]
-            rows.append((m.name, "real", source, human_bytes(record["bytes"]), str(record["nodes"]), f"--shape {shapes}"))
+            rows.append((m.name, "real", source, human_bytes(record["bytes"]), str(record["nodes"]),
+                         f"--shape {shapes}"))
         else:
             rows.append((m.name, "real", source, f"fetch first (~{m.approx_mb} MB)", "-", f"--shape {shapes}"))
         records.append(record)

@@ -1,1 +1,2 @@
-"""ONNX's own backend test suite run through collage: the backend adapter (backend) and the cases left out (exclusions)."""
+"""ONNX's own backend test suite run through collage: the backend adapter (backend) and the cases left out
+(exclusions)."""

@@ -25,7 +25,8 @@ EXCLUDED: list[tuple[str, str, tuple[str, ...] | None]] = [
                           "float32 rounding in another summation order (relative 4e-7) moves logits by ~4e3 and the "
                           "Softmax turns that into one-hot instead of uniform", ("openvino",)),
     (r"^test_dynamicquantizelinear_expanded", "tolerance artefact: x / scale lands exactly on 25.5, and OpenVINO's "
-                                              "division (one float32 ulp off) rounds it to 25 instead of 26", ("openvino",)),
+                                              "division (one float32 ulp off) rounds it to 25 instead of 26",
+     ("openvino",)),
 ]
 
 

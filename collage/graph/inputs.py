@@ -72,7 +72,8 @@ def _model_specs(model: onnx.ModelProto) -> list[InputSpec]:
 
     inits = {t.name for t in model.graph.initializer}
     bounds = index_bounds(model)
-    return [InputSpec(vi.name, _value_shape(vi), np.dtype(helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)),
+    return [InputSpec(vi.name, _value_shape(vi),
+                      np.dtype(helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)),
                       bounds.get(vi.name))
             for vi in model.graph.input if vi.name not in inits]
 

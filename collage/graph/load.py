@@ -90,7 +90,8 @@ def read_model(source: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelP
     try:
         model = onnx.load(str(path))
     except Exception as e:  # DecodeError, truncated external data, ...
-        raise ModelError(f"{path}: not a readable ONNX model ({type(e).__name__}: {str(e).strip() or 'parse error'})") from e
+        raise ModelError(f"{path}: not a readable ONNX model "
+                         f"({type(e).__name__}: {str(e).strip() or 'parse error'})") from e
     if not model.graph.node:
         raise ModelError(f"{path}: not an ONNX model, or an empty one (no graph nodes)")
     return model, str(path)
@@ -176,7 +177,8 @@ def _loop_state_types(model: onnx.ModelProto, inferred: onnx.ModelProto) -> list
 
 def _static(vi: onnx.ValueInfoProto) -> bool:
     tt = vi.type.tensor_type
-    return vi.type.HasField("tensor_type") and tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
+    return vi.type.HasField("tensor_type") and tt.HasField("shape") and all(d.HasField("dim_value")
+                                                                            for d in tt.shape.dim)
 
 
 def _dims(vi: onnx.ValueInfoProto) -> list[int]:
@@ -198,7 +200,8 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
     for o in model.opset_import:
         if o.domain in ("", "ai.onnx") and o.version > newest:
             raise ModelError(f"{source}: the model imports opset {o.version} of ai.onnx; the newest one the onnx "
-                             f"package here knows is {newest} (install a newer onnx, or export the model at opset <= {newest})")
+                             f"package here knows is {newest} (install a newer onnx, or export the model at opset <= "
+                             f"{newest})")
     for node in g.node:
         if node.domain not in KNOWN_DOMAINS:
             which = repr(node.name) if node.name else f"(unnamed, writing {node.output[0]!r})"
@@ -369,7 +372,8 @@ def _check_channels(model: onnx.ModelProto, source: str) -> None:
                                  "shape (--shape) to match the model")
         elif node.op_type == "ConvTranspose" and len(x) >= 2 and w and x[1] != w[0]:
             raise ModelError(f"{source}: {label} reads {node.input[0]!r} with {x[1]} channels (shape {x}), but its "
-                             f"weights {node.input[1]!r} {w} take {w[0]}; fix the input shape (--shape) to match the model")
+                             f"weights {node.input[1]!r} {w} take {w[0]}; fix the input shape (--shape) to match the "
+                             "model")
         elif node.op_type == "MatMul" and len(x) >= 1 and len(w) >= 2 and x[-1] != w[-2]:
             raise ModelError(f"{source}: {label} multiplies {node.input[0]!r} {x} by {node.input[1]!r} {w}: inner "
                              f"dimensions {x[-1]} and {w[-2]} differ; fix the input shape (--shape) to match the model")

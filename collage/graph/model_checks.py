@@ -42,7 +42,8 @@ def _node_names(node: onnx.NodeProto) -> Iterator[tuple[str, object]]:
 
 def _fix(value: object) -> str:
     return (f"is {value!r}, which is not valid UTF-8 (ONNX names are UTF-8 strings); rename it in the model "
-            "(e.g. with the onnx package: set the name to a str on every node and value that uses it) and save it again")
+            "(e.g. with the onnx package: set the name to a str on every node and value that uses it) and save it "
+            "again")
 
 
 def check_names(graph: onnx.GraphProto, source: str, where: str = "") -> None:
@@ -108,9 +109,9 @@ def check_initializer_data(graph: onnx.GraphProto, source: str) -> None:
         if have != want:
             unit = "bytes" if where == "raw data" else "values"
             dtype = helper.tensor_dtype_to_string(t.data_type).removeprefix("TensorProto.")
-            raise ModelError(f"{source}: initializer {t.name!r} declares {dtype} {list(t.dims)} ({want} {unit}) but its "
-                             f"{where} holds {have} {unit}: the model file is damaged or was cut short; re-export or "
-                             "download it again")
+            raise ModelError(f"{source}: initializer {t.name!r} declares {dtype} {list(t.dims)} ({want} {unit}) but "
+                             f"its {where} holds {have} {unit}: the model file is damaged or was cut short; re-export "
+                             "or download it again")
 
 
 def check_dims(name: str, dims: object, what: str) -> tuple[int, ...]:

@@ -34,8 +34,8 @@ def get_db(db: None | str | os.PathLike | CostDB = None) -> CostDB:
 
             return PostgresCostDB(text)
         if scheme != "sqlite":
-            raise CollageError(f"cost database {text!r}: unknown scheme {scheme!r}; use sqlite:///path/to/costs.sqlite, "
-                               "a plain file path or postgresql://user@host:port/dbname")
+            raise CollageError(f"cost database {text!r}: unknown scheme {scheme!r}; use "
+                               "sqlite:///path/to/costs.sqlite, a plain file path or postgresql://user@host:port/dbname")
         # SQLAlchemy/Optuna convention: sqlite:///rel.sqlite is relative, sqlite:////abs/costs.sqlite absolute
         path = rest[1:] if rest.startswith("/") else rest
         if not path:

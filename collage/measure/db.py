@@ -493,7 +493,8 @@ class SQLiteCostDB(CostDB):
 
     def all_transitions(self) -> list[Transition]:
         rows = self._conn().execute(
-            f"SELECT src, dst, fixed_ms, per_byte_ms, settings, machine, created FROM {self.transitions_table}").fetchall()
+            f"SELECT src, dst, fixed_ms, per_byte_ms, settings, machine, created "
+            f"FROM {self.transitions_table}").fetchall()
         return [Transition(*r) for r in rows]
 
     # claims ----------------------------------------------------------------
@@ -520,7 +521,8 @@ class SQLiteCostDB(CostDB):
         self._write(f"DELETE FROM {self.claims_table} WHERE {where} AND owner=?", (*key, owner))
 
     def claims(self) -> list[Claim]:
-        rows = self._conn().execute(f"SELECT {', '.join(KEY_COLUMNS)}, owner, expires FROM {self.claims_table}").fetchall()
+        rows = self._conn().execute(
+            f"SELECT {', '.join(KEY_COLUMNS)}, owner, expires FROM {self.claims_table}").fetchall()
         return [Claim(CostKey(*r[:6]), r[6], r[7]) for r in rows]
 
     # errors of lower-precision candidates ----------------------------------

@@ -257,7 +257,8 @@ def _node() -> _NodeState:
 
 
 def _mismatch(want: CostKey, got: CostKey, host: str) -> str:
-    diffs = [f"{f} {getattr(got, f)!r} (target: {getattr(want, f)!r})" for f in ("machine", "version", "device", "options")
+    diffs = [f"{f} {getattr(got, f)!r} (target: {getattr(want, f)!r})"
+             for f in ("machine", "version", "device", "options")
              if getattr(got, f) != getattr(want, f)]
     return f"node {host} is not the target machine: its " + "; ".join(diffs)
 

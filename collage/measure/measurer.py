@@ -104,7 +104,8 @@ _TRANSIENT = re.compile(r"^timeout after |worker crashed \(SIGKILL\)|worker gone
 #: Errors that say the backend cannot take the structure (an op, an attribute or a type it has no implementation
 #: of): the same for every model with the fingerprint.
 _STRUCTURAL = re.compile(r"^UnsupportedError: |NOT_IMPLEMENTED|Could not find an implementation for|"
-                         r"[Nn]ot (?:yet )?(?:implemented|supported)|[Uu]nsupported (?:op|operation|operator|type|data ?type)|"
+                         r"[Nn]ot (?:yet )?(?:implemented|supported)|"
+                         r"[Uu]nsupported (?:op|operation|operator|type|data ?type)|"
                          r"No conversion rule found", re.S)
 
 

@@ -134,8 +134,9 @@ class PostgresCostDB(CostDB):
                 for column in ADDED_COST_COLUMNS:  # a table made before the column was
                     cur.execute(f"ALTER TABLE {self.costs_table} ADD COLUMN IF NOT EXISTS {column} TEXT")
                 cur.execute(f"""CREATE TABLE IF NOT EXISTS {self.transitions_table} (src TEXT NOT NULL,
-                    dst TEXT NOT NULL, settings TEXT NOT NULL, machine TEXT NOT NULL, fixed_ms DOUBLE PRECISION NOT NULL,
-                    per_byte_ms DOUBLE PRECISION NOT NULL, created DOUBLE PRECISION NOT NULL,
+                    dst TEXT NOT NULL, settings TEXT NOT NULL, machine TEXT NOT NULL,
+                    fixed_ms DOUBLE PRECISION NOT NULL, per_byte_ms DOUBLE PRECISION NOT NULL,
+                    created DOUBLE PRECISION NOT NULL,
                     PRIMARY KEY (src, dst, settings, machine))""")
                 cur.execute(f"""CREATE TABLE IF NOT EXISTS {self.claims_table} ({key}, owner TEXT NOT NULL,
                     expires DOUBLE PRECISION NOT NULL, PRIMARY KEY ({pk}))""")

@@ -13,8 +13,8 @@
   ``measure_candidates(rounds=k)`` measures each key in ``k`` windows of ``cap_s / k`` spread over the
   job (round robin over ``window`` keys in flight) and stores the median of the round medians
   (``combine_rounds``): a slow period moves one round, not the cost. The default is one window: more
-  rounds took longer and did not make two separate runs agree better (results/measurement/noise.md). Optional: a reference
-  probe next to each window, and a window whose probe was slow taken again (``probe``); each round in
+  rounds took longer and did not make two separate runs agree better (results/measurement/noise.md). Optional: a
+  reference probe next to each window, and a window whose probe was slow taken again (``probe``); each round in
   its own worker process (``round_workers``). ``timeout_s`` catches
   hangs: a candidate whose first call returned gets the time its remaining calls need. Inputs are seeded
   random arrays of the model's dtypes and shapes (integer indices kept in range of what they index).
@@ -242,7 +242,8 @@ def measure_candidates(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]
 
 
 def _fingerprint_keys(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]], backends: Mapping[str, Any]
-                      ) -> tuple[dict[tuple[tuple[int, ...], str], CostKey], dict[CostKey, tuple[tuple[int, ...], str]]]:
+                      ) -> tuple[dict[tuple[tuple[int, ...], str], CostKey],
+                                 dict[CostKey, tuple[tuple[int, ...], str]]]:
     """Each item's cost key, and each distinct key's first item (the one measured for it)."""
     fp_cache: dict[tuple[int, ...], str] = {}
     item_key: dict[tuple[tuple[int, ...], str], CostKey] = {}
@@ -417,7 +418,8 @@ class _MeasureJob:
         try:
             self.runner.submit(w)
         except MeasurementError as e:  # the budget (or LOCK_WAIT_S) ran out waiting for another process's measurement
-            log.log(logging.INFO if o.budget_s is not None else logging.WARNING, "%s; stopping with the rest unmeasured",
+            log.log(logging.INFO if o.budget_s is not None else logging.WARNING,
+                    "%s; stopping with the rest unmeasured",
                     e)
             self.active.insert(0, p)
             return False

@@ -133,8 +133,9 @@ def alternation_timings(a: str, b: str, options_a: Mapping[str, Any], options_b:
         models = [piece_model(n, seed=k) for k in range(2)]
         on_a = [ba.compile(m) for m in models]
         on_b = [bb.compile(m) for m in models]
-        picks = {"AA": lambda k: on_a[k % 2], "BB": lambda k: on_b[k % 2],
-                 "AB": lambda k: (on_a if k % 2 == 0 else on_b)[(k // 2) % 2]}
+        # the pieces bound as defaults (the lambdas run in this iteration only); `picks` is deleted with them below
+        picks = {"AA": lambda k, on_a=on_a: on_a[k % 2], "BB": lambda k, on_b=on_b: on_b[k % 2],
+                 "AB": lambda k, on_a=on_a, on_b=on_b: (on_a if k % 2 == 0 else on_b)[(k // 2) % 2]}
         # piece k reads what piece k-1 wrote (published as y{k-1})
         chains = {name: [(_Renamed(pick(k), f"y{k}"), {"x": "x" if k == 0 else f"y{k - 1}"}, [f"y{k}"])
                          for k in range(pieces)] for name, pick in picks.items()}
@@ -144,7 +145,7 @@ def alternation_timings(a: str, b: str, options_a: Mapping[str, Any], options_b:
         rows.append({"nbytes": n * 4, "all_a_ms": t["AA"]["median_ms"], "all_b_ms": t["BB"]["median_ms"],
                      "alternating_ms": t["AB"]["median_ms"], "per_transition_ms": per,
                      "rounds": t["AB"]["rounds"]})
-        del on_a, on_b, chains
+        del on_a, on_b, picks, chains
     return rows
 
 
@@ -203,7 +204,8 @@ def pair_settings(a: Any, b: Any) -> str:
     backend's spinning pool is parked while the other runs (``collage.backends.handover``: switches measured
     before parking existed cost more, results/transitions/transitions.md, and are not reused for a parked pool)."""
     return canonical_json({x.name: {"version": x.version(), "options": x.options,
-                                    **({"parked": True} if getattr(x, "park", False) and getattr(x, "shared_pool", False)
+                                    **({"parked": True} if getattr(x, "park", False)
+                                       and getattr(x, "shared_pool", False)
                                        else {})}
                            for x in sorted((a, b), key=lambda x: x.name)})
 
@@ -396,7 +398,8 @@ def measure_model_transitions(graph: Any, a: str, b: str, db: None | str | CostD
         store.put_transition(x, x, overhead[x], 0.0, settings, machine_id())
     for (src, dst), ms in by_dir.items():
         store.put_transition(src, dst, ms, 0.0, settings, machine_id())
-    log.info("%s: per partition %s; per switch %s", graph.name, ", ".join(f"{x} {v:.3f} ms" for x, v in overhead.items()),
+    log.info("%s: per partition %s; per switch %s", graph.name,
+             ", ".join(f"{x} {v:.3f} ms" for x, v in overhead.items()),
              ", ".join(f"{s} -> {d} {v:.3f} ms" for (s, d), v in by_dir.items()))
     return ModelTransitions(a, b, overhead, switch, settings, chains, by_dir)
 
@@ -442,7 +445,8 @@ def _time_model_chains(graph: Any, pieces: Sequence[tuple[int, ...]], assigns: M
 
 
 def _switch_by_direction(graph: Any, pieces: Sequence[tuple[int, ...]], assigns: Mapping[str, Sequence[str]],
-                         measured: Mapping[str, Mapping[str, Any]], pair: tuple[str, str]) -> dict[tuple[str, str], float]:
+                         measured: Mapping[str, Mapping[str, Any]],
+                         pair: tuple[str, str]) -> dict[tuple[str, str], float]:
     """Per direction: the alternating chains' extra step time after a switch, per hand-over the search charges."""
     a, b = pair
     extra: dict[tuple[str, str], list[float]] = {(a, b): [0.0, 0], (b, a): [0.0, 0]}
@@ -484,7 +488,10 @@ def model_transition_model(graph: Any, backends: Sequence[str], db: None | str |
         try:
             fit = measure_model_transitions(graph, a, b, db, pieces=cut, backend_options=backend_options, cap_s=cap_s)
         except (CollageError, ValueError) as e:
-            log.warning("%s: no model-scale switch cost for %s <-> %s (%s); using the small-piece fit", graph.name, a, b, e)
+            log.warning("%s: no model-scale switch cost for %s <-> %s (%s); using the small-piece fit", graph.name, a,
+                        b, e)
             continue
-        log.info("%s: switch %s", graph.name, ", ".join(f"{s} -> {d} {ms:.3f} ms" for (s, d), ms in fit.switch_by_direction.items()))
-    return transition_model(names, db, backend_options=backend_options, graph_fingerprint=graph.fingerprint(range(len(graph))))
+        log.info("%s: switch %s", graph.name,
+                 ", ".join(f"{s} -> {d} {ms:.3f} ms" for (s, d), ms in fit.switch_by_direction.items()))
+    return transition_model(names, db, backend_options=backend_options,
+                            graph_fingerprint=graph.fingerprint(range(len(graph))))

@@ -41,7 +41,8 @@ def source_model(root: Path, manifest: dict, report: Report, model: str | os.Pat
     info = manifest.get("model") or {}
     path = Path(model) if model is not None else Path(str(report.source or info.get("source") or ""))
     if not path.is_file():
-        raise ArtifactError(f"{root}: the model it was tuned from ({path}) is not there; pass it with --model FILE.onnx")
+        raise ArtifactError(f"{root}: the model it was tuned from ({path}) is not there; "
+                            "pass it with --model FILE.onnx")
     if info.get("sha256_of") == "source file" and info.get("sha256") and sha256_file(path) != info["sha256"]:
         raise ArtifactError(f"{path}: not the model {root} was tuned from (sha256 differs from the manifest's "
                             f"{str(info['sha256'])[:16]}...); pass the right one with --model")

@@ -39,7 +39,8 @@ def measurement_coverage(measured: Any, items: Iterable[tuple[tuple[int, ...], s
     unmeasured = int(getattr(measured, "unmeasured", 0) or 0)
     sizes = [len(nodes) for nodes, backend in items if (nodes, backend) not in measured]
     return {"distinct": distinct, "with_cost": distinct - unmeasured,
-            "reused": int(getattr(measured, "reused", 0) or 0), "measured_now": int(getattr(measured, "measured", 0) or 0),
+            "reused": int(getattr(measured, "reused", 0) or 0),
+            "measured_now": int(getattr(measured, "measured", 0) or 0),
             "failed": int(getattr(measured, "failed", 0) or 0), "unmeasured": unmeasured, "budget_s": budget_s,
             "budget_cut": unmeasured > 0 and budget_s is not None,
             "unmeasured_nodes": [min(sizes), max(sizes)] if sizes and unmeasured else None,

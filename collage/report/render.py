@@ -147,7 +147,8 @@ def measured_ms(manifest: dict, report: ReportLike) -> list[tuple[float | None, 
     return out
 
 
-def _runner_up(p: dict, ms: float | None, how: str, report: Report) -> tuple[str | None, float | None, float | None, str]:
+def _runner_up(p: dict, ms: float | None, how: str,
+               report: Report) -> tuple[str | None, float | None, float | None, str]:
     """(runner-up backend, its ms, its ms / the chosen one's, what both are): where the plan is one partition
     and the runner-up backend's whole model was measured beside it (its baseline), the two measurements (the
     baselines table's numbers, so its ratio is the table's); else both predicted prices."""
@@ -461,7 +462,8 @@ def document(source: Any, report: ReportLike = None) -> tuple[str, list[Section]
     sections.append(Section("Graph, coloured by backend", pictures=[render_svg(manifest)]))
     if parts["runner_up_ms"].notna().any() or len(parts) > 1:
         sections.append(Section("Time per partition against the runner-up",
-                                pictures=[render_bars(parts.to_dict("records"))], picture_note="(chart in report.html)"))
+                                pictures=[render_bars(parts.to_dict("records"))],
+                                picture_note="(chart in report.html)"))
     prec = _precision_section(report)
     if prec:
         sections.append(prec)
@@ -511,7 +513,8 @@ def render_markdown(source: Any, report: ReportLike = None) -> str:
         if sec.table is not None:
             cols = list(sec.table.columns)
             lines += ["| " + " | ".join(map(_md_cell, cols)) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-            lines += ["| " + " | ".join(_md_cell(str(v)) for v in row) + " |" for row in sec.table.itertuples(index=False)]
+            lines += ["| " + " | ".join(_md_cell(str(v)) for v in row) + " |"
+                      for row in sec.table.itertuples(index=False)]
             lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"
 

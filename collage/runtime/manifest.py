@@ -58,7 +58,8 @@ def read_manifest(path: str | os.PathLike[str]) -> JsonObject:
     mpath = p / MANIFEST if p.is_dir() else p
     if not mpath.is_file():
         if not p.exists():
-            raise ArtifactError(f"{p}: no such artifact (expected a directory written by `collage tune`, or its .tar.gz)")
+            raise ArtifactError(f"{p}: no such artifact (expected a directory written by `collage tune`, or its "
+                                ".tar.gz)")
         raise ArtifactError(f"{p}: not a collage artifact (no {MANIFEST} in it)")
     if p.is_file() and _is_onnx(p):
         raise ArtifactError(f"{p}: this is an ONNX model, not a collage artifact; tune it first with "
@@ -220,7 +221,8 @@ def _check_partition(c: _Checker, k: int, part: object, backends: Mapping[str, A
     key = f"partitions[{k}]"
     lacking = [name for name in PARTITION_KEYS if name not in part] if isinstance(part, dict) else list(PARTITION_KEYS)
     if lacking or not isinstance(part, dict):
-        raise ArtifactError(f"{c.mpath}: partition {k} lacks field(s) {lacking}; the artifact is corrupted: re-export it")
+        raise ArtifactError(f"{c.mpath}: partition {k} lacks field(s) {lacking}; the artifact is corrupted: re-export "
+                            "it")
     if c.count(f"{key}.index", part["index"]) != k:
         c.fail(f"{key}.index", f"is {part['index']}, not {k} (partitions are listed in the order they run)")
     backend = c.text(f"{key}.backend", part["backend"])

@@ -177,7 +177,8 @@ class MultiSizeArtifact:
         self.outputs: list[TensorSpec] = first.outputs
         self._input_specs = {s.name: s for s in first.inputs}
         self._dynamic_inputs = {d["name"]: d for d in manifest["dynamic"].get("inputs") or []}
-        self._output_names = [d["name"] for d in manifest["dynamic"].get("outputs") or []] or [s.name for s in self.outputs]
+        self._output_names = ([d["name"] for d in manifest["dynamic"].get("outputs") or []]
+                              or [s.name for s in self.outputs])
         self._session: Any = None  # an onnxruntime.InferenceSession (onnxruntime ships no type information)
         self._warned: set[Shapes] = set()
         self._finalizer = weakref.finalize(self, shutil.rmtree, str(cleanup), True) if cleanup else None

@@ -165,8 +165,8 @@ def dp_search(graph: Graph, costs: CostTable, transition: Transition | None = No
     ``max_states`` is a safety valve: past that many expanded states the greedy plan found first is
     returned, with a note saying it is not proven optimal (BERT-base with three backends needs ~2e4).
     ``deadline`` (a ``time.monotonic()`` value): raise :class:`OutOfTime` once it has passed, or earlier once
-    the covered sets settled so far say it would pass (checked at the first and every 16th covered set, after a second of
-    settling: elapsed time x nodes / nodes settled); any thread.
+    the covered sets settled so far say it would pass (checked at the first and every 16th covered set, after a second
+    of settling: elapsed time x nodes / nodes settled); any thread.
     """
     if len(graph) == 0:
         raise CollageError(f"{graph.name}: the graph has no nodes to place")
@@ -447,7 +447,8 @@ class CoverSearch:
                 taken += 1
                 if deadline is not None and taken & 15 == 1:
                     now = time.monotonic()
-                    if now > deadline or (now - begun > 1.0 and begun + (now - begun) * self.n / max(size, 1) > deadline):
+                    if now > deadline or (now - begun > 1.0
+                                          and begun + (now - begun) * self.n / max(size, 1) > deadline):
                         raise OutOfTime(f"{self.graph.name}: the search would not finish by its deadline "
                                         f"({size} of {self.n} nodes settled)")
                 found = self.reached[cid]

@@ -332,22 +332,22 @@ class _Solve:
         f: Tiling = [[(_INF, -1, -1)] * nb for _ in range(size + 1)]
         for e in range(h + 1, size + 1):
             row = f[e]
-            for l, opts in by_end.get(e, ()):
-                if l < h:
+            for lo, opts in by_end.get(e, ()):
+                if lo < h:
                     continue
-                edge = chain.edges[l]
+                edge = chain.edges[lo]
                 for b, q in opts:
                     own = (q << PART_BITS) + _ONE
-                    if l == h:
+                    if lo == h:
                         key = self.ho(a, b, edge) + own
                         if key < row[b][0]:
-                            row[b] = (key, l, a)
+                            row[b] = (key, lo, a)
                     else:
-                        for g, (before, _, _) in enumerate(f[l]):
+                        for g, (before, _, _) in enumerate(f[lo]):
                             if before < _INF:
                                 key = before + self.ho(g, b, edge) + own
                                 if key < row[b][0]:
-                                    row[b] = (key, l, g)
+                                    row[b] = (key, lo, g)
         return f
 
     def chain_table(self, k: int, i: int, heads: set[int], befores: set[int], tails: set[int], afters: set[int]
@@ -359,8 +359,8 @@ class _Solve:
         chain = self.fj.modules[k][i]
         size, nb = len(chain.nodes), self.nb
         by_end: dict[int, list[tuple[int, Options]]] = {}
-        for (l, r), opts in self.pieces.get((k, i), {}).items():
-            by_end.setdefault(r, []).append((l, opts))
+        for (lo, r), opts in self.pieces.get((k, i), {}).items():
+            by_end.setdefault(r, []).append((lo, opts))
         table = np.full((size + 1, nb + 1, size + 1, nb + 1), _INF, np.int64)
         tilings: Tilings = {}
         for h in heads:
@@ -396,9 +396,9 @@ class _Solve:
         g = self.leave(f[e], b, chain.edges[e])[1]
         out = []
         while e > h:
-            _, l, before = f[e][g]
-            out.append((chain.nodes[l:e], g))
-            e, g = l, before
+            _, lo, before = f[e][g]
+            out.append((chain.nodes[lo:e], g))
+            e, g = lo, before
         out.reverse()
         return out
 
@@ -430,7 +430,7 @@ class _Solve:
             if not sigs_in:
                 continue  # no hub starts at the next separator: every plan's hub holds it and the one before
             tables = []
-            for i, chain in enumerate(chains):
+            for i, _chain in enumerate(chains):
                 tables.append(self.chain_table(k, i, {s[0][i] for s, _ in sigs_out}, {s[1] for s, _ in sigs_out},
                                                {s[0][i] for s in sigs_in}, {s[1] for s in sigs_in}))
             best, arg = self.join(k, sigs_out, sigs_in, [t for t, _ in tables])

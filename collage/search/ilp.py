@@ -403,7 +403,8 @@ class _Matrix:
 
     def __init__(self, ncand: int) -> None:
         self.ncand = ncand
-        self._cost, self._lo, self._hi, self._int = [np.zeros(ncand)], [np.zeros(ncand)], [np.ones(ncand)], [np.ones(ncand, bool)]
+        self._cost, self._lo = [np.zeros(ncand)], [np.zeros(ncand)]
+        self._hi, self._int = [np.ones(ncand)], [np.ones(ncand, bool)]
         self._ncols = ncand
         self.r: list[np.ndarray] = []
         self.c: list[np.ndarray] = []
@@ -471,7 +472,8 @@ class _Matrix:
 
     def row(self, entries: Mapping[int, float], lo: float | None, hi: float | None) -> None:
         items = [(k, a) for k, a in entries.items() if a]
-        self.add_entries(np.full(len(items), self.nrows, np.int64), np.fromiter((k for k, _ in items), np.int64, len(items)),
+        self.add_entries(np.full(len(items), self.nrows, np.int64),
+                         np.fromiter((k for k, _ in items), np.int64, len(items)),
                          np.fromiter((a for _, a in items), np.float64, len(items)))
         self.row_lo.append(lo)
         self.row_hi.append(hi)

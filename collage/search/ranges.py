@@ -11,8 +11,8 @@ Node ids are a topological order, so a contiguous id range ``[a, b)`` is always 
 ``u`` to ``v`` (both in the range) only passes nodes with ids between ``id(u)`` and ``id(v)``. The range
 ends sit at *narrow cuts*: positions ``c`` where the fewest node outputs computed before ``c`` are
 still read at or after ``c`` (a ResNet's block ends: one tensor; a BERT's layer ends: the hidden
-state and the attention mask, used when the narrowest cuts are too few). With boundaries ``0 < c_1 < ... < c_k < n`` the candidates per backend
-are the segments between neighbouring boundaries, every prefix ``[0, c_i)`` and every suffix
+state and the attention mask, used when the narrowest cuts are too few). With boundaries ``0 < c_1 < ... < c_k < n`` the
+candidates per backend are the segments between neighbouring boundaries, every prefix ``[0, c_i)`` and every suffix
 ``[c_i, n)``: ``3k - 1`` distinct sets, each kept where the backend takes all of its nodes. The whole graph is
 not repeated here (``enumerate_candidates`` has it).
 """

@@ -180,7 +180,8 @@ def _write(rows: list[dict[str, Any]], stem: Path, target: str, command: str) ->
         "",
         f"Command: `{command}`" if command else "",
         "",
-        f"Machine: {machine_id()}; collage {__version__} at commit {source_commit()}; {_dt.datetime.now().isoformat(timespec='minutes')}.",
+        f"Machine: {machine_id()}; collage {__version__} at commit {source_commit()}; "
+        f"{_dt.datetime.now().isoformat(timespec='minutes')}.",
         "",
         "Every number is a median in ms measured in the same run: the stitched plan (the deployable artifact) and",
         "each backend running the whole model, interleaved. `speedup_vs_best` = best single backend / plan",

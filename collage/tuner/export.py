@@ -112,7 +112,8 @@ def _check_execution_order(graph: Graph, plan: Plan, bounds: list[tuple[list[str
     try:
         plan.check_cover(len(graph))
     except ValueError as e:
-        raise ArtifactError(f"cannot export {graph.source}: the plan does not cover the graph exactly once: {e}") from None
+        raise ArtifactError(f"cannot export {graph.source}: "
+                            f"the plan does not cover the graph exactly once: {e}") from None
     available = set(graph.inputs)
     for k, (p, (ins, outs)) in enumerate(zip(plan.partitions, bounds)):
         missing = [t for t in ins if t not in available]

@@ -236,7 +236,8 @@ class GuidedMeasuring:
             need = SEED_ROWS - rows.get(v, 0)
             if need <= 0:
                 continue
-            mine = sorted({self.key[c]: c for c in self.cands if c.backend == name and not self.is_measured(c)}.values(),
+            mine = sorted({self.key[c]: c for c in self.cands if c.backend == name
+                           and not self.is_measured(c)}.values(),
                           key=lambda c: (len(c.nodes), c.nodes))
             sample += rng.sample(mine, min(need, len(mine)))
         if not sample:
@@ -312,7 +313,8 @@ class GuidedMeasuring:
         for name in sorted(self.variant):
             mine = [(p, m) for p, m in pairs if p.backend == name]
             per_backend[name] = error_summary([p.estimate.mid_ms for p, _ in mine], [m for _, m in mine],
-                                              [p.estimate.low_ms for p, _ in mine], [p.estimate.high_ms for p, _ in mine])
+                                              [p.estimate.low_ms for p, _ in mine],
+                                              [p.estimate.high_ms for p, _ in mine])
         unmeasured = self.distinct - set(self.known)
         now = self.now
         last = now.last_plan

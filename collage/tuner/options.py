@@ -2,9 +2,10 @@
 
 ``collage.tune(model, out_dir, **keywords)`` builds one with :meth:`TuneOptions.build` (which reads the
 ``budget`` as a duration, and still takes the older ``budget_s=`` seconds; ``tune(model, out_dir, options,
-**keywords)`` takes one and overrides its fields with :meth:`TuneOptions.with_keywords`; the keywords' kinds are checked by
-:mod:`collage.tuner.arguments`, which also reads the command line's texts for shapes and backend options); the job's steps
-(:mod:`collage.tuner.job`) read it and never change it.
+**keywords)`` takes one and overrides its fields with :meth:`TuneOptions.with_keywords`; the keywords' kinds are checked
+by
+:mod:`collage.tuner.arguments`, which also reads the command line's texts for shapes and backend options); the job's
+steps (:mod:`collage.tuner.job`) read it and never change it.
 """
 from __future__ import annotations
 

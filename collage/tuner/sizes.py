@@ -20,7 +20,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass

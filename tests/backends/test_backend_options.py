@@ -11,7 +11,8 @@ from collage.backends import check_options, get_backend, option_names
 from collage.backends.onnxruntime.backend import OnnxRuntimeBackend
 from collage.errors import CollageError
 
-ORT = ["threads", "spin", "shared_pool", "opt_level", "precision", "residual_fusion", "spin_us", "wait", "pool_nice", "park"]
+ORT = ["threads", "spin", "shared_pool", "opt_level", "precision", "residual_fusion", "spin_us", "wait", "pool_nice",
+       "park"]
 TVM = ["tuning", "trials", "tuning_db", "isolate", "dlight", "mcpu", "threads", "check_timeout_s", "compile_timeout_s",
        "seed"]
 

@@ -50,7 +50,8 @@ def _w(*shape, seed=0) -> np.ndarray:
 
 def _conv_relu(seed: int = 0, c: int = 4, hw: int = 8) -> onnx.ModelProto:
     n = helper.make_node
-    return _model([n("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1], name="conv"), n("Relu", ["c"], ["y"], name="relu")],
+    return _model([n("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+                   n("Relu", ["c"], ["y"], name="relu")],
                   [("x", F, [1, c, hw, hw])], [("y", F, [1, 8, hw, hw])],
                   [("W", _w(8, c, 3, 3, seed=seed)), ("B", _w(8, seed=seed + 1))], name="conv_relu")
 

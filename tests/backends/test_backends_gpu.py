@@ -206,8 +206,9 @@ def test_tensorrt_build_flags_caches_and_parse_errors_with_a_fake_module(monkeyp
     monkeypatch.setattr(trt_mod, "_LOGGER", None)
     monkeypatch.setattr(TensorRTBackend, "gpu", lambda self: "NVIDIA H200 sm90")
     ok = _model([n("Relu", ["x"], ["y"], name="r")], [("x", F, [2, 3])], [("y", F, [2, 3])])
-    bad = _model([n("Relu", ["x"], ["r"], name="ok"), n("Einsum", ["r", "r"], ["y"], equation="ij,ij->i",
-                                                                 name="my_einsum")], [("x", F, [3, 4])], [("y", F, [3])])
+    bad = _model([n("Relu", ["x"], ["r"], name="ok"),
+                  n("Einsum", ["r", "r"], ["y"], equation="ij,ij->i", name="my_einsum")],
+                 [("x", F, [3, 4])], [("y", F, [3])])
     backend = TensorRTBackend()
     assert backend._check_supported(ok) is None
     assert "No importer registered for op: Einsum" in backend._check_supported(bad)
@@ -452,7 +453,8 @@ def _single_ops() -> dict[str, onnx.ModelProto]:
                               n("Where", ["c", "x", "cf"], ["y"])], [X4], [("y", F, None)],
                              [("z", np.array(0.0, np.float32))]),
         "sub_div_pow_sqrt": _model([n("Sub", ["x", "m"], ["d"]), n("Pow", ["d", "p"], ["q"]),
-                                    n("Add", ["q", "e"], ["r"]), n("Sqrt", ["r"], ["s"]), n("Div", ["d", "s"], ["y"])], [X4], [("y", F, None)],
+                                    n("Add", ["q", "e"], ["r"]), n("Sqrt", ["r"], ["s"]), n("Div", ["d", "s"], ["y"])],
+                                   [X4], [("y", F, None)],
                                    [("m", np.array(0.5, np.float32)), ("p", np.array(2.0, np.float32)),
                                     ("e", np.array(1e-3, np.float32))]),
         "sigmoid_tanh_mul": _model([n("Sigmoid", ["x"], ["s"]), n("Tanh", ["x"], ["t"]), n("Mul", ["s", "t"], ["y"])],

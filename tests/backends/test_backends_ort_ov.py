@@ -28,10 +28,12 @@ def backend(request):
 
 def _add_mul(shape=(2, 3, 4)) -> onnx.ModelProto:
     g = helper.make_graph(
-        [helper.make_node("Add", ["a", "b"], ["s"], name="add"), helper.make_node("Mul", ["s", "a"], ["y"], name="mul")],
+        [helper.make_node("Add", ["a", "b"], ["s"], name="add"),
+         helper.make_node("Mul", ["s", "a"], ["y"], name="mul")],
         "add_mul", [helper.make_tensor_value_info("a", T.FLOAT, list(shape)),
                     helper.make_tensor_value_info("b", T.FLOAT, list(shape))],
-        [helper.make_tensor_value_info("y", T.FLOAT, list(shape)), helper.make_tensor_value_info("s", T.FLOAT, list(shape))])
+        [helper.make_tensor_value_info("y", T.FLOAT, list(shape)),
+         helper.make_tensor_value_info("s", T.FLOAT, list(shape))])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -361,8 +363,8 @@ def test_node_forms_each_runtime_computes_wrongly_are_named():
 
 
 #: ONNX backend tests whose parameter inputs, made constants as real models hold them, OpenVINO's CPU plugin
-#: computed wrongly (another output size, or values off by 0.005-0.53), where results/backends/onnx-conformance.md (inputs
-#: left as graph inputs) saw them refused: openvino/inexact.py refuses each form now.
+#: computed wrongly (another output size, or values off by 0.005-0.53), where results/backends/onnx-conformance.md
+#: (inputs left as graph inputs) saw them refused: openvino/inexact.py refuses each form now.
 OV_WRONG_WITH_CONSTANTS = [
     "test_lstm_with_peepholes", "test_resize_downsample_scales_linear_antialias",
     "test_resize_downsample_sizes_cubic_antialias", "test_resize_upsample_scales_cubic_A_n0p5_exclude_outside",

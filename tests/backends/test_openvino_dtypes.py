@@ -91,7 +91,8 @@ def test_every_dtype_exact_or_refused(openvino, dtype, op):
         got = compiled.run({"a": a % 1000, "b": b % 1000} if op != "Cast" else {"a": a % 1000})["y"]
         a, b = a % 1000, b % 1000
     with np.errstate(all="ignore"):
-        want = {"Add": np.add, "Mul": np.multiply, "Max": np.maximum, "Cast": lambda x, _: x.astype(np.float32)}[op](a, b)
+        want = {"Add": np.add, "Mul": np.multiply, "Max": np.maximum,
+                "Cast": lambda x, _: x.astype(np.float32)}[op](a, b)
     if np.dtype(dtype).kind == "f" and op != "Cast":
         np.testing.assert_allclose(got, want, rtol=1e-3 if dtype == np.float16 else 1e-6)
     else:
@@ -105,7 +106,8 @@ def test_int64_indices_and_shapes_still_run(openvino):
     shape = numpy_helper.from_array(np.array([3, 2], np.int64), "shape")
     nodes = [helper.make_node("Gather", ["x", "ids"], ["g"], name="gather"),
              helper.make_node("Reshape", ["g", "shape"], ["y"], name="reshape")]
-    model = helper.make_model(helper.make_graph(nodes, "gr", [x, ids], [helper.make_tensor_value_info("y", T.FLOAT, [3, 2])],
+    model = helper.make_model(helper.make_graph(nodes, "gr", [x, ids],
+                                                [helper.make_tensor_value_info("y", T.FLOAT, [3, 2])],
                                                 [shape]), opset_imports=[helper.make_opsetid("", 17)])
     xv = np.arange(15, dtype=np.float32).reshape(5, 3)
     got = openvino.compile(model).run({"x": xv, "ids": np.array([4, 1], np.int64)})["y"]

@@ -103,7 +103,8 @@ def test_reader_in_nchw_blocks_the_link(ort, tiny_resnet):
     graph, parts, models, feeds = tiny_resnet
     t = graph.boundary(parts[0])[1][0]
     side = helper.make_model(helper.make_graph(
-        [helper.make_node("Relu", [t], ["side_out"])], "side", [helper.make_tensor_value_info(t, TensorProto.FLOAT, graph.tensor(t).shape)],
+        [helper.make_node("Relu", [t], ["side_out"])], "side",
+        [helper.make_tensor_value_info(t, TensorProto.FLOAT, graph.tensor(t).shape)],
         [helper.make_tensor_value_info("side_out", TensorProto.FLOAT, graph.tensor(t).shape)]),
         opset_imports=[helper.make_opsetid("", 17)])
     compiled = ort.compile_linked([models[0], models[1], side], plain=graph.outputs)
@@ -146,7 +147,8 @@ def test_model_without_nchwc_is_unchanged(ort):
     graph = zoo.load_graph("zoo:tiny-bert")
     ln = [i for i in range(len(graph)) if graph.op_type(i) == "LayerNormalization"]
     cut = ln[0]
-    models = [graph.extract(list(range(cut + 1)), name="bert_a"), graph.extract(list(range(cut + 1, len(graph))), name="bert_b")]
+    models = [graph.extract(list(range(cut + 1)), name="bert_a"),
+              graph.extract(list(range(cut + 1, len(graph))), name="bert_b")]
     compiled = ort.compile_linked(models, plain=graph.outputs)
     assert not any(isinstance(c, ort_link.LinkedOrtCompiled) for c in compiled)
     assert all(c._optimized is None for c in compiled)  # exactly what compile() gives

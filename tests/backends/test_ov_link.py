@@ -172,7 +172,8 @@ def test_linked_save_load_in_fresh_process(name, tmp_path):
             assert (tmp_path / f"part{k}" / f).is_file(), f
         metas.append([entry, graph.boundary(ids)[0]])
     assert any(m[0].get("linked") for m in metas), metas
-    (tmp_path / "meta.json").write_text(json.dumps({"backend": name, "options": backend.options, "parts": metas, "keep": keep}))
+    meta = {"backend": name, "options": backend.options, "parts": metas, "keep": keep}
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
     np.savez(tmp_path / "feeds.npz", **feeds)
     proc = subprocess.run([sys.executable, "-c", _LOADER, str(tmp_path)], capture_output=True, text=True,
                           timeout=600, env=dict(os.environ))

@@ -99,7 +99,8 @@ def test_a_process_state_error_of_onnx_runtime_is_not_cached(tmp_path, monkeypat
     got = json.loads(first.stdout.strip().splitlines()[-1])
     assert got["in_pool_process"] is False  # could not tell in that process: not taken for this call
     cached = json.loads(open(got["cache"]).read()) if __import__("os").path.exists(got["cache"]) else {}
-    assert not any(isinstance(v, str) and "shared pool" in v for v in (cached.get("answers", cached) or {}).values()), cached
+    assert not any(isinstance(v, str) and "shared pool" in v
+                   for v in (cached.get("answers", cached) or {}).values()), cached
     # a fresh process with the same cache takes Relu
     fresh = child.replace('two.compile(g.model).run({"x": __import__("numpy").ones((2, 3), "float32")})', "pass")
     second = subprocess.run([sys.executable, "-c", fresh], capture_output=True, text=True, timeout=120, env=env)

@@ -81,7 +81,8 @@ def scene(tmp_path_factory) -> Path:
                             helper.make_node("Relu", ["v"], ["y"], name="relu")],  # the size depends on its value
           [x14, helper.make_tensor_value_info("k", T.INT64, [1])], [helper.make_tensor_value_info("y", T.FLOAT, None)])
     _save(d / "constout.onnx", [helper.make_node("Relu", ["x"], ["y"], name="r")], [x14],  # once refused at export
-          [y14, helper.make_tensor_value_info("k", T.FLOAT, [2])], inits=[numpy_helper.from_array(np.ones(2, np.float32), "k")])
+          [y14, helper.make_tensor_value_info("k", T.FLOAT, [2])],
+          inits=[numpy_helper.from_array(np.ones(2, np.float32), "k")])
 
     graph = Graph.load(d / "static.onnx")
     export(graph, Plan([Partition(tuple(range(len(graph))), "onnxruntime")]), d / "art")

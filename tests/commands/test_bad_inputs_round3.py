@@ -43,7 +43,8 @@ def scene(tmp_path_factory) -> Path:
           [helper.make_tensor_value_info("QX", T.FLOAT, [1, 4])], [Y14])
     _rename(d / "named_in.onnx", d / "utf8-input.onnx", b"QX", b"\xc3\x28")  # the graph input and r's input
     _save(d / "sym.onnx", [helper.make_node("Relu", ["x"], ["y"], name="r")],
-          [helper.make_tensor_value_info("x", T.FLOAT, ["n", "m"])], [helper.make_tensor_value_info("y", T.FLOAT, ["n", "m"])])
+          [helper.make_tensor_value_info("x", T.FLOAT, ["n", "m"])],
+          [helper.make_tensor_value_info("y", T.FLOAT, ["n", "m"])])
     _save(d / "static.onnx", [helper.make_node("Relu", ["x"], ["y"], name="r")], [X14], [Y14])
     _save(d / "nooutputs.onnx", [helper.make_node("Relu", ["x"], ["y"], name="r")], [X14], [])
     # 10,000 weights: past the 4,096 the checker's skeleton keeps, so only the load's own check can see the cut
@@ -66,7 +67,8 @@ CASES = [
      ["x=99999999999999999999,4", "'x'", "int64"]),
     ("shape-elements-past-int64", ["tune", "sym.onnx", "--shape", "x=4294967296,4294967296", "-o", "o1",
                                    "--backends", "onnxruntime"], ["x=4294967296,4294967296", "'x'", "int64"]),
-    ("shape-past-memory", ["tune", "sym.onnx", "--shape", "x=100000000,1000000", "-o", "o1", "--backends", "onnxruntime"],
+    ("shape-past-memory",
+     ["tune", "sym.onnx", "--shape", "x=100000000,1000000", "-o", "o1", "--backends", "onnxruntime"],
      ["'x'", "GiB", "memory", "--shape x="]),
     ("no-outputs", ["tune", "nooutputs.onnx", "-o", "o1", "--backends", "onnxruntime"],
      ["nooutputs.onnx", "no outputs"]),

@@ -28,7 +28,8 @@ def test_version(capsys):
     assert e.value.code == 0 and capsys.readouterr().out.strip() == f"collage {__version__}"
 
 
-@pytest.mark.parametrize("argv", [["-v", "-q", "zoo", "list"], ["zoo", "-v", "-q", "list"], ["zoo", "list", "-v", "-q"]])
+@pytest.mark.parametrize("argv",
+                         [["-v", "-q", "zoo", "list"], ["zoo", "-v", "-q", "list"], ["zoo", "list", "-v", "-q"]])
 def test_global_flags_before_or_after_the_subcommand(argv):
     args = build_parser("zoo").parse_args(argv)
     assert args.verbose == 1 and args.quiet is True
@@ -219,7 +220,8 @@ def test_annotate_writes_every_nodes_backend(tmp_path):
 def test_annotate_refuses_another_model(tmp_path, capsys):
     from collage import zoo
     art = export_mixed_plan(tmp_path / "art", parts=2)
-    rc = main(["annotate", str(art), "-o", str(tmp_path / "x.onnx"), "--model", str(zoo.model_path("tiny-mobilenetv2"))])
+    rc = main(["annotate", str(art), "-o", str(tmp_path / "x.onnx"), "--model",
+               str(zoo.model_path("tiny-mobilenetv2"))])
     assert rc == 2 and "not the model" in capsys.readouterr().err
 
 
@@ -231,8 +233,9 @@ def test_runtime_runs_an_ort_artifact_without_the_extras(tmp_path):
     from collage.tuner.export import write_archive
     art = export_mixed_plan(tmp_path / "art", backends=("onnxruntime",), parts=2)
     archive = write_archive(art)
-    code = BLOCK + (f"from collage.cli import main\nassert main(['run', {str(archive)!r}, '--random', '--repeat', '3']) == 0\n"
-                    f"import collage\na = collage.load({str(art)!r})\nprint(sorted(a.run(a.random_inputs(0))))\n")
+    code = BLOCK + (f"from collage.cli import main\nassert main(['run', {str(archive)!r}, '--random', '--repeat', "
+                    "'3']) == 0\nimport collage\na = "
+                    f"collage.load({str(art)!r})\nprint(sorted(a.run(a.random_inputs(0))))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "p50" in proc.stdout and "['softmax']" in proc.stdout
@@ -244,7 +247,8 @@ def test_a_missing_extra_is_named(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "pip install 'collage[tune]'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
-    api = subprocess.run([sys.executable, "-c", BLOCK + "import collage\ncollage.tune\n"], capture_output=True, text=True,
+    api = subprocess.run([sys.executable, "-c", BLOCK + "import collage\ncollage.tune\n"], capture_output=True,
+                         text=True,
                          timeout=300)
     assert api.returncode == 1 and "MissingExtra" in api.stderr and "collage[tune]" in api.stderr
 

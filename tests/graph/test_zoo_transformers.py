@@ -23,7 +23,8 @@ SMALL = {
                                       name="gpt2-small-test"),
     "convnext": lambda s: zoo_models.convnext(s, depths=(1, 1, 2, 1), dims=(8, 16, 32, 64), size=64, classes=10,
                                               name="convnext-small"),
-    "whisper": lambda s: zoo_models.whisper_encoder(s, mels=16, frames=64, stack=Stack(layers=2, hidden=64, heads=4, ffn=256),
+    "whisper": lambda s: zoo_models.whisper_encoder(s, mels=16, frames=64,
+                                                    stack=Stack(layers=2, hidden=64, heads=4, ffn=256),
                                                     name="whisper-small"),
 }
 NEW = ["vit-b16", "gpt2-small", "convnext-t", "whisper-tiny-encoder"]

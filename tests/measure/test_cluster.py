@@ -176,8 +176,8 @@ def test_driver_killed_then_rerun_resumes(cluster, postgres, tmp_path):
     items = _sleep_items(g)
     code = ("import sys; from collage import zoo; from collage.measure.schedule import measure_candidates\n"
             "g = zoo.load_graph('zoo:tiny-resnet')\n"
-            f"items = [((i,), {SLEEP!r}) for i in range(len(g))] + [((i, i + 1), {SLEEP!r}) for i in range(len(g) - 1)]\n"
-            f"measure_candidates(g, items, db={url!r}, cap_s=0.05, progress=False, executor={cluster.address!r},"
+            f"items = [((i,), {SLEEP!r}) for i in range(len(g))] + [((i, i + 1), {SLEEP!r}) for i in range(len(g) - "
+            f"1)]\nmeasure_candidates(g, items, db={url!r}, cap_s=0.05, progress=False, executor={cluster.address!r},"
             f" backend_options={{{SLEEP!r}: {{'compile_s': 0.3}}}})\n")
     driver = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

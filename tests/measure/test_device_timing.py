@@ -66,13 +66,15 @@ class _FakeTimer:
 
 def test_the_worker_reports_event_times_for_a_gpu_candidate(monkeypatch):
     monkeypatch.setattr(worker, "device_timer", lambda b, c, feeds: _FakeTimer(c, feeds))
-    got = worker.measure_model(lambda msg: None, worker.MeasureJob(_relu().SerializeToString(), "onnxruntime", {}, 0.2, 0))
+    got = worker.measure_model(lambda msg: None,
+                               worker.MeasureJob(_relu().SerializeToString(), "onnxruntime", {}, 0.2, 0))
     assert got["timer"] == "cuda_events" and got["median_ms"] == 0.25
     assert set(got["samples_ms"]) == {0.25} and got["samples"] == len(got["samples_ms"])
 
 
 def test_a_cpu_candidate_keeps_host_timing():
-    got = worker.measure_model(lambda msg: None, worker.MeasureJob(_relu().SerializeToString(), "onnxruntime", {}, 0.2, 0))
+    got = worker.measure_model(lambda msg: None,
+                               worker.MeasureJob(_relu().SerializeToString(), "onnxruntime", {}, 0.2, 0))
     assert "timer" not in got and got["median_ms"] > 0
 
 

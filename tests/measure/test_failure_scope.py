@@ -37,7 +37,8 @@ def _conv_chain(dup: bool, blocks: int = 2) -> onnx.ModelProto:
                                       name="blk" if dup else f"conv{k}"))
         nodes.append(helper.make_node("Relu", [f"c{k}"], [f"r{k}"], name="blk" if dup else f"relu{k}"))
         prev = f"r{k}"
-    g = helper.make_graph(nodes, "dup" if dup else "uniq", [helper.make_tensor_value_info("x", T.FLOAT, [1, 8, 16, 16])],
+    g = helper.make_graph(nodes, "dup" if dup else "uniq",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [1, 8, 16, 16])],
                           [helper.make_tensor_value_info(prev, T.FLOAT, [1, 8, 16, 16])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8

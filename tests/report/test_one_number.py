@@ -86,7 +86,8 @@ def test_a_partition_measured_in_the_plan_off_its_prediction_is_flagged_with_its
               "partition_charges": {"onnxruntime": {"level": 1.0, "cut_ms": 0.0},
                                     "openvino": {"level": 1.0, "cut_ms": 0.2}},
               "searched_plan": {"partitions": [
-                  {"backend": p["backend"], "nodes": p["nodes"], "cost_ms": p["cost_ms"], "searched_cost_ms": p["cost_ms"],
+                  {"backend": p["backend"], "nodes": p["nodes"], "cost_ms": p["cost_ms"],
+                   "searched_cost_ms": p["cost_ms"],
                    "in_plan_ms": ms} for p, ms in zip(m["partitions"], (4.1, 3.0))]}}
     df = partition_table({"manifest": m, "report": report})
     assert list(df["ms"]) == [4.1, 3.0] and list(df["ms_is"]) == ["in plan", "in plan"]
@@ -148,7 +149,8 @@ def test_stale_costs_of_an_earlier_run_are_said_with_its_date_and_internals_unde
     # -v shows) on a loaded machine too (with every candidate, measuring took the budget's share and the charges
     # were skipped: "partition charges not measured (7 s left of the budget)")
     proc = _cli(tmp_path, ["-v", "tune", "zoo:tiny-resnet", "-o", str(tmp_path / "out"), "--backends", BACKENDS,
-                           "--budget", "25s", "--max-nodes", "1", "--no-ranges", "--db", str(tmp_path / "earlier.sqlite")])
+                           "--budget", "25s", "--max-nodes", "1", "--no-ranges", "--db",
+                           str(tmp_path / "earlier.sqlite")])
     assert proc.returncode == 0, proc.stderr
     warned = [line for line in proc.stderr.splitlines() if "disagree" in line]
     assert len(warned) == 1, proc.stderr

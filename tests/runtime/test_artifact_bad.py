@@ -108,7 +108,8 @@ def test_nonfinite_allowed_on_request_and_why_it_is_not_the_default(scene):
 
 
 def test_cli_nan_and_inf_inputs(scene):
-    line = _assert_one_line(_cli(scene, ["run", "ov", "--input", "x=nan.npy"]), "run", ["'x'", "192 NaN", "--allow-nonfinite"])
+    line = _assert_one_line(_cli(scene, ["run", "ov", "--input", "x=nan.npy"]), "run",
+                            ["'x'", "192 NaN", "--allow-nonfinite"])
     assert "Traceback" not in line
     _assert_one_line(_cli(scene, ["run", "ov", "--input", "x=inf.npy"]), "run", ["'x'", "1 infinite", "(0, 1, 2, 3)"])
     proc = _cli(scene, ["run", "ort", "--input", "x=nan.npy", "--allow-nonfinite"])

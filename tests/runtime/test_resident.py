@@ -43,7 +43,8 @@ def _record_feeds(art: Any) -> list[dict[str, type]]:
     seen: list[dict[str, type]] = []
     for p in art.partitions:
         inner = p.compiled.run
-        p.compiled.run = lambda feeds, inner=inner: (seen.append({k: type(v) for k, v in feeds.items()}), inner(feeds))[1]
+        p.compiled.run = lambda feeds, inner=inner: (seen.append({k: type(v) for k, v in feeds.items()}),
+                                                     inner(feeds))[1]
     return seen
 
 

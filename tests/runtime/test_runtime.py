@@ -25,7 +25,8 @@ from collage.plan import Partition, Plan
 
 TOL = 1e-4
 #: what the deploy path never imports (docs/DESIGN.md "Light deploy path"; pyproject's import-linter contract)
-TUNER_MODULES = ("collage.tuner", "collage.search", "collage.measure", "collage.cost_models", "collage.report", "collage.zoo",
+TUNER_MODULES = ("collage.tuner", "collage.search", "collage.measure", "collage.cost_models", "collage.report",
+                 "collage.zoo",
                  "collage.graph", "optuna", "pandas", "networkx", "tqdm", "sklearn")
 
 
@@ -221,7 +222,8 @@ def test_feed_validation_names_the_tensor(art):
         a.run({"x": good["x"]})
     with pytest.raises(CollageError, match=r"unknown input 'y'"):
         a.run({**good, "y": good["x"]})
-    with pytest.raises(CollageError, match=r"input 'x': expected shape \(1, 4, 8, 8\) float32, got shape \(1, 4, 8, 9\)"):
+    with pytest.raises(CollageError,
+                       match=r"input 'x': expected shape \(1, 4, 8, 8\) float32, got shape \(1, 4, 8, 9\)"):
         a.run({**good, "x": np.zeros((1, 4, 8, 9), np.float32)})
     with pytest.raises(CollageError, match=r"input 'scale': expected .*float32, got .*float64"):
         a.run({**good, "scale": good["scale"].astype(np.float64)})

@@ -62,7 +62,8 @@ def test_bucket_with_a_covered_member_still_blocks():
 def test_steps_match_the_rule_on_random_dags(g, seed):
     rng = random.Random(seed)
     backends = ("a", "b")
-    costs = {c: rng.randint(1, 6) * 0.5 for c in enumerate_candidates(g, all_supported(g, backends), Limits(max_nodes=4))}
+    costs = {c: rng.randint(1, 6) * 0.5
+             for c in enumerate_candidates(g, all_supported(g, backends), Limits(max_nodes=4))}
     check_every_covered_set(g, costs)
 
 

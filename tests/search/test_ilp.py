@@ -39,7 +39,8 @@ def test_ilp_equals_dp_and_exhaustive(g, seed, nb, order, priced):
     ref = exhaustive_search(g, costs, transition)
     assert_valid(g, ilp)
     assert stats.optimal
-    assert objective(g, ilp, costs, transition) == objective(g, dp, costs, transition) == objective(g, ref, costs, transition)
+    assert (objective(g, ilp, costs, transition) == objective(g, dp, costs, transition)
+            == objective(g, ref, costs, transition))
     assert len(ilp.partitions) == len(dp.partitions) == len(ref.partitions)  # same tie-break: fewest partitions
 
 

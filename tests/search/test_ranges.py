@@ -53,7 +53,8 @@ def test_ranges_are_convex_and_supported(g):
 def test_every_range_counts_segments_prefixes_and_suffixes():
     g, _ = residual_chain(10)
     k = len(narrow_cuts(g))
-    assert len(range_candidates(g, all_supported(g, ["a"]))) == 3 * k - 1  # the first segment is a prefix, the last a suffix
+    # the first segment is a prefix, the last a suffix
+    assert len(range_candidates(g, all_supported(g, ["a"]))) == 3 * k - 1
 
 
 def test_coarse_mix_found_where_small_pieces_do_not_pay():

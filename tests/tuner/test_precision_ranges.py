@@ -65,7 +65,8 @@ def test_screen_ranges_bisects_prefixes_and_suffixes():
     assert all(c.backend == "openvino-bf16" for c in out.asked)
     assert set(errs) == set(out.asked)
     # timed first: the longest prefixes/suffixes within budget (40 nodes), each with its fp32 complement
-    assert screen.first[:2] == [Candidate(tuple(range(40)), "openvino-bf16"), Candidate(tuple(range(40, n)), "onnxruntime")]
+    assert screen.first[:2] == [Candidate(tuple(range(40)), "openvino-bf16"),
+                                Candidate(tuple(range(40, n)), "onnxruntime")]
     assert Candidate(tuple(range(24, n)), "openvino-bf16") in screen.first
     assert not set(screen.first) & dropped and len(screen.first) == 2 * 2 * 4
 

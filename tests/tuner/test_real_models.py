@@ -165,7 +165,8 @@ def test_magika_tunes_on_file_bytes(cache) -> None:
 @pytest.mark.parametrize("name", ["silero-vad", "silero-vad-dynamo"])
 def test_silero_vad_tunes_with_its_0d_sample_rate(cache, name) -> None:
     out = _tune(cache, name, ["input=1,512", "state=2,1,128"])
-    assert next(i for i in json.loads((out / "manifest.json").read_text())["inputs"] if i["name"] == "sr")["shape"] == []
+    assert next(i for i in json.loads((out / "manifest.json").read_text())["inputs"]
+                if i["name"] == "sr")["shape"] == []
     _check(cache, name, out, _vad_chunk())
 
 

@@ -87,8 +87,10 @@ def test_retune_reuses_every_measurement(tmp_path, monkeypatch):
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where tune's scratch folder goes
     db = str(tmp_path / "costs.sqlite")
-    first = tune("zoo:tiny-resnet", tmp_path / "a", backends=BACKENDS, db=db, limits=Limits(max_nodes=1), progress=False)
-    second = tune("zoo:tiny-resnet", tmp_path / "b", backends=BACKENDS, db=db, limits=Limits(max_nodes=1), progress=False)
+    first = tune("zoo:tiny-resnet", tmp_path / "a", backends=BACKENDS, db=db, limits=Limits(max_nodes=1),
+                 progress=False)
+    second = tune("zoo:tiny-resnet", tmp_path / "b", backends=BACKENDS, db=db, limits=Limits(max_nodes=1),
+                  progress=False)
     assert first.report["measurements"]["with_cost"] > 0
     assert second.report["measurements"]["measured_now"] == 0
     assert second.report["measurements"]["reused"] == second.report["measurements"]["distinct_keys"] > 0
@@ -178,7 +180,7 @@ def test_measuring_the_whole_models_is_counted_in_the_budget():
     from collage.tuner.clock import Deadline
     from collage.tuner.steps.measure import measure_whole_first
 
-    ctx = context(graph=zoo.load_graph("zoo:tiny-resnet"), 
+    ctx = context(graph=zoo.load_graph("zoo:tiny-resnet"),
                   options=type("O", (), {"budget_s": 10.0, "progress": False})(),
                   clock=Deadline(10.0), precision=type("P", (), {"low": set()})())
     n = len(ctx.graph)

@@ -1,12 +1,12 @@
 """ONNX Runtime on CPU (the MLAS kernels): the universal fallback backend.
 
-Threading (measured: results/transitions/transitions-wait.md, results/transitions/transitions-quiet.md, issue 19): by default
-(``shared_pool=True``) every session joins ONE process-wide intra-op pool of ``threads`` threads (default
+Threading (measured: results/transitions/transitions-wait.md, results/transitions/transitions-quiet.md, issue 19): by
+default (``shared_pool=True``) every session joins ONE process-wide intra-op pool of ``threads`` threads (default
 ``collage.util.physical_cores()``; inter-op 1), created by ``set_global_thread_pool_sizes`` before the first
 session. It is the fastest scheme measured here for ONNX Runtime alone and for chains of ONNX Runtime
-partitions (results/transitions/transitions-wait.md), and its price is the hand-over: its workers spin ~50 ms after every run whatever the sessions ask
-(``session.force_spinning_stop`` and ``allow_spinning`` reach per-session pools only:
-onnxruntime/core/session/inference_session.cc; Python has no binding for the global pool's spin control),
+partitions (results/transitions/transitions-wait.md), and its price is the hand-over: its workers spin ~50 ms after
+every run whatever the sessions ask (``session.force_spinning_stop`` and ``allow_spinning`` reach per-session pools
+only: onnxruntime/core/session/inference_session.cc; Python has no binding for the global pool's spin control),
 so an OpenVINO partition right after an ONNX Runtime one would share the cores with that spin (milliseconds
 per switch at BERT-base scale) but for ``park`` below. The tuner measures the switch with real work on
 both sides and the search pays it (collage.measure.transitions). **Side effect** of that pool: once it
@@ -148,7 +148,8 @@ class OnnxRuntimeBackend(Backend):
 
     @property
     def options(self) -> dict[str, Any]:
-        """Constructor keywords: ``get_backend("onnxruntime", **options)`` rebuilds this backend (inter-op threads: 1)."""
+        """Constructor keywords: ``get_backend("onnxruntime", **options)`` rebuilds this backend (inter-op threads:
+        1)."""
         opts = {"precision": self.precision, "threads": self.threads, "opt_level": self.opt_level,
                 "spin": self.spin, "shared_pool": self.shared_pool}
         if self.name == "onnxruntime":  # a CPU compile option: subclasses (onnxruntime-cuda) neither take nor use it
@@ -171,7 +172,8 @@ class OnnxRuntimeBackend(Backend):
         level = opt_level or self.opt_level
         so.graph_optimization_level = {
             "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL, "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
         }[level]
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         if self.shared_pool or global_pool_threads() is not None:
@@ -215,7 +217,8 @@ class OnnxRuntimeBackend(Backend):
             try:
                 return OrtCompiled(self, self.open_session(optimized, opt_level="disable"), model, optimized)
             except Exception as e:  # noqa: BLE001 - an optimisation only: the plain session below decides
-                log.debug("onnxruntime: the residual-routed form does not load (%s); compiling the partition as it is", e)
+                log.debug("onnxruntime: the residual-routed form does not load (%s); compiling the partition as it is",
+                          e)
         try:
             session = self.open_session(model.SerializeToString())
         except CollageError:

@@ -89,7 +89,8 @@ class OrtCudaCompiled(Compiled):
                     self._binding.bind_output(o.name, "cuda", self._dev, dtype.type, list(shape), t.data_ptr())
                 self._out[o.name] = t
             else:
-                value = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), dtype.type, backend.ort_device, self._dev)
+                value = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), dtype.type, backend.ort_device,
+                                                                  self._dev)
                 if bind:
                     self._binding.bind_ortvalue_output(o.name, value)
                 self._out[o.name] = value

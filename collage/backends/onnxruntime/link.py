@@ -101,7 +101,8 @@ def block_size() -> int:
     from onnx import helper
 
     node = helper.make_node("ReorderInput", ["x"], ["y"], domain=NCHWC_DOMAIN, channels_last=0)
-    graph = helper.make_graph([node], "nchwc_probe", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 1, 1, 1])],
+    graph = helper.make_graph([node], "nchwc_probe",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 1, 1, 1])],
                               [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(NCHWC_DOMAIN, 1)])
     from collage.backends.onnxruntime.session import make_session

@@ -14,7 +14,6 @@ from onnx import numpy_helper
 from collage.backends.base import first_refused, node_attr, refuse
 from collage.backends.openvino.compiled import I32_MAX, I32_MIN
 from collage.backends.support import value_types
-from collage.errors import CollageError
 
 # ---------------------------------------------------------------------- element types computed inexactly
 # Measured (openvino 2026.4, CPU plugin; one-node Add/Mul/Max/Identity/Cast models against numpy, and ONNX's
@@ -112,7 +111,8 @@ def _inexact_reason(node: onnx.NodeProto, types: dict[str, int], consts: Mapping
     computes wrongly), or None."""
     wrong = _wrong_form(node)
     if wrong is None and node.op_type == "QuantizeLinear" and types.get(node.output[0]) == onnx.TensorProto.UINT16:
-        wrong = "QuantizeLinear to uint16: rounds .5 cases differently (test_quantizelinear_uint16, zero point a constant)"
+        wrong = ("QuantizeLinear to uint16: rounds .5 cases differently (test_quantizelinear_uint16, zero point a "
+                 "constant)")
     if wrong is None and node.op_type == "Resize" and node_attr(node, "mode", "nearest") != "nearest" \
             and node_attr(node, "coordinate_transformation_mode", "half_pixel") == "align_corners" \
             and len(node.input) > 2 and node.input[2] in consts and np.any(np.asarray(consts[node.input[2]]) < 1):

@@ -98,7 +98,7 @@ class Program:
                 raise CollageError(f"torch: input {name!r} of {g.name!r} has no static shape; fix input shapes first")
             self.in_specs.append((name, torch_dtype(dtypes.get(name, onnx.TensorProto.FLOAT)), shape))
         self.steps: list[_Step] = []
-        for k, node in enumerate(g.node):
+        for _k, node in enumerate(g.node):
             label = f"{node.op_type} (node {node.name or node.output[0]!r})"
             if node.domain not in ("", "ai.onnx"):
                 raise UnsupportedError(f"torch cannot take op {node.domain}:{node.op_type} (node "

@@ -9,8 +9,8 @@ for the next.
 
 Pipeline (:func:`build`): relax ONNX frontend -> ``DecomposeOpsForInference`` and the ``zero``
 pipeline (Legalize, FuseOps, FuseTIR) under the target -> optional MetaSchedule tuning of each fused
-TIR workload not yet tuned in the database (:mod:`collage.backends.tvm.tuning`), applied with ``MetaScheduleApplyDatabase`` ->
-optional dlight CPU rules for what is left unscheduled -> ``tvm.compile`` for LLVM ->
+TIR workload not yet tuned in the database (:mod:`collage.backends.tvm.tuning`), applied with
+``MetaScheduleApplyDatabase`` -> optional dlight CPU rules for what is left unscheduled -> ``tvm.compile`` for LLVM ->
 ``export_library`` to a ``.so``.
 
 Protocol: requests and replies are pickled tuples, each preceded by an 8-byte length, on the

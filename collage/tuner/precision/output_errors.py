@@ -203,7 +203,8 @@ def screen_ranges(out: OutputErrors, budget: Budget, cands: Sequence[Candidate],
         if whole is not None and over(whole) is not True:
             continue  # within budget (or unknown): every range may be
         for family in ([mine[s] for s in sorted(s for s in mine if s[0] == 0 and s[1] < n)],  # prefixes, shortest first
-                       [mine[s] for s in sorted((s for s in mine if s[1] == n and s[0] > 0), reverse=True)]):  # suffixes
+                       # suffixes
+                       [mine[s] for s in sorted((s for s in mine if s[1] == n and s[0] > 0), reverse=True)]):
             lo, hi, known = -1, len(family), False  # family[:lo+1] within, family[hi:] over (when known)
             while hi - lo > 1:
                 mid = (lo + hi) // 2

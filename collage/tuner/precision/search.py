@@ -1,11 +1,12 @@
-"""The budgeted search of :class:`collage.tuner.precision.tuner.PrecisionTuner` (its ``search``, from :class:`BudgetedSearch`).
+"""The budgeted search of :class:`collage.tuner.precision.tuner.PrecisionTuner` (its ``search``, from
+:class:`BudgetedSearch`).
 
 1. Each lower-precision candidate faster than every fp32 candidate on the same nodes gets a measured
    error (cached in the cost DB keyed by the calibration inputs): a range candidate (whole model,
    prefix, suffix, segment between narrow cuts) its error at the model's outputs with the rest in fp32
    (``collage.tuner.precision.output_errors``); any other its own (its outputs vs the ONNX Runtime fp32 reference, fed
-   the reference tensors: an intermediate tensor's error underrates the output's). The others cannot pay off and are dropped, as are those whose error
-   breaks the budget or is NaN/inf.
+   the reference tensors: an intermediate tensor's error underrates the output's). The others cannot pay off and are
+   dropped, as are those whose error breaks the budget or is NaN/inf.
 2. A Lagrangian loop over the exact DP: each kept candidate costs ``latency + lambda * score``, where
    ``score`` is the share of the budget its own error uses (1 = at the limit). Round 0 has
    ``lambda = 0`` (the fastest plan of admissible pieces).
@@ -100,8 +101,8 @@ class _Pool:
 
 
 class BudgetedSearch:
-    """``PrecisionTuner.search`` (module docstring). A mixin of :class:`collage.tuner.precision.tuner.PrecisionTuner`: it
-    uses the tuner's fields (graph, budget, calib, backends, low, db, errors, notes, ...) and its
+    """``PrecisionTuner.search`` (module docstring). A mixin of :class:`collage.tuner.precision.tuner.PrecisionTuner`:
+    it uses the tuner's fields (graph, budget, calib, backends, low, db, errors, notes, ...) and its
     ``end_to_end``, ``output_errors``, ``whole_model_within_budget`` and ``_say``."""
 
     def search(self, costs: Mapping[Any, float], transition: Callable[[str, str, int], float] | None,

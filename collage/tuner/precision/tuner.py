@@ -112,7 +112,8 @@ def prepare_int8(graph: Any, calib: Calibration, db: Any, int8: Sequence[Any],
                "samples": len(calib.samples), "random": calib.random}
         store.put_ranges(model, data, doc)
     path = qdq.save_ranges({k: (v[0], v[1]) for k, v in doc["ranges"].items()},
-                           cache_dir() / "int8-ranges" / f"{model}-{data}.json", {k: v for k, v in doc.items() if k != "ranges"})
+                           cache_dir() / "int8-ranges" / f"{model}-{data}.json",
+                           {k: v for k, v in doc.items() if k != "ranges"})
     for b in int8:
         b.ranges = str(path)
         backend_options.setdefault(b.name, {})["ranges"] = str(path)  # workers, exports: by name
@@ -270,7 +271,8 @@ class PrecisionTuner(BudgetedSearch):
         n = len(self.graph)
         out = {}
         for c in self.whole_model_within_budget():
-            if len(plan.partitions) == 1 and plan.partitions[0].backend == c.backend and len(plan.partitions[0].nodes) == n:
+            if (len(plan.partitions) == 1 and plan.partitions[0].backend == c.backend
+                    and len(plan.partitions[0].nodes) == n):
                 continue
             try:
                 out[c.backend] = self.backends[c.backend].compile(self.graph.model)
