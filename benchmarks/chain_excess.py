@@ -1,7 +1,7 @@
 """What a stitched chain of one backend's pieces costs beyond the sum of its pieces, per chain shape:
 ``python -m benchmarks.chain_excess --models resnet50,inception_v1`` -> results/chains/chain-excess.md.
 
-The input to the partition charges the tuner measures (``collage.tuner.search_step.PartitionCharge``). Per model
+The input to the partition charges the tuner measures (``collage.tuner.stitching.PartitionCharge``). Per model
 and backend, chains of contiguous pieces, each exported and loaded as an artifact
 (``search_step.artifact_runner``, as the tuner's calibration does) and timed interleaved in one process: ``1`` the whole
 model as one partition, ``tM`` the model less its last M nodes + those M nodes (a small tail after a narrow cut), ``K``
@@ -37,8 +37,8 @@ def run_model(model: str, backends: list[str], shapes: list[str], rounds: int, w
     from collage.measure.schedule import measure_candidates
     from collage.graph.inputs import random_inputs
     from collage.plan import Partition, Plan
-    from collage.tuner.search_step import artifact_runner, fill_boundaries
-    from collage.tuner.verify import measure_interleaved
+    from collage.tuner.stitching import artifact_runner, fill_boundaries
+    from collage.tuner.checks import measure_interleaved
 
     graph = zoo.load_graph(f"zoo:{model}")
     feeds = random_inputs(graph)

@@ -284,7 +284,7 @@ def chains(models: list[str], rounds: int, command: str, out: Path) -> Path:
               "The tuner charges conversions without a model of its own: every candidate partition is compiled "
               "and measured on its own, conversions at its edges included; `gap` is the chain's median minus the "
               "whole model's, `rest` the part of it the conversions do not explain (thread wake-ups, colder caches, "
-              "call overhead), which `collage.tuner.search_step.calibrate_partition_charges` charges as a level and a "
+              "call overhead), which `collage.tuner.stitching.calibrate_partition_charges` charges as a level and a "
               "cost per cut. Rows `, linked`: the pieces compiled together with `Backend.compile_linked` (only the "
               "graph outputs kept in ONNX layout), which hands a tensor from one piece to the next in the runtime's "
               "own layout. For onnxruntime (`collage/backends/ort_link.py`) this removes the ReorderOutput at the end "

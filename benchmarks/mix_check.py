@@ -32,7 +32,7 @@ def measure(folder: str, options: dict, rounds: int, calls: int) -> dict:
     from collage.runtime.artifact import PartitionTimes, load
     from collage.search.cover import to_plan
     from collage.tuner.export import export
-    from collage.tuner.search_step import fill_boundaries
+    from collage.tuner.stitching import fill_boundaries
 
     report = json.loads((Path(folder) / "report.json").read_text())
     source = report["source"]

@@ -46,7 +46,7 @@ def one_model(model: str, rounds: int, work: Path) -> dict:
     from collage.plan import Partition, Plan
     from collage.runtime.artifact import PartitionTimes, load
     from collage.tuner.export import export
-    from collage.tuner.search_step import fill_boundaries
+    from collage.tuner.stitching import fill_boundaries
 
     graph = zoo.load_graph(f"zoo:{model}")
     feeds = random_inputs(graph)

@@ -84,7 +84,7 @@ def _bench_model(name: str, accuracy: str, out: Path, *, max_nodes: int, budget_
     from collage.runtime.artifact import load
     from collage.search.candidates import Limits
     from collage.tuner.job import tune
-    from collage.tuner.verify import measure_interleaved
+    from collage.tuner.checks import measure_interleaved
 
     t0 = time.monotonic()
     graph = zoo.load_graph(f"zoo:{name}")

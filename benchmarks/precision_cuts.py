@@ -11,7 +11,7 @@ then fp32 ``[c, n)``, and fp32 then bf16), the two pieces are compiled by collag
 
 * the chain's error at the model's outputs against the ONNX Runtime fp32 reference, on the calibration
   samples ``tune`` judges the budget on (2 seeded random samples);
-* its latency, measured interleaved (``collage.tuner.verify.measure_interleaved``) with OpenVINO fp32 and
+* its latency, measured interleaved (``collage.tuner.checks.measure_interleaved``) with OpenVINO fp32 and
   bf16 on the whole model, so each cut's ratio to fp32 comes from one measurement.
 
 The best of 38 noisy ratios is biased upwards (a 7-round ratio moves by 10-15% here), so the
@@ -44,7 +44,7 @@ def sweep(name: str, accuracy: str, rounds: int, out: Path, command: str, confir
     from collage.backends import get_backend
     from collage.measure.accuracy import load_calibration, parse_accuracy, reference_runs, run_error
     from collage.search.ranges import narrow_cuts
-    from collage.tuner.verify import measure_interleaved
+    from collage.tuner.checks import measure_interleaved
 
     graph = zoo.load_graph(f"zoo:{name}")
     n, budget = len(graph), parse_accuracy(accuracy)

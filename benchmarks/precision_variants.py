@@ -2,7 +2,7 @@
 
 Which lower-precision variants are worth searching on this CPU? For each model, collage's ``openvino``
 (fp32), ``openvino-bf16`` and ``openvino-fp16`` backends on the whole model: latency measured interleaved
-(``collage.tuner.verify.measure_interleaved``) and error at the outputs against the ONNX Runtime fp32 reference
+(``collage.tuner.checks.measure_interleaved``) and error at the outputs against the ONNX Runtime fp32 reference
 on the calibration samples ``tune`` uses (2 seeded random samples). Writes
 ``results/precision/precision-variants.md``; the default five models take about 2 min.
 """
@@ -24,7 +24,7 @@ def measure(name: str, rounds: int) -> dict:
     from collage import zoo
     from collage.backends import get_backend
     from collage.measure.accuracy import load_calibration, reference_runs, run_error
-    from collage.tuner.verify import measure_interleaved
+    from collage.tuner.checks import measure_interleaved
 
     graph = zoo.load_graph(f"zoo:{name}")
     calib = load_calibration(graph, None)

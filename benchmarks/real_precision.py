@@ -267,7 +267,7 @@ def bench_model(model: str, s: Settings) -> ModelRow:
 
 
 def time_runners(runners: dict[str, Run], feeds: Feeds, rounds: int) -> dict[str, float]:
-    from collage.tuner.verify import measure_interleaved
+    from collage.tuner.checks import measure_interleaved
     return measure_interleaved({k: (lambda r=r: r(dict(feeds))) for k, r in runners.items()}, rounds=rounds)
 
 

@@ -122,7 +122,7 @@ def synthetic_precision(monkeypatch, errs: dict[tuple[int, ...], float], n: int 
     def fake_errors(graph, cs, backends, calib, db=None, progress=False, budget_s=None):
         return {c: ErrorMeasure(rel=errs.get(c.nodes, sum(errs.get((i,), 0.0) for i in c.nodes))) for c in cs}
 
-    monkeypatch.setattr("collage.tuner.precision.search.measure_errors", fake_errors)  # where the search calls it
+    monkeypatch.setattr("collage.tuner.precision.budgeted.measure_errors", fake_errors)  # where the search calls it
     # range candidates' errors at the model's outputs (collage.tuner.precision.output_errors): the same synthetic
     # figures
     monkeypatch.setattr(P.OutputErrors, "measure", lambda self, cs, budget_s=None, progress=False:

@@ -76,4 +76,4 @@ def test_the_check_catches_a_wrong_name():
 
 def test_the_page_is_linked():
     assert "docs/ARCHITECTURE.md" in (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "ARCHITECTURE.md" in (ROOT / "docs" / "DESIGN.md").read_text(encoding="utf-8")
+    assert "ARCHITECTURE.md" in (ROOT / "docs/DESIGN.md").read_text(encoding="utf-8")

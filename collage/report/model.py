@@ -75,7 +75,7 @@ class Numerics(Record):
 @dataclass(frozen=True)
 class PartitionCharge(Record):
     """What a partition on one backend is charged in a stitched plan: ``level`` x its cost timed alone in a
-    worker, plus ``cut_ms`` after the plan's first partition (``collage.tuner.search_step.PartitionCharge``)."""
+    worker, plus ``cut_ms`` after the plan's first partition (``collage.tuner.stitching.PartitionCharge``)."""
 
     level: float | None = None
     cut_ms: float | None = None

@@ -24,7 +24,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-#: an interleaved round's least time per runner (collage.tuner.verify.measure_interleaved's ``min_time_s``)
+#: an interleaved round's least time per runner (collage.tuner.checks.measure_interleaved's ``min_time_s``)
 ROUND_S = 0.15
 #: warm-up per runner before the rounds (``warmup_s``)
 WARMUP_S = 0.3

@@ -20,7 +20,7 @@ the near rivals. After the last level, what is left of the budget measures the r
 order (``collage.tuner.steps.candidates.measuring_order``). The budget is a promise: measuring stops at it.
 
 **Every exported partition is measured**: estimates only choose what to measure. The tuner's search
-(``collage.tuner.search_step``) then runs on measured costs alone, so where the budget ended with estimated
+(``collage.tuner.stitching``) then runs on measured costs alone, so where the budget ended with estimated
 partitions in the optimistic plan, the plan exported is the best all-measured one (the whole model on one
 backend is always among them), and the never-worse end-to-end check judges it as before. The report says how
 many candidates were measured and how many estimated, and how far the predictions were from the measurements

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collage.plan import Plan
     from collage.search.candidates import Candidate
-    from collage.tuner.precision.search import PrecisionOutcome
+    from collage.tuner.precision.budgeted import PrecisionOutcome
 
 
 def _no_outcome() -> PrecisionOutcome:
-    from collage.tuner.precision.search import PrecisionOutcome
+    from collage.tuner.precision.budgeted import PrecisionOutcome
 
     return PrecisionOutcome()
 

@@ -57,15 +57,3 @@ def test_unknown_strategy_is_refused():
     with pytest.raises(CollageError, match="unknown search strategy 'greedy'; one of auto, dp-ilp"):
         solve(g, {Candidate((0,), "a"): 1.0}, strategy="greedy")  # type: ignore[arg-type]
 
-
-def test_the_old_entry_is_solve():
-    from collage.search.exact import ExactStats, search_exact
-
-    g = make_dag([("Relu", (-1,)), ("Relu", (0,)), ("Add", (0, 1)), ("Relu", (2,))])
-    rng = random.Random(3)
-    costs = random_costs(g, rng, BACKENDS)
-    transition = random_transition(rng, BACKENDS)
-    stats = ExactStats()
-    old = search_exact(g, costs, transition, stats=stats, decompose=False, max_states=1)
-    new = solve(g, costs, transition, strategy="dp-ilp", limits=SolveLimits(max_states=1))
-    assert old.parts() == new.parts() and stats.method == "ilp"

@@ -16,7 +16,7 @@ from collage.cost_models.features import FEATURES_KIND, features_by_fingerprint
 from collage.measure.schedule import CostTable
 from collage.graph.ir import Graph
 from collage.search.candidates import Candidate, Limits, enumerate_candidates
-from collage.search.exact import search_exact
+from collage.search import solve as search_exact  # the entry the tuner calls (strategy "auto")
 from collage.tuner.guided import OPTIMISM, GuidedMeasuring, GuidedSettings
 
 pytest.importorskip("xgboost")

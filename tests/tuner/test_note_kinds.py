@@ -12,7 +12,7 @@ LOOKS_LIKE = "transitions between backends: refined by precision: "  # every old
 
 
 def test_repricing_rewrites_the_transitions_note_only():
-    from collage.tuner.search_step import priced_as
+    from collage.tuner.stitching import priced_as
 
     plan = Plan([Partition((0,), "onnxruntime", 1.0), Partition((1,), "openvino", 1.0)], 2.5,
                 [Note(NoteKind.TRANSITIONS, "worded otherwise"), Note(NoteKind.OTHER, LOOKS_LIKE + "kept")])
@@ -22,7 +22,7 @@ def test_repricing_rewrites_the_transitions_note_only():
 
 
 def test_the_precision_notes_are_replaced_by_kind():
-    from collage.tuner.precision.search import PrecisionOutcome
+    from collage.tuner.precision.budgeted import PrecisionOutcome
     from collage.tuner.precision.tuner import PrecisionTuner
 
     tuner = object.__new__(PrecisionTuner)

@@ -22,7 +22,7 @@ from collage.measure.db import SQLiteCostDB
 from collage.errors import CollageError
 from collage.search.candidates import Limits
 from collage.tuner.job import parse_budget, tune
-from collage.tuner.search_step import Stitching
+from collage.tuner.stitching import Stitching
 
 BACKENDS = ["onnxruntime", "openvino"]
 
@@ -132,7 +132,7 @@ def test_never_worse_names_the_partition_furthest_over_its_price():
 
 def test_interleaved_measuring_says_when_the_warm_up_is_over():
     # the verification drops the plan's warm-up calls from its per-partition times there: a fast plan makes many
-    from collage.tuner.verify import measure_interleaved
+    from collage.tuner.checks import measure_interleaved
 
     calls: list[str] = []
     log: list[str] = []
@@ -295,7 +295,7 @@ def test_bench_checks_every_model_first_and_overwrites_no_results(tmp_path):
 
 
 def test_stale_cost_db_is_called_out():
-    from collage.tuner.verify import stale_costs
+    from collage.tuner.checks import stale_costs
 
     assert stale_costs({"onnxruntime": 10.0, "openvino": 9.0}, {"onnxruntime": 9.0, "openvino": 10.5}) is None
     msg = stale_costs({"onnxruntime": 30.0, "openvino": 9.0}, {"onnxruntime": 9.0, "openvino": 10.0})
@@ -319,7 +319,7 @@ class _Prec:
 def test_one_backend_in_pieces_becomes_its_whole_model():
     from collage.plan import Partition, Plan
     from collage.search.candidates import Candidate
-    from collage.tuner.search_step import whole_if_one_backend as merged_plan
+    from collage.tuner.stitching import whole_if_one_backend as merged_plan
 
     def whole_if_one_backend(*args):
         return merged_plan(*args)[0]
@@ -370,7 +370,7 @@ def test_partition_charges_level_every_partition_and_cut_all_but_the_first():
     cost, without a cut (squeezenet in bf16 was predicted 1.27 ms with a per-partition overhead charged,
     measured 1.01 ms)."""
     from collage.search.candidates import Candidate
-    from collage.tuner.search_step import PartitionCharge, charge_costs
+    from collage.tuner.stitching import PartitionCharge, charge_costs
 
     costs = {Candidate((0, 1, 2, 3), "openvino-bf16"): 1.0, Candidate((0, 1), "openvino-bf16"): 0.6,
              Candidate((2, 3), "openvino-bf16"): 0.5, Candidate((2, 3), "onnxruntime"): 2.0}
@@ -391,17 +391,17 @@ def test_calibration_takes_level_from_the_whole_model_and_the_cut_from_the_chain
                                                                                   whole_ms, chain_ms, level, cut):
     from collage.graph.ir import Graph
     from collage.search.candidates import Candidate
-    from collage.tuner import search_step
+    from collage.tuner import stitching
     from tests.helpers import chain_model
 
     g = Graph.load(chain_model(4))
     costs = {Candidate((0, 1), "openvino"): 5.0, Candidate((2, 3), "openvino"): 5.0,
              Candidate((0, 1, 2, 3), "openvino"): 10.0}
-    monkeypatch.setattr(search_step, "artifact_runner", lambda graph, plan, *a: len(plan.partitions))
-    monkeypatch.setattr(search_step, "measure_interleaved",
+    monkeypatch.setattr(stitching, "artifact_runner", lambda graph, plan, *a: len(plan.partitions))
+    monkeypatch.setattr(stitching, "measure_interleaved",
                         lambda runners, rounds: {k: {1: whole_ms, 2: chain_ms}[v] for k, v in runners.items()})
-    charges = search_step.calibrate_partition_charges(g, costs, None, ["openvino", "onnxruntime"],
-                                                      search_step.Stitching({}, tmp_path, progress=False),
+    charges = stitching.calibrate_partition_charges(g, costs, None, ["openvino", "onnxruntime"],
+                                                      stitching.Stitching({}, tmp_path, progress=False),
                                                       whole_costs={"openvino": 10.0})
     assert charges["openvino"].level == pytest.approx(level) and charges["openvino"].cut_ms == pytest.approx(cut)
     # a backend with nothing measured takes the others' medians
@@ -425,7 +425,7 @@ def _fake_plan_runs(monkeypatch, runs: dict[tuple, tuple[float, list[float]]],
     of shapes measured, in order."""
     import collage.tuner.export
     import collage.runtime.artifact
-    from collage.tuner import search_step as tune_search
+    from collage.tuner import stitching as tune_search
 
     measured: list[tuple] = []
 
@@ -456,7 +456,7 @@ def test_a_winning_but_mispredicted_plan_is_searched_again(monkeypatch, tmp_path
     switch does that): its excess is charged to its backends, its partitions are priced as they ran in it,
     and the search runs again; B, measured as predicted, is kept, priced as it ran. The old rule stopped at
     A because it won."""
-    from collage.tuner import search_step as tune_search
+    from collage.tuner import stitching as tune_search
     from collage.plan import Partition, Plan
 
     head, ort, ov = (_Cand("bf16-head", (0, 1), "openvino-bf16"), _Cand("ort-tail", (2, 3), "onnxruntime"),
@@ -508,7 +508,7 @@ def test_reference_runs_never_make_the_process_wide_pool():
         from collage.backends.onnxruntime.session import global_pool_threads
         from collage.measure.accuracy import Calibration, reference_runs
         from collage.graph.inputs import random_inputs
-        from collage.tuner.verify import _reference_outputs
+        from collage.tuner.checks import _reference_outputs
         g = zoo.load_graph("zoo:tiny-resnet")
         feeds = random_inputs(g, seed=0)
         _reference_outputs(g, feeds)
@@ -526,8 +526,8 @@ def test_an_over_predicted_plan_gets_its_cuts_lowered_and_ships_predicted_as_mea
     per cut, its parts priced as they ran, the search runs again, the same plan comes back and is not
     measured again: it ships predicted at its measurement. The old check accepted any winning plan measured
     under its prediction."""
-    from collage.tuner import search_step as tune_search
-    from collage.tuner.search_step import PartitionCharge
+    from collage.tuner import stitching as tune_search
+    from collage.tuner.stitching import PartitionCharge
     from collage.plan import Partition, Plan
 
     head, tail = _Cand("head", (0, 1), "openvino-bf16"), _Cand("tail", (2,), "openvino")
@@ -553,7 +553,7 @@ def test_a_plan_measured_in_an_earlier_attempt_is_kept_priced_as_it_ran(monkeypa
     slower and the third search goes to one backend. A is returned priced from its own run (its calls and
     its share of the time outside them, plus its priced transitions), not at the prediction it was found
     with, and the costs returned say so."""
-    from collage.tuner import search_step as tune_search
+    from collage.tuner import stitching as tune_search
     from collage.plan import Note, NoteKind, Partition, Plan
 
     x, y, z = _Cand("x", (0,), "onnxruntime"), _Cand("y", (1,), "openvino"), _Cand("z", (2,), "onnxruntime")
@@ -586,7 +586,7 @@ def test_the_kept_plan_gets_back_what_its_own_search_left(monkeypatch, tmp_path)
     (rounds, notes) is the one the first search returned with it, not the last search's, nor searched again
     (a budgeted search keeps the errors it measured, so the same costs can give another plan the second time)."""
     from collage.plan import Partition, Plan
-    from collage.tuner import search_step
+    from collage.tuner import stitching
     from collage.tuner.clock import Deadline
     from collage.tuner.records import Baselines, Measured
     from collage.tuner.steps.search import search
@@ -609,10 +609,10 @@ def test_the_kept_plan_gets_back_what_its_own_search_left(monkeypatch, tmp_path)
     def two_attempts(graph, costs, charges, do_search, *args, **kw):
         first = do_search({})
         do_search({})
-        return search_step.Checked(first, {}, 2, first, 1.0)
+        return stitching.Checked(first, {}, 2, first, 1.0)
 
-    monkeypatch.setattr(search_step, "calibrate_partition_charges", lambda *a, **kw: {})
-    monkeypatch.setattr(search_step, "search_checked", two_attempts)
+    monkeypatch.setattr(stitching, "calibrate_partition_charges", lambda *a, **kw: {})
+    monkeypatch.setattr(stitching, "search_checked", two_attempts)
     ctx = context(graph=graph, precision=Prec([a, b, a]), work=tmp_path,
                   options=type("O", (), {"target": "cpu", "progress": False})(),
                   clock=Deadline(None))  # no budget: the tune's clock cuts nothing
@@ -623,15 +623,15 @@ def test_the_kept_plan_gets_back_what_its_own_search_left(monkeypatch, tmp_path)
     # a plan the attempts never ran (one partition): its gain is against the single backends priced alike,
     # each whole model's worker cost at its backend's level
     from collage.measure.db import Cost
-    from collage.tuner.search_step import PartitionCharge
+    from collage.tuner.stitching import PartitionCharge
 
     one = Plan([Partition(tuple(range(n)), "openvino", 4.4)], 4.4)
 
     def one_attempt(graph, costs, charges, do_search, *args, **kw):
-        return search_step.Checked(do_search({}), {}, 1, None, None)
+        return stitching.Checked(do_search({}), {}, 1, None, None)
 
-    monkeypatch.setattr(search_step, "search_checked", one_attempt)
-    monkeypatch.setattr(search_step, "calibrate_partition_charges",
+    monkeypatch.setattr(stitching, "search_checked", one_attempt)
+    monkeypatch.setattr(stitching, "calibrate_partition_charges",
                         lambda *a, **kw: {"onnxruntime": PartitionCharge(level=1.5), "openvino": PartitionCharge(1.1)})
     ctx = context(graph=graph, precision=Prec([one]), work=tmp_path, options=ctx.options, clock=ctx.clock)
     whole = {(tuple(range(n)), b): Cost("whole", b, "v", "cpu", "{}", "here", median_ms=ms)
@@ -643,7 +643,7 @@ def test_the_kept_plan_gets_back_what_its_own_search_left(monkeypatch, tmp_path)
 def test_a_plan_found_again_after_it_ran_ends_the_attempts(monkeypatch, tmp_path):
     """A mix measured within 10% of its prediction but slower than the best single backend: priced as it ran,
     the search comes back to it, and there the attempts end (it is not measured again; never-worse judges it)."""
-    from collage.tuner import search_step as tune_search
+    from collage.tuner import stitching as tune_search
     from collage.plan import Partition, Plan
 
     x, y = _Cand("x", (0,), "onnxruntime"), _Cand("y", (1,), "openvino")
@@ -668,7 +668,7 @@ def test_a_plan_is_judged_against_the_single_backends_timed_beside_it(monkeypatc
     """The baselines, timed minutes before, had the best single backend at 30 ms; timed in the same rounds as the
     plan it runs 9 ms. The plan (10.5 ms, within 10% of its 10 ms prediction) loses to that, so it is priced as
     it ran and searched again, not kept as a win."""
-    from collage.tuner import search_step as tune_search
+    from collage.tuner import stitching as tune_search
     from collage.plan import Partition, Plan
 
     x, y = _Cand("x", (0,), "onnxruntime"), _Cand("y", (1,), "openvino")
@@ -695,7 +695,7 @@ def test_a_mix_that_lost_to_the_singles_beside_it_leaves_the_search_on_one_backe
     ran there (the whole models were priced 11-12 ms at their worker costs), the singles win the next search,
     and that one-backend plan is the search's choice: the losing mix is not kept as "searched" for the
     verification to measure and never-worse to drop (shufflenet, 8.73 ms beside OpenVINO's 6.9)."""
-    from collage.tuner import search_step as tune_search
+    from collage.tuner import stitching as tune_search
     from collage.plan import Partition, Plan
 
     x, y = _Cand("x", (0,), "onnxruntime"), _Cand("y", (1,), "openvino")
@@ -729,7 +729,7 @@ def test_a_mix_that_won_in_its_rounds_is_kept_over_one_faster_in_ms_that_lost_in
     11 ms beside them at 12 (won, but 1.375x its 8 ms prediction), then the search goes to one backend. B won
     where A lost: B is the search's plan (judged by its time over the singles beside it, not in ms), and
     the one-backend plan is not taken, since a mix won."""
-    from collage.tuner import search_step as tune_search
+    from collage.tuner import stitching as tune_search
     from collage.plan import Partition, Plan
 
     x, y = _Cand("x", (0,), "onnxruntime"), _Cand("y", (1,), "openvino")
@@ -755,7 +755,7 @@ def test_a_real_mixed_plan_is_priced_as_it_ran(monkeypatch, tmp_path):
     from collage.graph.inputs import random_inputs
     from collage.search.candidates import Candidate
     from collage.search.cover import plan_from_parts
-    from collage.tuner import search_step as tune_search
+    from collage.tuner import stitching as tune_search
 
     graph = zoo.load_graph("zoo:tiny-resnet")
     n, cut = len(graph), len(graph) // 2

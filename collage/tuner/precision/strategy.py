@@ -6,7 +6,7 @@ The job holds one strategy for the whole run and calls it at the same points wha
 - ``prescreen(cands)``: the candidates worth timing, in measuring order (after enumeration);
 - ``low``: names of the lower-precision backends (no fp32 baselines, no "fastest whole model");
 - ``search(charged, transition)``: the plan for measured costs (after measurement, per search attempt), with
-  the :class:`collage.tuner.precision.search.PrecisionOutcome` that search left for the report; the tune
+  the :class:`collage.tuner.precision.budgeted.PrecisionOutcome` that search left for the report; the tune
   keeps the outcome of the plan it keeps and hands it to the later points;
 - ``whole_model_within_budget()`` / ``use_whole_model(outcome, name, note)``: lower-precision whole models
   allowed on their own, and the outcome once one is chosen;
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from collage.plan import Plan
     from collage.search.candidates import Candidate
     from collage.tuner.options import TuneOptions
-    from collage.tuner.precision.search import PrecisionOutcome
+    from collage.tuner.precision.budgeted import PrecisionOutcome
 
 Transition = Callable[[str, str, int], float]
 
@@ -81,7 +81,7 @@ class Fp32Only:
     def search(self, charged: Mapping[Candidate, float],
                transition: Transition | None) -> tuple[Plan, PrecisionOutcome]:
         from collage.search import solve as search  # module by module, the DP, or the ILP
-        from collage.tuner.precision.search import PrecisionOutcome
+        from collage.tuner.precision.budgeted import PrecisionOutcome
 
         return search(self.graph, charged, transition), PrecisionOutcome()
 

@@ -18,7 +18,7 @@ measuring budget can run out before them on a heavy model).
 
 The budgeted search (:meth:`PrecisionTuner.search`, a Lagrangian loop over the exact DP with each
 round's plan stitched and its end-to-end error measured, falling back to fp32) lives in
-:mod:`collage.tuner.precision.search`; the backend variants in :mod:`collage.backends.openvino.lowp`. Here: the
+:mod:`collage.tuner.precision.budgeted`; the backend variants in :mod:`collage.backends.openvino.lowp`. Here: the
 tuner's setup, the prescreen, artifacts' end-to-end errors, the whole-model alternatives for tune's
 verification, the final check and report.json's "precision" section.
 """
@@ -47,7 +47,7 @@ from collage.plan import Note, NoteKind, Plan, kind_of
 from collage.backends.openvino.lowp import (VARIANTS, OpenVINOBF16Backend, OpenVINOFP16Backend,
                                         cpu_bf16_reason, native_support, precision_of)
 from collage.tuner.precision.output_errors import OutputErrors, screen_ranges
-from collage.tuner.precision.search import BudgetedSearch, PrecisionOutcome, Round
+from collage.tuner.precision.budgeted import BudgetedSearch, PrecisionOutcome, Round
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +146,8 @@ class PrecisionSettings:
 @dataclass
 class PrecisionTuner(BudgetedSearch):
     """The precision part of one tuning job (module docstring); ``tune`` calls setup, search (inherited from
-    :class:`collage.tuner.precision.search.BudgetedSearch`), check, report. What one search found travels
-    with its plan (:class:`collage.tuner.precision.search.PrecisionOutcome`); the tuner keeps only what holds
+    :class:`collage.tuner.precision.budgeted.BudgetedSearch`), check, report. What one search found travels
+    with its plan (:class:`collage.tuner.precision.budgeted.PrecisionOutcome`); the tuner keeps only what holds
     for the whole tune (the setup's notes, the int8 ranges, the measured errors, caches)."""
 
     graph: Any

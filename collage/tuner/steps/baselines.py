@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from collage.tuner.records import Baselines, Measured
 from collage.tuner.steps import budget
 from collage.tuner.steps.measure import SLOW_BASELINE_FACTOR
-from collage.tuner.verify import measure_interleaved
+from collage.tuner.checks import measure_interleaved
 
 if TYPE_CHECKING:
     from collage.tuner.context import JobContext

@@ -68,7 +68,7 @@ def rounds_for(ctx: JobContext, base: Baselines, share: float, artifacts: int = 
     left of the budget after compiling ``artifacts`` per backend (a compile: the whole models' measured
     time each)."""
     from collage.tuner.clock import WARMUP_S, round_s
-    from collage.tuner.verify import VERIFY_ROUNDS
+    from collage.tuner.checks import VERIFY_ROUNDS
 
     singles = list(base.whole_ms.values())
     per = round_s(singles) + round_s([max(singles, default=0.0)])

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from collage.tuner.context import JOB_LOGGER
 from collage.tuner.records import FinalCheck, Verified
 from collage.tuner.result import TuneResult
-from collage.tuner.verify import check_numerics
+from collage.tuner.checks import check_numerics
 
 if TYPE_CHECKING:
     from collage.tuner.context import JobContext

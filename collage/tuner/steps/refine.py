@@ -12,7 +12,7 @@ from collage.plan import Note, NoteKind
 from collage.report.coverage import refinement
 from collage.tuner.records import Baselines, Refined, Searched, Verified
 from collage.tuner.steps import budget
-from collage.tuner.verify import measure_interleaved
+from collage.tuner.checks import measure_interleaved
 
 if TYPE_CHECKING:
     from collage.plan import Plan
@@ -49,7 +49,7 @@ def run_trials(ctx: JobContext, verified: Verified, charged: Mapping[Any, float]
     again."""
     from collage.search.refine import RefineOptions
     from collage.search.refine import refine as refine_plan
-    from collage.tuner.search_step import fill_boundaries
+    from collage.tuner.stitching import fill_boundaries
 
     graph, plan = ctx.graph, verified.plan
     n = len(graph)
@@ -74,7 +74,7 @@ def run_trials(ctx: JobContext, verified: Verified, charged: Mapping[Any, float]
 
 def evaluate(ctx: JobContext, plan: Plan) -> float:
     """A refinement trial: ``plan`` exported, loaded and measured (3 rounds)."""
-    from collage.tuner.search_step import fill_boundaries
+    from collage.tuner.stitching import fill_boundaries
 
     a = ctx.load(ctx.export(fill_boundaries(ctx.graph, plan), Path(tempfile.mkdtemp(dir=ctx.work)) / "p"))
     return measure_interleaved({"p": lambda: a.run(ctx.feeds)}, rounds=3)["p"]

@@ -1,5 +1,5 @@
 """Step 5 of a tune: the search with measured partition charges (level, cost per cut), corrected where the
-stitched plan says so (:mod:`collage.tuner.search_step`). Each search attempt's precision outcome is kept
+stitched plan says so (:mod:`collage.tuner.stitching`). Each search attempt's precision outcome is kept
 beside its plan, and the plan kept takes its own."""
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
 def search(ctx: JobContext, measured: Measured, base: Baselines) -> Searched:
     """The searched plan (module docstring), with what the report says of it."""
-    from collage.tuner import search_step
-    from collage.tuner.search_step import Stitching, fill_boundaries, whole_if_one_backend
+    from collage.tuner import stitching
+    from collage.tuner.stitching import Stitching, fill_boundaries, whole_if_one_backend
 
     graph, prec, opts = ctx.graph, ctx.precision, ctx.options
     charges = partition_charges(ctx, measured, base)
@@ -36,7 +36,7 @@ def search(ctx: JobContext, measured: Measured, base: Baselines) -> Searched:
     t0 = time.perf_counter()
     stitch = Stitching(ctx.feeds, ctx.work, opts.target, ctx.backend_options, opts.progress,
                        budget.rounds_for(ctx, base, share=0.2))
-    checked = search_step.search_checked(graph, measured.costs, charges, do_search, stitch, base.best_single_ms,
+    checked = stitching.search_checked(graph, measured.costs, charges, do_search, stitch, base.best_single_ms,
                                          attempts=budget.attempts_for(ctx, base),
                                          singles={name: (lambda c=c: c.run(ctx.feeds))
                                                   for name, c in base.singles.items()})
@@ -58,10 +58,10 @@ def search(ctx: JobContext, measured: Measured, base: Baselines) -> Searched:
 
 
 def partition_charges(ctx: JobContext, measured: Measured, base: Baselines) -> dict[str, Any]:
-    """Each backend's measured ``PartitionCharge`` (collage.tuner.search_step), where they fit the budget;
+    """Each backend's measured ``PartitionCharge`` (collage.tuner.stitching), where they fit the budget;
     else each piece priced as timed alone."""
-    from collage.tuner import search_step
-    from collage.tuner.search_step import PartitionCharge, Stitching
+    from collage.tuner import stitching
+    from collage.tuner.stitching import PartitionCharge, Stitching
 
     if not budget.charges_fit(ctx, base):
         ctx.say("time: partition charges not measured (%.0f s left of the budget): each piece priced as timed alone",
@@ -70,14 +70,14 @@ def partition_charges(ctx: JobContext, measured: Measured, base: Baselines) -> d
     opts, graph = ctx.options, ctx.graph
     stitch = Stitching(ctx.feeds, ctx.work, opts.target, ctx.backend_options, opts.progress,
                        budget.rounds_for(ctx, base, share=0.25, artifacts=2))
-    return search_step.calibrate_partition_charges(graph, measured.costs, base.transition, ctx.names, stitch,
+    return stitching.calibrate_partition_charges(graph, measured.costs, base.transition, ctx.names, stitch,
                                                    whole_costs={b: measured.whole(len(graph), b) for b in ctx.names},
                                                    db=ctx.db)
 
 
 def whole_prediction(ctx: JobContext, charges: Mapping[str, Any], measured: Measured, name: str) -> float | None:
     """The predicted ms of ``name`` on the whole model: its measured cost at that backend's level."""
-    from collage.tuner.search_step import PartitionCharge
+    from collage.tuner.stitching import PartitionCharge
 
     ms = measured.whole(len(ctx.graph), name)
     return None if ms is None else charges.get(name, PartitionCharge()).level * ms

@@ -15,7 +15,7 @@ from collage.tuner.records import Baselines, Measured, Searched, SearchedRun, Ve
 from collage.tuner.steps import budget
 from collage.tuner.steps.measure import SLOW_BASELINE_FACTOR
 from collage.tuner.steps.search import whole_prediction
-from collage.tuner.verify import measure_interleaved, stale_costs
+from collage.tuner.checks import measure_interleaved, stale_costs
 
 if TYPE_CHECKING:
     from collage.tuner.context import JobContext
@@ -60,7 +60,7 @@ def verify(ctx: JobContext, searched: Searched, measured: Measured, base: Baseli
 def take_whole_model_alternative(ctx: JobContext, verified: Verified, alt_ms: Mapping[str, float],
                                  searched: Searched, measured: Measured) -> Verified:
     """A lower-precision whole model measured faster than the searched plan becomes the plan."""
-    from collage.tuner.search_step import fill_boundaries
+    from collage.tuner.stitching import fill_boundaries
 
     name = min(alt_ms, key=alt_ms.__getitem__)
     note = (f"precision: {name} on the whole model (within the accuracy budget on its own) measured "
@@ -96,7 +96,7 @@ def note_baselines(ctx: JobContext, verified: Verified, base: Baselines, measure
 
 def never_worse(ctx: JobContext, verified: Verified, searched: Searched, measured: Measured) -> Verified:
     """If the plan is not faster than the best single backend, the plan is that backend."""
-    from collage.tuner.search_step import fill_boundaries
+    from collage.tuner.stitching import fill_boundaries
 
     plan, plan_ms, baselines = verified.plan, verified.plan_ms, verified.baselines
     if len(plan.partitions) == 1 and plan.partitions[0].backend in verified.timings:

@@ -34,7 +34,7 @@ from collage.errors import CollageError
 from collage.graph.ir import Graph
 from collage.plan import Note, NoteKind, Partition, Plan, kind_of
 from collage.util import machine_id, say, sha256_bytes
-from collage.tuner.verify import VERIFY_ROUNDS, measure_interleaved
+from collage.tuner.checks import VERIFY_ROUNDS, measure_interleaved
 
 log = logging.getLogger(__name__)
 
