@@ -218,6 +218,13 @@ class CostDB(abc.ABC):
 
     #: A URL ``get_db`` opens to this same database from another process or machine (None: there is none).
     url: str | None = None
+    #: the tables, the same names in every store (a schema version in each name)
+    costs_table = f"costs_v{SCHEMA_VERSION}"
+    transitions_table = f"transitions_v{SCHEMA_VERSION}"
+    claims_table = f"claims_v{SCHEMA_VERSION}"
+    errors_table = f"errors_v{SCHEMA_VERSION}"
+    ranges_table = f"int8_ranges_v{SCHEMA_VERSION}"
+    features_table = f"features_v{SCHEMA_VERSION}"
 
     @abc.abstractmethod
     def get(self, key: CostKey) -> Cost | None:
@@ -318,13 +325,6 @@ COST_COLUMNS = (KEY_COLUMNS + ("median_ms", "p10_ms", "p90_ms", "samples", "comp
 
 class SQLiteCostDB(CostDB):
     """The default store: one SQLite file in WAL mode (see the module docstring for safety)."""
-
-    costs_table = f"costs_v{SCHEMA_VERSION}"
-    transitions_table = f"transitions_v{SCHEMA_VERSION}"
-    claims_table = f"claims_v{SCHEMA_VERSION}"
-    errors_table = f"errors_v{SCHEMA_VERSION}"
-    ranges_table = f"int8_ranges_v{SCHEMA_VERSION}"
-    features_table = f"features_v{SCHEMA_VERSION}"
 
     def __init__(self, path: str | os.PathLike, *, busy_timeout_s: float = 60.0) -> None:
         self.path = Path(path).expanduser()

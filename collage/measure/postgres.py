@@ -70,13 +70,6 @@ def one_line(error: BaseException) -> str:
 class PostgresCostDB(CostDB):
     """``CostDB`` on a PostgreSQL database named by a ``postgresql://`` URL (module docstring)."""
 
-    costs_table = f"costs_v{SCHEMA_VERSION}"
-    transitions_table = f"transitions_v{SCHEMA_VERSION}"
-    claims_table = f"claims_v{SCHEMA_VERSION}"
-    errors_table = f"errors_v{SCHEMA_VERSION}"
-    ranges_table = f"int8_ranges_v{SCHEMA_VERSION}"
-    features_table = f"features_v{SCHEMA_VERSION}"
-
     def __init__(self, url: str, *, connect_timeout_s: float = 10.0) -> None:
         scheme, sep, rest = url.partition("://")
         if not sep or scheme not in ("postgresql", "postgres", "postgresql+psycopg"):
