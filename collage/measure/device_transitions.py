@@ -217,11 +217,12 @@ def measure_device_transition(run: DeviceRun, db: None | str | CostDB = None,
 
 
 def graph_figures(backends: Sequence[Any], db: None | str | CostDB = None,
-                  backend_options: Mapping[str, Mapping[str, Any]] | None = None) -> DeviceFigures:
-    """The ``graph`` figures of ``backends`` (instances, all capturable): stored ones, and where torch sees a CUDA
-    device, the missing pairs (each backend with itself for its cut) measured now and stored."""
+                  backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+                  measure_missing: bool = True) -> DeviceFigures:
+    """The ``graph`` figures of ``backends`` (instances, all capturable): stored ones, and with ``measure_missing``
+    where torch sees a CUDA device, the missing pairs (each backend with itself for its cut) measured now, stored."""
     have = stored_figures(backends, db, "graph")
-    if not _cuda_available():
+    if not measure_missing or not _cuda_available():
         return have
     opts = {k: dict(v) for k, v in (backend_options or {}).items()}
     names = [x.name for x in backends]

@@ -75,3 +75,25 @@ def test_chains_timed_with_real_pieces_on_the_cpu_device():
     row = rows["eager"][0]
     assert row["nbytes"] == 4096 and all(row[f"{c}_ms"] > 0 for c in ("A1", "B1", "AA", "BB", "AB"))
     assert row["cut_a_ms"] >= 0 and row["cut_b_ms"] >= 0
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+@pytest.mark.skipif(not _cuda(), reason="no CUDA device: the in-graph chains run on the GPU machine")
+def test_chains_timed_eagerly_and_in_one_cuda_graph():
+    run = dt.DeviceRun("torch", "torch-bf16", {}, {}, sizes=(4096, 1 << 20), rounds=20)
+    rows = dt.device_chain_timings(run)
+    assert set(rows) == {"eager", "graph"}
+    for mode in ("eager", "graph"):
+        assert [r["nbytes"] for r in rows[mode]] == [4096, 1 << 20]
+        assert all(r[f"{c}_ms"] > 0 for r in rows[mode] for c in ("A1", "B1", "AA", "BB", "AB"))
+    # one replay launches the chain once: never slower than calling its 8 pieces (launch-bound at these sizes)
+    assert rows["graph"][0]["AB_ms"] <= rows["eager"][0]["AB_ms"] * 1.1, rows
+    print({m: [(r["nbytes"], round(r["cut_a_ms"], 4), round(r["switch_ms"], 4)) for r in rs]
+           for m, rs in rows.items()})

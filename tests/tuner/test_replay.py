@@ -89,3 +89,36 @@ def test_capture_refusals_ask_the_compiled_form():
     got = replay.capture_refusals({A: Says(None), B: Says("Shape builds a tensor"), "tensorrt": object()})
     assert got[A] is None and got[B] == "Shape builds a tensor"
     assert got["tensorrt"] is not None
+
+
+def _ctx(target: str, db, budgeted: bool = True):
+    from types import SimpleNamespace
+
+    from collage.backends import get_backend
+
+    backends = [get_backend(n, device="cpu") for n in (A, B)]
+    return SimpleNamespace(options=SimpleNamespace(target=target), names=[A, B], backends=backends, db=db,
+                           backend_options={}, clock=SimpleNamespace(budgeted=budgeted)), backends
+
+
+class _Single:
+    def capture_refusal(self):
+        return None
+
+
+def test_search_step_prices_with_the_stored_graph_figures(tmp_path, monkeypatch):
+    from collage.measure import device_transitions as dt
+    from collage.measure.db import SQLiteCostDB
+    from collage.tuner.records import Baselines
+    from collage.tuner.steps.search import replay_priced
+
+    monkeypatch.setattr(dt, "measure_device_transition", lambda *a, **k: pytest.fail("measured under a budget"))
+    db = SQLiteCostDB(tmp_path / "c.db")
+    rows = [{"nbytes": 4096, "cut_a_ms": 0.0, "cut_b_ms": 0.0, "switch_ms": 0.02}]
+    base = Baselines({A: _Single(), B: _Single()}, {}, {}, 1.0, transition=eager_switch)
+    ctx, backends = _ctx("cuda", db)
+    dt.store_fits(db, backends[0], backends[1], "graph", rows)
+    priced = replay_priced(ctx, base, dict(EAGER_CHARGES))
+    assert priced.charges[A].cut_ms == 0.0 and priced.transition(A, B, 4096) == pytest.approx(0.02)
+    cpu = replay_priced(_ctx("cpu", db)[0], base, dict(EAGER_CHARGES))
+    assert cpu.charges == EAGER_CHARGES and cpu.transition is eager_switch

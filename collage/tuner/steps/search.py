@@ -78,7 +78,8 @@ def partition_charges(ctx: JobContext, measured: Measured, base: Baselines) -> d
 
 def replay_priced(ctx: JobContext, base: Baselines, charges: dict[str, Any]) -> Any:
     """The charges and transition model priced for a plan replayed from CUDA graphs on target cuda
-    (collage.tuner.replay: capturable backends' in-graph figures); as they are on any other target."""
+    (collage.tuner.replay: capturable backends' in-graph figures); as they are on any other target. Figures missing
+    from the cost DB are measured only in a tune without a time budget (a budgeted one prices with what is stored)."""
     from collage.measure.device_transitions import graph_figures
     from collage.tuner import replay
 
@@ -86,7 +87,8 @@ def replay_priced(ctx: JobContext, base: Baselines, charges: dict[str, Any]) -> 
     by_name = {b.name: b for b in ctx.backends}
     return replay.priced_for_target(ctx.options.target, charges, base.transition, refusals,
                                     lambda names: graph_figures([by_name[n] for n in sorted(names)], ctx.db,
-                                                                ctx.backend_options))
+                                                                ctx.backend_options,
+                                                                measure_missing=not ctx.clock.budgeted))
 
 
 def whole_prediction(ctx: JobContext, charges: Mapping[str, Any], measured: Measured, name: str) -> float | None:
