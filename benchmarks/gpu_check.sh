@@ -11,7 +11,8 @@
 #   2. the GPU tests: tests/backends/test_backends_gpu.py (conformance of every available GPU backend against the
 #      ONNX Runtime CPU reference, save -> load, device IO), test_torch_variants.py (torch-inductor, the tf32/bf16/
 #      fp16 variants), tests/runtime/test_resident.py and test_graphs.py (device-resident artifacts, CUDA-graph
-#      replay), tests/measure/test_device_timing.py (CUDA events in the measuring worker); slow ones left out;
+#      replay), tests/measure/test_device_timing.py (CUDA events in the measuring worker),
+#      tests/measure/test_device_transitions.py (hand-overs timed eagerly and in one CUDA graph); slow ones left out;
 #   3. the torch anchors (benchmarks/torch_anchors.py): eager fp32/tf32/bf16, CUDA graph fp32/bf16, torch.compile;
 #   4. `collage bench --target cuda` on mobilenetv2, resnet50, bert-base over every available fp32 GPU backend,
 #      keeping the artifacts; then each artifact timed as it deploys (device-resident, graph-replayed, CUDA events);
@@ -80,7 +81,7 @@ echo "available GPU backends: fp32 ${GPU_FP32:--}; with variants ${GPU_ALL:--}"
 step "2. GPU tests"
 run 75 $PY -m pytest -q -rs -p no:cacheprovider -m "not slow" tests/backends/test_backends_gpu.py \
     tests/backends/test_torch_variants.py tests/runtime/test_resident.py tests/runtime/test_graphs.py \
-    tests/measure/test_device_timing.py
+    tests/measure/test_device_timing.py tests/measure/test_device_transitions.py
 
 if [ -z "${GPU_FP32:-}" ] || [ "$GPU_FP32" = "-" ]; then
     echo "!!! no GPU backend is available: no benchmarks"

@@ -21,13 +21,14 @@ def search(ctx: JobContext, measured: Measured, base: Baselines) -> Searched:
     from collage.tuner.stitching import Stitching, fill_boundaries, whole_if_one_backend
 
     graph, prec, opts = ctx.graph, ctx.precision, ctx.options
-    charges = partition_charges(ctx, measured, base)
+    priced = replay_priced(ctx, base, partition_charges(ctx, measured, base))
+    charges, transition = priced.charges, priced.transition
     calibrated = {b: c.to_dict() for b, c in charges.items()}
     found: list[Plan] = []
     outcomes: dict[tuple, Any] = {}  # what each plan's search left for the report (precision rounds, notes)
 
     def do_search(charged: Mapping[Any, float]) -> Plan:
-        plan, outcome = prec.search(charged, base.transition)
+        plan, outcome = prec.search(charged, transition)
         plan, outcome = whole_if_one_backend(graph, plan, charged, prec, outcome)
         found.append(fill_boundaries(graph, plan))
         outcomes[plan.parts()] = outcome
@@ -73,6 +74,21 @@ def partition_charges(ctx: JobContext, measured: Measured, base: Baselines) -> d
     return stitching.calibrate_partition_charges(graph, measured.costs, base.transition, ctx.names, stitch,
                                                    whole_costs={b: measured.whole(len(graph), b) for b in ctx.names},
                                                    db=ctx.db)
+
+
+def replay_priced(ctx: JobContext, base: Baselines, charges: dict[str, Any]) -> Any:
+    """The charges and transition model priced for a plan replayed from CUDA graphs on target cuda
+    (collage.tuner.replay: capturable backends' in-graph figures); as they are on any other target. Figures missing
+    from the cost DB are measured only in a tune without a time budget (a budgeted one prices with what is stored)."""
+    from collage.measure.device_transitions import graph_figures
+    from collage.tuner import replay
+
+    refusals = {b: "not compiled in this tune" for b in ctx.names} | replay.capture_refusals(base.singles)
+    by_name = {b.name: b for b in ctx.backends}
+    return replay.priced_for_target(ctx.options.target, charges, base.transition, refusals,
+                                    lambda names: graph_figures([by_name[n] for n in sorted(names)], ctx.db,
+                                                                ctx.backend_options,
+                                                                measure_missing=not ctx.clock.budgeted))
 
 
 def whole_prediction(ctx: JobContext, charges: Mapping[str, Any], measured: Measured, name: str) -> float | None:
