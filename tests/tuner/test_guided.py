@@ -178,6 +178,15 @@ def test_a_tune_never_exports_an_unmeasured_partition(tmp_path, monkeypatch):
         return None if est is None else [Estimate(1e-4, 2e-4, 3e-4) for _ in est]
 
     monkeypatch.setattr(LearnedCosts, "estimate", cheap)
+    from collage.cost_models.shipped import ShippedCosts
+
+    real_shipped = ShippedCosts.estimate
+
+    def cheap_shipped(self, variant, features):  # a fresh DB starts from the shipped model: as free
+        est = real_shipped(self, variant, features)
+        return None if est is None else [Estimate(1e-4, 2e-4, 3e-4) for _ in est]
+
+    monkeypatch.setattr(ShippedCosts, "estimate", cheap_shipped)
     from collage.tuner.steps import search as search_step
 
     searched = []
@@ -226,7 +235,8 @@ def test_guided_measuring_is_asked_for_and_needs_a_budget():
     from collage.errors import CollageError
     from collage.tuner.options import TuneOptions
 
-    assert TuneOptions().measure_order == "enumeration"
+    assert TuneOptions().measure_order == "auto" and TuneOptions().order() == "enumeration"
+    assert TuneOptions(budget_s=10.0, measure_order="enumeration").order() == "enumeration"
     with pytest.raises(CollageError, match="needs a measuring budget"):
         TuneOptions(measure_order="guided")
     with pytest.raises(CollageError, match="measure_order must be one of"):
