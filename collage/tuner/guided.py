@@ -182,7 +182,8 @@ class GuidedMeasuring:
     # ------------------------------------------------------------------ steps
     def run(self) -> CostTable:
         n = len(self.graph)
-        self.take([c for c in self.cands if len(c.nodes) == n], "whole model")
+        # every whole model, whatever the budget (the baselines need them, as in enumeration order)
+        self.take([c for c in self.cands if len(c.nodes) == n], "whole model", bounded=False)
         self.seed_thin_variants()
         level = 0
         while level < len(OPTIMISM) and not self.over():
@@ -205,9 +206,9 @@ class GuidedMeasuring:
             self.retrain(final=True)  # estimates of what is left, for the report
         return self.table()
 
-    def take(self, batch: Sequence[Candidate], why: str) -> int:
-        """Measure ``batch`` (the unmeasured of it) within the budget; predictions recorded first. Returns how
-        many of its keys got a cost."""
+    def take(self, batch: Sequence[Candidate], why: str, bounded: bool = True) -> int:
+        """Measure ``batch`` (the unmeasured of it) within the budget (``bounded``; else all of it, even past the
+        deadline); predictions recorded first. Returns how many of its keys got a cost."""
         todo, seen = [], set()
         for c in batch:
             k = self.key[c]
@@ -215,13 +216,13 @@ class GuidedMeasuring:
                 continue
             seen.add(k)
             todo.append(c)
-        if not todo or self.over():
+        if not todo or (bounded and self.over()):
             return 0
         for c in todo:
             est = self.now.estimates.get(self.key[c])
             if est is not None:
                 self.predictions.append(Prediction(self.key[c], c.backend, est))
-        table = self.measure_fn(todo, self.left())
+        table = self.measure_fn(todo, self.left() if bounded else None)
         got = 0
         for c in todo:
             cost = table.get((c.nodes, c.backend))
