@@ -30,8 +30,10 @@ from collage.cost_models.learned import QUANTILES, Estimate, LinePlusTrees, Vari
 SHIPPED_DIR = Path(__file__).with_name("shipped")
 #: machine classes, widest first; a class with no file falls back to the nearest in this order
 CLASSES = ("amx", "avx512", "avx2")
-#: the probe: a matrix of this side multiplied this many times, the best of ``PROBE_REPEATS`` timings
-PROBE_SIDE, PROBE_ITERS, PROBE_REPEATS = 160, 4, 5
+#: the probe: elementwise fp32 work (numpy's ufuncs: one thread, whatever BLAS threads or the environment say) on
+#: ``PROBE_SIZE`` values, ``PROBE_ITERS`` passes, the best of ``PROBE_REPEATS`` timings (a BLAS matmul was
+#: tried first: its thread pool made it 100x apart between two processes on one loaded machine)
+PROBE_SIZE, PROBE_ITERS, PROBE_REPEATS = 1 << 18, 6, 9
 
 
 def machine_class(flags: Iterable[str] | None = None) -> str:
@@ -56,17 +58,15 @@ def _cpu_flags() -> set[str]:
 
 
 def probe_ms() -> float:
-    """Milliseconds of a fixed small fp32 workload (a chain of matrix products, one thread's worth), the best of
-    a few repeats: well under a second."""
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((PROBE_SIDE, PROBE_SIDE)).astype(np.float32)
-    b = (rng.standard_normal((PROBE_SIDE, PROBE_SIDE)) / PROBE_SIDE).astype(np.float32)
+    """Milliseconds of a fixed small fp32 workload (elementwise arithmetic and a transcendental, one thread), the
+    best of a few repeats: a few tens of milliseconds in all."""
+    a = np.random.default_rng(0).standard_normal(PROBE_SIZE).astype(np.float32)
     best = math.inf
     for _ in range(PROBE_REPEATS):
         t0 = time.perf_counter()
         x = a
         for _ in range(PROBE_ITERS):
-            x = np.tanh(x @ b)
+            x = np.tanh(x * np.float32(1.0001) + np.float32(0.1))
         best = min(best, time.perf_counter() - t0)
     return best * 1e3
 

@@ -375,7 +375,8 @@ def warm_start(say: Callable[..., None] = lambda *a: None) -> ShippedCosts | Non
         log.warning("collage: the shipped cost model could not be read (%s); guided measuring starts cold", e)
         return None
     if shipped is not None:
-        say("guided measuring: shipped cost model (%s), this machine %.2fx its speed by a %.2f s probe",
-            shipped.meta.get("machine_class"), 1.0 / shipped.scale if shipped.scale else 1.0,
-            time.perf_counter() - t0)
+        say("guided measuring: starting from the shipped cost model (trained on an %s machine); a %.2f s probe "
+            "puts this machine at %.2fx its speed",
+            shipped.meta.get("machine_class"), time.perf_counter() - t0,
+            1.0 / shipped.scale if shipped.scale else 1.0)
     return shipped

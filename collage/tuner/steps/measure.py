@@ -162,9 +162,12 @@ def measure_guided(ctx: JobContext, cands: Sequence[Candidate]) -> tuple[Any, An
     runner = get_executor(ctx.options.cluster)  # one set of workers for every round
 
     def measure(batch: Sequence[Candidate], left: float | None) -> Any:
+        # the whole models (the first batch) get the progress counter enumeration order gives them
+        whole = bool(batch) and all(len(c.nodes) == len(ctx.graph) for c in batch)
+        label = {"what": "the whole model on each backend", "unit": "backend(s)"} if whole else {}
         return measure_candidates(ctx.graph, [(c.nodes, c.backend) for c in batch], db=ctx.db,
-                                  budget_s=left, progress=False, executor=runner,
-                                  backend_options=ctx.backend_options)
+                                  budget_s=left, progress=ctx.options.progress and whole, executor=runner,
+                                  backend_options=ctx.backend_options, **label)
 
     # at least what the whole models take (estimated): the baselines need them, even past the budget
     deadline = time.monotonic() + max(budget.budget_left(ctx) or 0.0,
