@@ -34,10 +34,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "share said on the terminal; a budget too small for the baselines is refused, naming an "
                         "estimate of the least that works; what it cuts is said on the terminal and in the report; "
                         "with several size sets (--shape) split evenly over them")
-    p.add_argument("--measure-order", default="enumeration", choices=["enumeration", "guided"],
-                   help="under --budget, what is measured first: the candidates in enumeration order (default), or "
-                        "'guided': a cost model learned from the cost DB prices the rest and the measuring goes to "
-                        "the candidates that can change the plan (report: coverage.estimates)")
+    p.add_argument("--measure-order", default="auto", choices=["auto", "enumeration", "guided"],
+                   help="under --budget, what is measured first: 'guided' (the default under a budget, 'auto'): a "
+                        "cost model learned from the cost DB (on a fresh DB the shipped one, scaled to this machine "
+                        "by a short probe) prices the rest and the measuring goes to the candidates that can change "
+                        "the plan (report: coverage.estimates); or 'enumeration': the candidates in enumeration order")
     p.add_argument("--db", default=None, help="cost database: a path, sqlite:///PATH or postgresql://USER@HOST:PORT/DB "
                                               "(default ~/.cache/collage/costs.sqlite)")
     p.add_argument("--cluster", default=None, metavar="ray://HOST:PORT",

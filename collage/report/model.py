@@ -172,6 +172,7 @@ class Estimates(Record):
     optimistic_plan: Mapping[str, Any] | None = None
     fit_s: float | None = None
     search_s: float | None = None
+    shipped: Mapping[str, Any] | None = None  # the shipped cost model: probe, scale, what it priced
 
 
 @dataclass(frozen=True)

@@ -160,4 +160,4 @@ def check_types(o: Any) -> None:
             "'auto', 'ray://HOST:PORT' or an Executor", o.cluster)
     require(isinstance(o.backend_options, Mapping), "backend_options", "{backend: {option: value}}",
             o.backend_options)
-    require(isinstance(o.measure_order, str), "measure_order", "'enumeration' or 'guided'", o.measure_order)
+    require(isinstance(o.measure_order, str), "measure_order", "'auto', 'enumeration' or 'guided'", o.measure_order)

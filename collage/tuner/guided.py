@@ -5,10 +5,14 @@ measuring in enumeration order leaves the search to choose among whatever came
 first. Instead, a branch-and-bound over measurements:
 
 1. **Seed.** The whole model on each backend (the baselines need them), and, for a backend variant the cost
-   DB holds fewer than ``SEED_ROWS`` training rows for (a fresh DB), a seeded random sample of its
-   candidates (at most ``SEED_SHARE`` of the budget): the learned model's first training set.
+   DB holds fewer than ``SEED_ROWS`` training rows for (a fresh DB) and the shipped model does not cover,
+   a seeded random sample of its candidates (at most ``SEED_SHARE`` of the budget): the learned model's first
+   training set.
 2. **Estimate.** The learned cost model (``collage.cost_models.learned``, trained on every measurement in
    the DB for the same backend variant, all models) prices every unmeasured candidate: 10/50/90% quantiles.
+   A variant with fewer than ``SEED_ROWS`` rows in the DB is priced by the shipped model instead
+   (``collage.cost_models.shipped``: trained on the project's measurements, scaled to this machine by the probe
+   at the tune's start), its scale refined at each retrain by this tune's measurements of that variant.
 3. **Search** the cheapest cover with measured costs where known and the *optimistic* estimate (the low
    quantile x the level's factor, ``OPTIMISM``) elsewhere, estimates marked as such.
 4. **Measure** the plan's estimated partitions (their predictions recorded first: the model's error on this
@@ -38,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from collage.measure.db import Cost, CostKey, key_for
 from collage.cost_models.features import FEATURES_KIND, features_by_fingerprint
 from collage.cost_models.learned import Estimate, LearnedCosts, Variant, error_summary, training_rows, variant_of
+from collage.cost_models.shipped import ShippedCosts, load_shipped
 from collage.measure.schedule import CostTable
 from collage.search.candidates import Candidate
 
@@ -93,13 +98,15 @@ class Prediction:
 class GuidedSettings:
     """How a guided measuring runs: ``measure(batch, seconds_left)`` measures candidates, ``search(costs)`` finds
     the cheapest cover, ``deadline`` (time.monotonic; None: none) ends it, ``say`` prints progress lines,
-    ``seed`` seeds the sample of a thin variant and the learned model."""
+    ``seed`` seeds the sample of a thin variant and the learned model, ``shipped`` (probed) prices a variant the
+    DB has too few rows of."""
 
     measure: Measure
     search: Search
     deadline: float | None
     say: Callable[..., None] = lambda *a: None
     seed: int = 0
+    shipped: ShippedCosts | None = None
 
 
 @dataclass
@@ -118,6 +125,7 @@ class GuidedProgress:
     searches_s: float = 0.0
     last_plan: Plan | None = None
     stopped: str = ""
+    from_shipped: set[str] = field(default_factory=set)  # backend names the shipped model priced last
 
 
 class GuidedMeasuring:
@@ -146,6 +154,7 @@ class GuidedMeasuring:
         self.predictions: list[Prediction] = []
         self.rounds: list[Round] = []
         self.now = GuidedProgress(settings.deadline)
+        self.shipped = settings.shipped
         self.t0 = time.monotonic()
         self.features = self.store_features()
 
@@ -173,7 +182,8 @@ class GuidedMeasuring:
     # ------------------------------------------------------------------ steps
     def run(self) -> CostTable:
         n = len(self.graph)
-        self.take([c for c in self.cands if len(c.nodes) == n], "whole model")
+        # every whole model, whatever the budget (the baselines need them, as in enumeration order)
+        self.take([c for c in self.cands if len(c.nodes) == n], "whole model", bounded=False)
         self.seed_thin_variants()
         level = 0
         while level < len(OPTIMISM) and not self.over():
@@ -196,9 +206,9 @@ class GuidedMeasuring:
             self.retrain(final=True)  # estimates of what is left, for the report
         return self.table()
 
-    def take(self, batch: Sequence[Candidate], why: str) -> int:
-        """Measure ``batch`` (the unmeasured of it) within the budget; predictions recorded first. Returns how
-        many of its keys got a cost."""
+    def take(self, batch: Sequence[Candidate], why: str, bounded: bool = True) -> int:
+        """Measure ``batch`` (the unmeasured of it) within the budget (``bounded``; else all of it, even past the
+        deadline); predictions recorded first. Returns how many of its keys got a cost."""
         todo, seen = [], set()
         for c in batch:
             k = self.key[c]
@@ -206,13 +216,13 @@ class GuidedMeasuring:
                 continue
             seen.add(k)
             todo.append(c)
-        if not todo or self.over():
+        if not todo or (bounded and self.over()):
             return 0
         for c in todo:
             est = self.now.estimates.get(self.key[c])
             if est is not None:
                 self.predictions.append(Prediction(self.key[c], c.backend, est))
-        table = self.measure_fn(todo, self.left())
+        table = self.measure_fn(todo, self.left() if bounded else None)
         got = 0
         for c in todo:
             cost = table.get((c.nodes, c.backend))
@@ -234,7 +244,7 @@ class GuidedMeasuring:
         rng = random.Random(self.seed)
         for name, v in sorted(self.variant.items()):
             need = SEED_ROWS - rows.get(v, 0)
-            if need <= 0:
+            if need <= 0 or (self.shipped is not None and self.shipped.covers(v)):
                 continue
             mine = sorted({self.key[c]: c for c in self.cands if c.backend == name
                            and not self.is_measured(c)}.values(),
@@ -243,7 +253,8 @@ class GuidedMeasuring:
         if not sample:
             return
         self.say("guided measuring: seeding the learned model with %d candidate(s) (%s had few rows in the cost DB)",
-                 len(sample), ", ".join(n for n, v in self.variant.items() if rows.get(v, 0) < SEED_ROWS))
+                 len(sample), ", ".join(n for n, v in self.variant.items() if rows.get(v, 0) < SEED_ROWS
+                           and not (self.shipped is not None and self.shipped.covers(v))))
         deadline, self.now.deadline = self.now.deadline, (None if budget is None else time.monotonic() + budget)
         try:
             self.take(sample, "seed")
@@ -263,14 +274,29 @@ class GuidedMeasuring:
         now.model = LearnedCosts.train(self.db, set(self.variant.values()), seed=self.seed)
         now.trained_rows = ok
         now.estimates = {}
+        now.from_shipped = set()
         for name, v in self.variant.items():
             keys = sorted({k for c, k in self.key.items() if c.backend == name and k not in self.known})
             feats = [self.features[k.fingerprint] for k in keys if k.fingerprint in self.features]
             keys = [k for k in keys if k.fingerprint in self.features]
-            est = now.model.estimate(v, feats) if keys else None
+            est = self.estimate_variant(v, feats) if keys else None
             if est is not None:
                 now.estimates.update(zip(keys, est))
         now.fit_s += time.perf_counter() - t0
+
+    def estimate_variant(self, v: Variant, feats: Sequence[Any]) -> list[Estimate] | None:
+        """The learned model's estimates of ``v`` where the DB holds ``SEED_ROWS`` rows of it (or the shipped model
+        does not cover it), else the shipped model's, refined first by this tune's measurements of ``v``."""
+        model, shipped = self.now.model, self.shipped
+        learned = model.models.get(v) if model is not None else None
+        if shipped is None or not shipped.covers(v) or (learned is not None and learned.rows >= SEED_ROWS):
+            return model.estimate(v, feats) if model is not None else None
+        mine = [(self.features[k.fingerprint], float(c.median_ms)) for k, c in self.known.items()
+                if c.ok and c.median_ms and variant_of(k) == v and k.fingerprint in self.features]
+        if mine:
+            shipped.refine(v, [f for f, _ in mine], [m for _, m in mine])
+        self.now.from_shipped.add(v.backend)
+        return shipped.estimate(v, feats)
 
     def search(self, factor: float) -> Plan | None:
         """The cheapest cover with measured costs where known, ``factor`` x the low estimate elsewhere."""
@@ -334,4 +360,23 @@ class GuidedMeasuring:
                                 "estimated": not self.is_measured(Candidate(p.nodes, p.backend))}
                                for p in last.partitions]},
             "fit_s": now.fit_s, "search_s": now.searches_s,
+            "shipped": None if self.shipped is None else {**self.shipped.report(),
+                                                          "priced": sorted(now.from_shipped)},
         }
+
+
+def warm_start(say: Callable[..., None] = lambda *a: None) -> ShippedCosts | None:
+    """The shipped cost model, scaled to this machine by the probe (a fraction of a second); None when none
+    ships or it cannot be read (the guided measuring then seeds from the DB as before)."""
+    t0 = time.perf_counter()
+    try:
+        shipped = load_shipped()
+    except (OSError, ValueError, KeyError) as e:
+        log.warning("collage: the shipped cost model could not be read (%s); guided measuring starts cold", e)
+        return None
+    if shipped is not None:
+        say("guided measuring: starting from the shipped cost model (trained on an %s machine); a %.2f s probe "
+            "puts this machine at %.2fx its speed",
+            shipped.meta.get("machine_class"), time.perf_counter() - t0,
+            1.0 / shipped.scale if shipped.scale else 1.0)
+    return shipped

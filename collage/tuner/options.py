@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 DEFAULT_BACKENDS = ("onnxruntime", "openvino")
 #: artifact outputs vs the ORT fp32 whole-model reference
 DEFAULT_TOLERANCE = {"atol": 1e-4, "rtol": 1e-3}
-#: orders in which candidates are measured under a budget (TuneOptions.measure_order)
-MEASURE_ORDERS = ("enumeration", "guided")
+#: orders in which candidates are measured under a budget (TuneOptions.measure_order); "auto": guided under a
+#: budget (where the tune extra's XGBoost and SciPy are installed), else enumeration
+MEASURE_ORDERS = ("auto", "enumeration", "guided")
 
 
 #: the keywords ``tune`` takes (and :meth:`TuneOptions.build`): the fields, with ``budget`` and ``tvm_budget``
@@ -58,8 +59,10 @@ class TuneOptions:
     baselines, export) and part of its cost key. tvm_budget_s: seconds of MetaSchedule tuning inside the tune,
     spent on the candidates where TVM can change the plan (collage.tuner.tvm_budget; None: no such step).
     measure_order: under a budget, which candidates are measured first: ``"enumeration"`` (the candidates in
-    the order they are enumerated, the default) or ``"guided"`` (collage.tuner.guided: the learned cost model
-    prices what is not measured yet and the measuring goes to the candidates that can change the plan).
+    the order they are enumerated) or ``"guided"`` (collage.tuner.guided: the learned cost model, or on a fresh
+    cost DB the shipped one, prices what is not measured yet and the measuring goes to the candidates that can
+    change the plan); ``"auto"`` (the default): guided under a budget, enumeration without one
+    (:meth:`order`).
     """
 
     target: str = "cpu"
@@ -78,7 +81,7 @@ class TuneOptions:
     cluster: Any = None
     backend_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     tvm_budget_s: float | None = None
-    measure_order: str = "enumeration"
+    measure_order: str = "auto"
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -108,6 +111,17 @@ class TuneOptions:
         for name, value in self.tolerance.items():  # nan passes no comparison; inf, any error
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise OptionError(f"tune: tolerance {name} must be a finite number >= 0, not {value!r}")
+
+    def order(self) -> str:
+        """The measuring order in force: ``measure_order``, ``"auto"`` resolved (guided under a budget where the
+        learned model's libraries are installed, else enumeration)."""
+        if self.measure_order != "auto":
+            return self.measure_order
+        if self.budget_s is None:
+            return "enumeration"
+        import importlib.util
+        ok = all(importlib.util.find_spec(m) is not None for m in ("xgboost", "scipy"))
+        return "guided" if ok else "enumeration"
 
     @classmethod
     def build(cls, *, budget: str | float | None = None, budget_s: float | None = None,

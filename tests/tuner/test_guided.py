@@ -91,12 +91,12 @@ def fill(db: SQLiteCostDB, graph: Graph, backends: dict) -> None:
 
 
 class Recording(GuidedMeasuring):
-    def take(self, batch, why):
+    def take(self, batch, why, bounded=True):
         self.phases = getattr(self, "phases", [])
         self.phases.append((why, len(batch)))
         if why.startswith("the rest"):
             self.before_rest = set(self.known)
-        return super().take(batch, why)
+        return super().take(batch, why, bounded)
 
     def search(self, factor):
         self.snapshots = getattr(self, "snapshots", [])
@@ -178,6 +178,15 @@ def test_a_tune_never_exports_an_unmeasured_partition(tmp_path, monkeypatch):
         return None if est is None else [Estimate(1e-4, 2e-4, 3e-4) for _ in est]
 
     monkeypatch.setattr(LearnedCosts, "estimate", cheap)
+    from collage.cost_models.shipped import ShippedCosts
+
+    real_shipped = ShippedCosts.estimate
+
+    def cheap_shipped(self, variant, features):  # a fresh DB starts from the shipped model: as free
+        est = real_shipped(self, variant, features)
+        return None if est is None else [Estimate(1e-4, 2e-4, 3e-4) for _ in est]
+
+    monkeypatch.setattr(ShippedCosts, "estimate", cheap_shipped)
     from collage.tuner.steps import search as search_step
 
     searched = []
@@ -192,8 +201,9 @@ def test_a_tune_never_exports_an_unmeasured_partition(tmp_path, monkeypatch):
 
     real_take = GuidedMeasuring.take
 
-    def take(self, batch, why):  # the budget "runs out" before the rest: estimates must remain (on a fast machine
-        return 0 if why.startswith("the rest") else real_take(self, batch, why)  # 20 s measured all 308 in CI)
+    def take(self, batch, why, bounded=True):  # the budget "runs out" before the rest: estimates must remain (on a
+        return 0 if why.startswith("the rest") else real_take(self, batch, why, bounded)  # fast machine
+    # 20 s measured all 308 in CI)
 
     monkeypatch.setattr(GuidedMeasuring, "take", take)
     db = SQLiteCostDB(tmp_path / "costs.sqlite")
@@ -226,7 +236,8 @@ def test_guided_measuring_is_asked_for_and_needs_a_budget():
     from collage.errors import CollageError
     from collage.tuner.options import TuneOptions
 
-    assert TuneOptions().measure_order == "enumeration"
+    assert TuneOptions().measure_order == "auto" and TuneOptions().order() == "enumeration"
+    assert TuneOptions(budget_s=10.0, measure_order="enumeration").order() == "enumeration"
     with pytest.raises(CollageError, match="needs a measuring budget"):
         TuneOptions(measure_order="guided")
     with pytest.raises(CollageError, match="measure_order must be one of"):

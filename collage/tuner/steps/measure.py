@@ -1,10 +1,10 @@
 """Step 3 of a tune: the candidates' measured costs (cached in the cost DB), within what is left of the budget
 once the later steps are reserved for (:mod:`collage.tuner.steps.budget`), every backend's whole model first
-(:func:`measure_whole_first`). Under a budget with ``measure_order="guided"``, what can change the plan first
-(:func:`measure_guided`). With a TVM tuning budget, the vendor candidates first (those on the nodes of a TVM
-candidate small enough to tune before the rest, within half the budget), then TVM tuning where it can change
-the plan (:func:`tune_tvm`), then the tuned TVM candidates; the other TVM candidates are not measured
-(untuned, they cannot win)."""
+(:func:`measure_whole_first`). Under a budget with ``measure_order="guided"`` (``"auto"``, the default), what
+can change the plan first (:func:`measure_guided`). With a TVM tuning budget, the vendor candidates first
+(those on the nodes of a TVM candidate small enough to tune before the rest, within half the budget), then TVM
+tuning where it can change the plan (:func:`tune_tvm`), then the tuned TVM candidates; the other TVM candidates
+are not measured (untuned, they cannot win)."""
 from __future__ import annotations
 
 import time
@@ -33,7 +33,7 @@ def measure(ctx: JobContext, found: Candidates) -> Measured:
     cands, budget_s = found.cands, ctx.options.budget_s
     tvm_run = guided = None
     whole_s = 0.0
-    if ctx.options.measure_order == "guided" and ctx.options.tvm_budget_s is None and not ctx.precision.low:
+    if ctx.options.order() == "guided" and ctx.options.tvm_budget_s is None and not ctx.precision.low:
         raw, guided = measure_guided(ctx, cands)
     else:
         measure_fn = measurer(ctx)
@@ -151,7 +151,7 @@ def measure_guided(ctx: JobContext, cands: Sequence[Candidate]) -> tuple[Any, An
     from collage.measure.transitions import transition_model
     from collage.search import solve
     from collage.tuner.clock import baselines_s
-    from collage.tuner.guided import GuidedMeasuring, GuidedSettings
+    from collage.tuner.guided import GuidedMeasuring, GuidedSettings, warm_start
 
     left = budget.budget_left(ctx)
     pairs = len(ctx.names) * (len(ctx.names) - 1) // 2
@@ -162,18 +162,23 @@ def measure_guided(ctx: JobContext, cands: Sequence[Candidate]) -> tuple[Any, An
     runner = get_executor(ctx.options.cluster)  # one set of workers for every round
 
     def measure(batch: Sequence[Candidate], left: float | None) -> Any:
+        # the whole models (the first batch) get the progress counter enumeration order gives them
+        whole = bool(batch) and all(len(c.nodes) == len(ctx.graph) for c in batch)
+        label = {"what": "the whole model on each backend", "unit": "backend(s)"} if whole else {}
         return measure_candidates(ctx.graph, [(c.nodes, c.backend) for c in batch], db=ctx.db,
-                                  budget_s=left, progress=False, executor=runner,
-                                  backend_options=ctx.backend_options)
+                                  budget_s=left, progress=ctx.options.progress and whole, executor=runner,
+                                  backend_options=ctx.backend_options, **label)
 
     # at least what the whole models take (estimated): the baselines need them, even past the budget
     deadline = time.monotonic() + max(budget.budget_left(ctx) or 0.0,
                                       baselines_s(*ctx.model_size(), len(ctx.names)))
     ctx.say("guided measuring: %d candidates, %.0f s left of the budget", len(cands), deadline - time.monotonic())
+    shipped = warm_start(ctx.say)
     try:
         guided = GuidedMeasuring(ctx.graph, cands, ctx.backends, ctx.db,
                                  GuidedSettings(measure=measure, deadline=deadline, say=ctx.say, seed=ctx.options.seed,
-                                                search=lambda costs: solve(ctx.graph, costs, transition)))
+                                                search=lambda costs: solve(ctx.graph, costs, transition),
+                                                shipped=shipped))
         return guided.run(), guided
     finally:
         if runner is not ctx.options.cluster:
