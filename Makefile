@@ -15,8 +15,9 @@ venv: $(STAMP)
 
 # ruff: pyflakes, pycodestyle and bugbear at 120 columns over collage/, tests/, benchmarks/ and scripts/
 # ([tool.ruff] in pyproject.toml says what it ignores and why). lint-imports: the layer contracts in pyproject.toml
-# ([tool.importlinter]); tests/test_layers.py adds the cycle and private-name checks. mypy: strict on the packages [tool.mypy] lists in pyproject.toml
-# (collage/search and collage/runtime; it says why, and why each ignore). TEST_JOBS pytest-xdist workers
+# ([tool.importlinter]); tests/test_layers.py adds the cycle and private-name checks. mypy: strict on what
+# [tool.mypy] lists in pyproject.toml (collage/search, collage/runtime, collage/plan.py; it says why, and why each
+# ignore). TEST_JOBS pytest-xdist workers
 # (tests/conftest.py says why two are safe); TEST_JOBS=0 runs the tests in this process.
 TEST_JOBS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
