@@ -38,7 +38,7 @@ PROBE_SIZE, PROBE_ITERS, PROBE_REPEATS = 1 << 18, 6, 9
 
 def machine_class(flags: Iterable[str] | None = None) -> str:
     """``amx``, ``avx512`` or ``avx2`` from the CPU flags (``/proc/cpuinfo``'s; ``avx2`` when unknown)."""
-    have = set(flags) if flags is not None else _cpu_flags()
+    have = set(flags) if flags is not None else cpu_flags()
     if "amx_tile" in have:
         return "amx"
     if "avx512f" in have:
@@ -46,7 +46,7 @@ def machine_class(flags: Iterable[str] | None = None) -> str:
     return "avx2"
 
 
-def _cpu_flags() -> set[str]:
+def cpu_flags() -> set[str]:
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
