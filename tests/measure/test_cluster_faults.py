@@ -38,7 +38,8 @@ def _kill_node(cluster) -> None:
 def _tune(cluster, tmp_path: Path, budget: str = "5s") -> subprocess.Popen:
     return _collage(tmp_path / "cache", "tune", "zoo:tiny-resnet", "-o", str(tmp_path / "out"), "--cluster",
                     cluster.address, "--db", str(tmp_path / "costs.sqlite"), "--backends", "onnxruntime",
-                    "--max-nodes", "1", "--no-ranges", "--budget", budget)
+                    "--max-nodes", "1", "--no-ranges", "--budget", budget,
+                    "--measure-order", "enumeration")  # the windows' fate on the cluster, not the order (#40)
 
 
 def _plan_or_one_line(proc: subprocess.Popen) -> str:
@@ -87,7 +88,9 @@ def test_node_killed_while_measuring(node, tmp_path):
     proc = _tune(node, tmp_path, budget="30s")
     deadline = time.monotonic() + WITHIN_S
     while time.monotonic() < deadline and proc.poll() is None:
-        if db_path.exists() and len(get_db(db_path).all()) >= 3:
+        # the whole model's cost stored: the candidates' windows go out next (19 single nodes take ~2 s in all,
+        # so waiting for a third row let them all finish before the kill on a quiet machine)
+        if db_path.exists() and len(get_db(db_path).all()) >= 1:
             break
         time.sleep(0.2)
     assert proc.poll() is None, "the tune is still measuring"
