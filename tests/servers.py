@@ -24,10 +24,19 @@ from pathlib import Path
 import pytest
 
 
+#: ports Ray's components take by default (dashboard 8265, its agent's HTTP 52365, its gRPC 52366, the client
+#: server 10001, GCS 6379): a free port the kernel hands out can be one of them, and Ray then refuses to start
+#: ("dashboard_agent_http is trying to use a port number 52365 that is used by other components")
+RAY_DEFAULT_PORTS = frozenset({6379, 8265, 10001, 52365, 52366})
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in RAY_DEFAULT_PORTS:
+            return port
 
 
 def _pg_bin(name: str) -> str | None:
