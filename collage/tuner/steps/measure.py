@@ -105,19 +105,36 @@ def measure_whole_first(ctx: JobContext, measure: Measure, cands: Sequence[Candi
     (:func:`collage.tuner.steps.budget.budget_left`). TVM's whole model is left to the budget (untuned it
     cannot win; under a TVM tuning budget it would tune every workload). Returns the measured table and the
     seconds the whole models took (0: not measured first, without a budget)."""
-    n = len(ctx.graph)
-    whole = [(c.nodes, c.backend) for c in cands if len(c.nodes) == n and c.backend != "tvm"]
-    t0 = time.monotonic()
-    first = measure(whole, None) if whole and ctx.options.budget_s is not None else None
-    whole_s = time.monotonic() - t0
-    if first is not None:
-        ctx.say("time: whole models %.1f s of %.0f s", whole_s, ctx.clock.total_s)
-        measure_switches(ctx, first, whole_s)
+    whole = [(c.nodes, c.backend) for c in whole_models(ctx, cands)]
+    first, whole_s = (measure_whole(ctx, measure, whole) if whole and ctx.options.budget_s is not None
+                      else (None, 0.0))
     raw = measure([(c.nodes, c.backend) for c in cands], budget.budget_left(ctx, first, whole_s))
+    return count_first(raw, first), whole_s
+
+
+def whole_models(ctx: JobContext, cands: Sequence[Candidate]) -> list[Candidate]:
+    """The candidates that are a whole model, TVM's left out (untuned it cannot win: it is left to the budget)."""
+    return [c for c in cands if len(c.nodes) == len(ctx.graph) and c.backend != "tvm"]
+
+
+def measure_whole(ctx: JobContext, measure: Callable[[Any, float | None], Any], whole: Any) -> tuple[Any, float]:
+    """The whole models measured unbudgeted, then the switch costs where they fit (:func:`measure_switches`):
+    their table and the seconds they took."""
+    t0 = time.monotonic()
+    first = measure(whole, None)
+    whole_s = time.monotonic() - t0
+    ctx.say("time: whole models %.1f s of %.0f s", whole_s, ctx.clock.total_s)
+    measure_switches(ctx, first, whole_s)
+    return first, whole_s
+
+
+def count_first(raw: Any, first: Any) -> Any:
+    """``raw`` (a measuring of every candidate after ``first``, the whole models') with the whole models counted
+    as measured now, not reused: the second call found them in the DB."""
     if first is not None and getattr(first, "measured", 0):
-        raw.measured += first.measured  # measured now, not reused: the second call found them in the DB
+        raw.measured += first.measured
         raw.reused -= first.measured
-    return raw, whole_s
+    return raw
 
 
 def measure_switches(ctx: JobContext, whole: Mapping[Any, Any], whole_s: float) -> None:
@@ -172,29 +189,17 @@ def measure_guided(ctx: JobContext, cands: Sequence[Candidate]) -> tuple[Any, An
     # every fp32 backend's whole model first, as in enumeration order, so that the reserve for the later steps
     # and the switch costs are judged from their measured costs (an estimate from the model's size kept 13 of a
     # tiny model's 20 s budget unused); guided's own first batch then finds them in the DB
-    n = len(ctx.graph)
-    whole = [c for c in cands if len(c.nodes) == n and c.backend != "tvm"]
-    t0 = time.monotonic()
-    first = measure(whole, None) if whole else None
-    whole_s = time.monotonic() - t0
-    if first is not None:
-        ctx.say("time: whole models %.1f s of %.0f s", whole_s, ctx.clock.total_s)
-        measure_switches(ctx, first, whole_s)
-    # at least what the whole models take (estimated): the baselines need them, even past the budget
-    deadline = time.monotonic() + max(budget.budget_left(ctx, first, whole_s) or 0.0,
-                                      0.0 if first is not None else baselines_s(*ctx.model_size(), len(ctx.names)))
-    ctx.say("guided measuring: %d candidates, %.0f s left of the budget", len(cands), deadline - time.monotonic())
-    if first is not None and deadline - time.monotonic() < 1.0:
-        # the budget is spent: the whole models are what there is, every other key cut (as in enumeration order)
-        raw = measure(list(cands), 0.0)
-        if getattr(first, "measured", 0):
-            raw.measured += first.measured  # measured now, not reused: the second call found them in the DB
-            raw.reused -= first.measured
-        if runner is not ctx.options.cluster:
-            runner.close()
-        return raw, None
-    shipped = warm_start(ctx.say)
+    whole = whole_models(ctx, cands)
     try:
+        first, whole_s = measure_whole(ctx, measure, whole) if whole else (None, 0.0)
+        # at least what the whole models take (estimated): the baselines need them, even past the budget
+        deadline = time.monotonic() + max(budget.budget_left(ctx, first, whole_s) or 0.0, 0.0 if first is not None
+                                          else baselines_s(*ctx.model_size(), len(ctx.names)))
+        ctx.say("guided measuring: %d candidates, %.0f s left of the budget", len(cands), deadline - time.monotonic())
+        if first is not None and deadline - time.monotonic() < 1.0:
+            # the budget is spent: the whole models are what there is, every other key cut (as in enumeration order)
+            return count_first(measure(list(cands), 0.0), first), None
+        shipped = warm_start(ctx.say)
         guided = GuidedMeasuring(ctx.graph, cands, ctx.backends, ctx.db,
                                  GuidedSettings(measure=measure, deadline=deadline, say=ctx.say, seed=ctx.options.seed,
                                                 search=lambda costs: solve(ctx.graph, costs, transition),
