@@ -28,6 +28,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from collage.errors import ArtifactError
@@ -86,14 +87,20 @@ def inspect_output(out_dir: str | os.PathLike, *, archive: bool = False) -> Outp
     return where
 
 
-def snapshot(out: Path) -> tuple[tuple[str, int, int], ...]:
-    """Every entry under ``out`` (collage's scratch entries left out) with its size and modification time."""
-    found = []
+def _walk(out: Path) -> Iterator[tuple[Path, list[str], list[str]]]:
+    """``os.walk(out)`` as (folder, its folders, its files), collage's scratch entries at the top left out."""
     for root, dirs, files in os.walk(out):
         here = Path(root)
         if here == out:
-            dirs[:] = [d for d in dirs if not d.startswith(INTERNAL)]
+            dirs[:] = [d for d in dirs if not d.startswith(INTERNAL)]  # os.walk then skips them
             files = [f for f in files if not f.startswith(INTERNAL)]
+        yield here, dirs, files
+
+
+def snapshot(out: Path) -> tuple[tuple[str, int, int], ...]:
+    """Every entry under ``out`` (collage's scratch entries left out) with its size and modification time."""
+    found = []
+    for here, dirs, files in _walk(out):
         for name in dirs + files:
             try:
                 st = (here / name).lstat()
@@ -187,11 +194,7 @@ def _user_files(out: Path) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str,
     owned = owned_files(out)
     owned_dirs = dirs_of(owned)
     kept, dropped = [], []
-    for root, dirs, files in os.walk(out):
-        here = Path(root)
-        if here == out:
-            dirs[:] = [d for d in dirs if not d.startswith(INTERNAL)]
-            files = [f for f in files if not f.startswith(INTERNAL)]
+    for here, dirs, files in _walk(out):
         leaves = files + [d for d in dirs if (here / d).is_symlink() or _is_empty(here / d)]
         for name in leaves:
             rel = (here / name).relative_to(out).as_posix()
