@@ -34,8 +34,8 @@ def rows(before: Path, after: Path) -> list[str]:
     for d in sorted(p for p in before.iterdir() if (p / "report.json").is_file()):
         b = json.loads((d / "report.json").read_text())
         a = json.loads((after / d.name / "report.json").read_text())
-        keys = "same order" if list(b) == [k for k in a if k not in set(a) - set(b)] else "differ"
         added = sorted(set(a) - set(b))
+        keys = "same order" if list(b) == [k for k in a if k not in added] else "differ"
         shipped = [_plan({"partitions": json.loads((x / d.name / "plan.json").read_text())["partitions"]})
                    for x in (before, after)]
         out.append(f"| {d.name} | {_plan(b.get('cost_db_plan'))} | {_plan(a.get('cost_db_plan'))} | "
