@@ -6,7 +6,7 @@ The tunes run the real ``collage`` command (a subprocess: its start-up counts ag
 cost DB, so everything is measured now. The bound checked is 0.75-1.2 of the budget, not the 0.9-1.1 the tune
 aims at: this 2-core machine is shared with other work, and a whole model that took 2 s to measure took 15 s
 under that load. On the code before, the same tunes took 2-3x their budget (squeezenet --budget 30s: 76-87 s,
-results/budget/tune-time.md).
+results/budget/tune-time-history.md).
 """
 from __future__ import annotations
 

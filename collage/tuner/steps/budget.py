@@ -52,7 +52,7 @@ def reserve_s(ctx: JobContext, whole: Mapping[Any, Any] | None, left: float, who
     if full > left / 2:
         full = after_measuring_s(one, whole_ms, backends=backends, attempts=1, rounds=3)
     # the estimate came out about twice what those steps took in short-budget tunes (each step then cuts its
-    # rounds to what is left): results/budget/tune-time.md
+    # rounds to what is left): results/budget/tune-time-history.md
     return RESERVE_SHARE * full
 
 
