@@ -78,11 +78,26 @@ def refinement_line(cov: Mapping[str, Any]) -> str:
     return "refinement: " + asked + str(r.get("why_none") or "not asked for")
 
 
+def guide(est: Mapping[str, Any]) -> str:
+    """Which cost model priced the unmeasured candidates: the one learned from the cost DB, the one shipped with
+    collage for a machine class (a fresh DB: ``estimates.shipped.priced`` names the backends it priced), or both."""
+    shipped = est.get("shipped") or {}
+    priced = list(shipped.get("priced") or [])
+    if not priced:
+        return "the learned cost model"
+    cls = shipped.get("machine_class") or "another"
+    own = f"the cost model shipped for {cls} CPUs, scaled to this machine by its probe"
+    learned = sorted(set(est.get("training_rows") or {}) - set(priced))
+    if not learned:
+        return own
+    return f"{own} ({', '.join(priced)}), and the one learned from the cost DB ({', '.join(learned)})"
+
+
 def estimates_line(est: Mapping[str, Any]) -> str:
     """One sentence on guided measuring: 'guided by the learned cost model: 83 candidates estimated, none exported
     (every partition of the plan is measured); predicted before measuring, 57 of them were off by 12% (median),
     41% (p90), 70% within the predicted 10-90% range'."""
-    text = (f"guided by the learned cost model: {est.get('estimated', 0)} candidate(s) estimated"
+    text = (f"guided by {guide(est)}: {est.get('estimated', 0)} candidate(s) estimated"
             + (f", {est['unpriced']} unpriced (too few measurements of their backend)" if est.get("unpriced") else "")
             + ", none exported (every partition of the plan is measured)")
     err = est.get("error") or {}
