@@ -141,6 +141,6 @@ class TuneJob:
         with clock.phase("export", say):
             records = TuneRecords(found, measured, searched, refined, final, checked)
             say("%s", refinement_line(coverage(records)))
-            report = assemble_report(ctx, records, finish.boundary_overhead(ctx, checked.artifact),
+            report = assemble_report(ctx, records, finish.boundary_overhead(ctx, checked.artifact, final.plan_ms),
                                      finish.cuda_graph(checked.artifact))
             return finish.write(ctx, out, final, checked.artifact, report)

@@ -29,13 +29,23 @@ def numerics(ctx: JobContext, verified: Verified) -> FinalCheck:
     return FinalCheck(artifact, checked, outcome)
 
 
-def boundary_overhead(ctx: JobContext, artifact: Any) -> Any:
+def boundary_overhead(ctx: JobContext, artifact: Any, plan_ms: float) -> Any:
     """The final artifact's measured overhead per boundary (report.json ``boundary_overhead_ms``; None where the
-    artifact has no such measurement, or it failed: a report-only figure never fails a tune)."""
-    if not hasattr(artifact, "boundary_overhead"):
+    artifact has no such measurement, one partition (no boundary), the budget has no time left for it, or it
+    failed: a report-only figure never fails a tune). A round runs the plan about three times (stitched, its
+    partitions alone, its pairs); under a budget the rounds are cut to what is left (a one-partition whisper plan's
+    23 rounds took 8.6 s past a 60 s budget before)."""
+    if not hasattr(artifact, "boundary_overhead") or len(getattr(artifact, "partitions", ())) < 2:
         return None
+    per_round_s = 3 * plan_ms / 1e3
+    warmup, least = 2, 3
+    left = ctx.clock.left()
+    if left is not None and left < (warmup + least) * per_round_s:
+        ctx.say("boundary overhead: not measured (%.1f s left of the budget)", left)
+        return None
+    repeat = max(least, ctx.clock.rounds(20, per_round_s, fixed_s=warmup * per_round_s))
     try:
-        return artifact.boundary_overhead(ctx.feeds)
+        return artifact.boundary_overhead(ctx.feeds, repeat=repeat, warmup=warmup)
     except Exception as e:  # report-only figure; never fail a tune for it
         log.warning("could not measure boundary overhead: %s", e)
         return None
