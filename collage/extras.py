@@ -8,12 +8,15 @@ to install.
 """
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
 from collage.errors import CollageError
 
 #: top-level import name -> the extra that installs it
 EXTRA_OF = {"onnx": "tune", "networkx": "tune", "pandas": "tune", "optuna": "tune", "tqdm": "tune",
-            "openvino": "openvino", "tvm": "tvm", "tvm_ffi": "tvm", "xgboost": "tvm", "psutil": "tvm",
-            "cloudpickle": "tvm"}
+            "openvino": "openvino", "tvm": "tvm", "tvm_ffi": "tvm", "xgboost": "tune", "psutil": "tvm",
+            "cloudpickle": "tvm", "ray": "cluster", "psycopg": "cluster"}
 
 
 #: what installs a backend's runtime, by the backend's name before any precision suffix (``openvino-bf16`` ->
@@ -59,3 +62,14 @@ def missing_extra(e: ImportError, what: str) -> MissingExtra | None:
         return None
     return MissingExtra(f"{what} needs {root}, which comes with collage's '{extra}' extra: "
                         f"pip install 'collage[{extra}]' (or 'collage[all]' for everything)")
+
+
+def require(module: str, needed_for: str, extra: str, alternative: str | None = None) -> ModuleType:
+    """``import module``, or a ``MissingExtra``: '``needed_for`` needs ``module``: pip install 'collage[extra]'
+    (or ``alternative``)'. For the optional packages a feature imports where it is used (Ray for --cluster,
+    psycopg for a PostgreSQL cost DB, XGBoost for the learned cost model)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        also = f" (or {alternative})" if alternative else ""
+        raise MissingExtra(f"{needed_for} needs {module}: pip install 'collage[{extra}]'{also}") from e

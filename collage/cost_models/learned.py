@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from collage.cost_models.features import FEATURES_KIND, feature_matrix
+from collage.extras import require
 from collage.errors import CollageError
 
 if TYPE_CHECKING:
@@ -101,12 +102,7 @@ class Estimate:
 
 
 def _xgboost() -> Any:
-    try:
-        import xgboost
-    except ImportError as e:
-        raise CollageError("the learned cost model needs xgboost: pip install 'collage[tune]' "
-                           "(or pip install xgboost-cpu)") from e
-    return xgboost
+    return require("xgboost", "the learned cost model", "tune", "pip install xgboost-cpu")
 
 
 @dataclass

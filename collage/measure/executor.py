@@ -54,6 +54,7 @@ import numpy as np
 from collage.measure.db import Cost, CostDB, CostKey, key_for
 from collage.measure.connect import get_db
 from collage.measure.measurer import Measurement, Measurer, WindowSettings
+from collage.extras import require
 from collage.errors import ClusterUnreachable, CollageError
 
 if TYPE_CHECKING:
@@ -188,12 +189,7 @@ class LocalExecutor(Executor):
 
 # ---------------------------------------------------------------------- Ray
 def _ray() -> Any:
-    try:
-        import ray
-    except ImportError as e:
-        raise CollageError("--cluster needs Ray: pip install 'collage[cluster]' (the same Ray version on "
-                           "every node; docs/CLUSTER.md)") from e
-    return ray
+    return require("ray", "--cluster", "cluster", "the same Ray version on every node: docs/CLUSTER.md")
 
 
 @dataclass

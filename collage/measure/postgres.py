@@ -40,6 +40,7 @@ from typing import Any
 
 from collage.measure.db import (ADDED_COST_COLUMNS, COST_COLUMNS, KEY_COLUMNS, SCHEMA_VERSION, Claim, Cost, CostDB,
                                     CostKey, Transition, canonical_json, error_columns, owner_dead)
+from collage.extras import require
 from collage.errors import CollageError
 
 #: the database server's clock, in seconds since the epoch
@@ -48,12 +49,7 @@ _SCHEMA_LOCK = 0x636F6C6C61676531  # pg_advisory_xact_lock key while creating th
 
 
 def _psycopg() -> Any:
-    try:
-        import psycopg
-    except ImportError as e:
-        raise CollageError("a postgresql:// cost database needs psycopg 3: pip install 'collage[cluster]' "
-                           "(or pip install 'psycopg[binary]')") from e
-    return psycopg
+    return require("psycopg", "a postgresql:// cost database", "cluster", "pip install 'psycopg[binary]'")
 
 
 def redact(url: str) -> str:
