@@ -125,20 +125,15 @@ def time_calls(call: Callable[[], Any], rule: TimingRule, *, on_estimate: Callab
         k += 1
     samples: list[float] = [] if out_samples is None else out_samples
     start = time.perf_counter()
-    check_at = min_samples
-    while True:
+    while True:  # from min_samples on, after every call: stop once the median's CI is tight or the cap is hit
         t0 = time.perf_counter_ns()
         call()
         samples.append((time.perf_counter_ns() - t0) / 1e6)
-        if len(samples) >= check_at:
-            s = sorted(samples)
-            if median_ci_halfwidth(s) <= rel_ci and len(samples) >= min_samples:
+        if len(samples) >= min_samples:
+            if median_ci_halfwidth(sorted(samples)) <= rel_ci:
                 break
             if time.perf_counter() - start >= cap_s or len(samples) >= rule.max_samples:
                 break
-        elif len(samples) >= min_samples and time.perf_counter() - start >= cap_s:
-            break
-            check_at = len(samples) + max(1, len(samples) // 4)
     s = sorted(samples)
     arr = np.asarray(samples)
     n = len(s)
