@@ -92,9 +92,19 @@ def failed_everywhere(graph: Graph, cands: Sequence[Candidate], raw: Mapping[Any
     if not lost:
         return None
     i = (lost & -lost).bit_length() - 1
-    c = next(c for c in cands if i in c.nodes and not raw[(c.nodes, c.backend)].ok)
+    # the smallest failed candidate on the node says most about why (the whole model's names every node)
+    c = min((c for c in cands if i in c.nodes and (cost := raw.get((c.nodes, c.backend))) is not None
+             and not cost.ok), key=lambda c: len(c.nodes))
     return (f"{graph.name}: every measurement of {graph.node_label(i)} failed, so no plan can run it; on {c.backend} "
-            f"(nodes {list(c.nodes)}): {raw[(c.nodes, c.backend)].error}")
+            f"({nodes_text(c.nodes)}): {raw[(c.nodes, c.backend)].error}")
+
+
+def nodes_text(nodes: Sequence[int]) -> str:
+    """``node #4``, ``nodes #3-#9`` (consecutive) or ``12 nodes, #3 to #40``: a candidate's nodes in a message."""
+    if len(nodes) == 1:
+        return f"node #{nodes[0]}"
+    lo, hi = min(nodes), max(nodes)
+    return f"nodes #{lo}-#{hi}" if hi - lo + 1 == len(nodes) else f"{len(nodes)} nodes, #{lo} to #{hi}"
 
 
 def measure_whole_first(ctx: JobContext, measure: Measure, cands: Sequence[Candidate]) -> tuple[Any, float]:
