@@ -136,7 +136,7 @@ def bench_model(model: str, args: argparse.Namespace, work: Path) -> dict:
 
 
 def table(results: list[dict]) -> list[str]:
-    head = ["model", "budget", "order", "wall s (x budget)", "measured / distinct", "% measured", "plan",
+    head = ["model", "budget", "order", "wall s (x budget)", "measured / estimated / distinct", "% measured", "plan",
             "interleaved ms", "vs reference", "load"]
     rows = []
     for res in results:
@@ -145,13 +145,35 @@ def table(results: list[dict]) -> list[str]:
             key = f"{r['budget']}-{r['order']}".replace("-default", "")
             ms = res["e2e_ms"].get(key)
             pct = f"{100 * r['with_cost'] / r['distinct']:.0f}%" if r.get("distinct") else "-"
+            counts = f"{r.get('with_cost')} / {_dash(r.get('estimated'))} / {r.get('distinct')}"
             rows.append([res["model"], r["budget"], "reference (merged DB)" if r["order"] == "default" else r["order"],
                          f"{r['wall_s']:.0f} ({r['wall_s'] / r['budget_s']:.2f}x)" if r["rc"] == 0 else
-                         f"failed (rc {r['rc']})", f"{r.get('with_cost')} / {r.get('distinct')}", pct,
-                         f"{r.get('partitions')} part.: {r.get('plan')}",
+                         f"failed (rc {r['rc']})", counts, pct,
+                         f"{r.get('partitions')} part.: {r.get('plan')}" + same_plan(r, res["reference"]),
                          "-" if ms is None else f"{ms:.3f}",
                          "-" if ms is None or not ref_ms else f"{ms / ref_ms:.3f}", f"{r['load']:.1f}"])
     return md_table(head, rows)
+
+
+def plan_key(run: dict) -> tuple | None:
+    """The artifact's plan as (backend, nodes) per partition, None where it has none."""
+    path = Path(run["artifact"]) / "plan.json"
+    if run["rc"] != 0 or not path.exists():
+        return None
+    return tuple((p["backend"], tuple(p["nodes"])) for p in json.loads(path.read_text())["partitions"])
+
+
+def same_plan(run: dict, ref: dict) -> str:
+    """' (the reference's plan)' where ``run`` chose the very plan the reference did (its ratio is then the timing
+    noise alone), else ''."""
+    if run is ref:
+        return ""
+    mine = plan_key(run)
+    return " (the reference's plan)" if mine is not None and mine == plan_key(ref) else ""
+
+
+def _dash(v: object) -> str:
+    return "-" if v is None else str(v)
 
 
 def summary(results: list[dict], budgets: list[str]) -> list[str]:
@@ -180,6 +202,11 @@ def summary(results: list[dict], budgets: list[str]) -> list[str]:
                          f" ({sum(v <= 1.03 for v in vs['guided'])} of {len(vs['guided'])} within 3%); enumeration "
                          f"{shown['enumeration']} "
                          f"({sum(v <= 1.03 for v in vs['enumeration'])} of {len(vs['enumeration'])} within 3%).")
+        same = {o: [bool(same_plan(r, res["reference"])) for res in results for r in res["runs"]
+                    if r["budget"] == b and r["order"] == o] for o in ORDERS}
+        lines.append(f"- {b}: the reference's very plan chosen by guided {sum(same['guided'])} of "
+                     f"{len(same['guided'])}, enumeration {sum(same['enumeration'])} of {len(same['enumeration'])} "
+                     "(where it is, the ratio above is the timing noise of two loads of one plan).")
     return lines + [""]
 
 
@@ -209,8 +236,9 @@ def main(argv: list[str] | None = None) -> None:
                        f"reference: `--budget {args.reference}` on a DB merging every run's DB of the model. "
                        "Then all of a model's artifacts run interleaved in one process on the same seeded inputs "
                        f"({args.rounds} rounds, a fresh random order each): medians, and their ratio to the "
-                       "reference's. Measured / distinct: distinct candidates (fingerprint x backend) with a "
-                       "measured cost. Issue 40's goals: wall / budget in [0.9, 1.1]; plans within 3% of the "
+                       "reference's. Measured / estimated / distinct: distinct candidates (fingerprint x backend) "
+                       "with a measured cost / priced by a cost model while guiding, never exported (guided only) / "
+                       "all. Issue 40's goals: wall / budget in [0.9, 1.1]; plans within 3% of the "
                        "reference at 4m.")
         lines += [f"Machines of these rows: {'; '.join(machines)}. Load when this call started: {start_load}; "
                   f"ended: {load_line()}. 'load': the 1-minute load average around each tune.", ""]
