@@ -21,7 +21,9 @@ by ``collage report``.
         "error_by_backend": {"onnxruntime": {...}, ...}, "training_rows": {"onnxruntime": 2210, ...},
         "rounds": 31, "converged_levels": [0, 1],   # estimate -> search -> measure rounds; levels whose plan
                                                     # came out measured throughout
-        "last_rounds": [{"level": 1, "predicted_ms": 1.2, "partitions": 5, "estimated": 2, "measured": 2}, ...],
+        "filled": 0,            # measured in measuring order beside the rounds (collage.tuner.guided.SEARCH_SHARE)
+        "last_rounds": [{"level": 1, "predicted_ms": 1.2, "partitions": 5, "estimated": 2, "measured": 2,
+                        "filled": 0}, ...],
         "stopped": "the budget ran out", "optimistic_plan": {...}, "fit_s": 1.1, "search_s": 0.4}
     }
 """
@@ -99,7 +101,9 @@ def estimates_line(est: Mapping[str, Any]) -> str:
     41% (p90), 70% within the predicted 10-90% range'."""
     text = (f"guided by {guide(est)}: {est.get('estimated', 0)} candidate(s) estimated"
             + (f", {est['unpriced']} unpriced (too few measurements of their backend)" if est.get("unpriced") else "")
-            + ", none exported (every partition of the plan is measured)")
+            + ", none exported (every partition of the plan is measured)"
+            + (f"; {est['filled']} measured in measuring order beside the rounds (fitting and searching took over "
+               "a quarter of the time)" if est.get("filled") else ""))
     err = est.get("error") or {}
     if err.get("n"):
         text += (f"; predicted before measuring, {err['n']} of them were off by {err['median_ape']:.0f}% (median), "

@@ -166,6 +166,7 @@ class Estimates(Record):
     error_by_backend: Mapping[str, EstimateError] = field(default_factory=dict)
     training_rows: Mapping[str, Any] = field(default_factory=dict)
     rounds: int | None = None
+    filled: int | None = None  # measured in measuring order beside the rounds' plans (guided.SEARCH_SHARE)
     converged_levels: tuple[int, ...] = ()
     last_rounds: tuple[Any, ...] = ()
     stopped: str | None = None

@@ -16,7 +16,9 @@ first. Instead, a branch-and-bound over measurements:
 3. **Search** the cheapest cover with measured costs where known and the *optimistic* estimate (the low
    quantile x the level's factor, ``OPTIMISM``) elsewhere, estimates marked as such.
 4. **Measure** the plan's estimated partitions (their predictions recorded first: the model's error on this
-   run's own measurements), retrain when the measured rows grew, and repeat from 2.
+   run's own measurements), retrain when the measured rows grew, and repeat from 2. Where the searches take
+   more than ``SEARCH_SHARE`` of the time (a large graph), a round's batch is filled up with candidates in
+   measuring order, so that the searches never eat the budget they guide.
 
 When the optimistic plan is measured throughout, no unmeasured candidate can beat it unless it costs less
 than its low estimate: that level has converged, and the next, more optimistic level (a lower factor) brings in
@@ -33,6 +35,7 @@ many candidates were measured and how many estimated, and how far the prediction
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -63,6 +66,10 @@ SEED_SHARE = 0.25
 RETRAIN_GROWTH, RETRAIN_MIN = 0.1, 5
 #: rounds listed in the report (the last ones)
 LAST_ROUNDS = 10
+#: under a deadline, the share of the guided time its own work (fitting, searching) may take: past it, a round's
+#: batch is filled up with candidates in measuring order until its measuring takes (1 / share - 1) x the round's
+#: fit and search (a 323-node detector's search took 3.2 s a round, 113 of its 196 s: benchmarks/tune_time.py)
+SEARCH_SHARE = 0.25
 
 #: measure(candidates, seconds or None) -> measure_candidates' table of them
 Measure = Callable[[Sequence[Candidate], "float | None"], CostTable]
@@ -79,10 +86,11 @@ class Round:
     partitions: int
     estimated: int  # of the plan's partitions
     measured: int = 0  # of them measured in this round
+    filled: int = 0  # candidates in measuring order measured beside them (SEARCH_SHARE)
 
     def to_dict(self) -> dict[str, Any]:
         return {"level": self.level, "predicted_ms": self.predicted_ms, "partitions": self.partitions,
-                "estimated": self.estimated, "measured": self.measured}
+                "estimated": self.estimated, "measured": self.measured, "filled": self.filled}
 
 
 @dataclass
@@ -123,6 +131,10 @@ class GuidedProgress:
     estimates: dict[CostKey, Estimate] = field(default_factory=dict)
     fit_s: float = 0.0
     searches_s: float = 0.0
+    last_search_s: float = 0.0
+    last_fit_s: float = 0.0  # of this round (0: no retrain)
+    measure_s: float = 0.0  # in measure calls
+    measure_keys: int = 0  # keys those calls measured (failed ones too)
     last_plan: Plan | None = None
     stopped: str = ""
     from_shipped: set[str] = field(default_factory=set)  # backend names the shipped model priced last
@@ -196,7 +208,10 @@ class GuidedMeasuring:
             if not todo:
                 level += 1
                 continue
-            self.rounds[-1].measured = self.take(todo, f"round {len(self.rounds)}")
+            filler = self.filler(todo)
+            self.take(todo + filler, f"round {len(self.rounds)}")
+            self.rounds[-1].measured = sum(self.is_measured(c) for c in todo)
+            self.rounds[-1].filled = sum(self.is_measured(c) for c in filler)
         rest = [c for c in self.cands if not self.is_measured(c) and self.key[c] not in self.stuck]
         if rest and not self.over():
             self.take(rest, "the rest, in measuring order")
@@ -222,7 +237,10 @@ class GuidedMeasuring:
             est = self.now.estimates.get(self.key[c])
             if est is not None:
                 self.predictions.append(Prediction(self.key[c], c.backend, est))
+        t0 = time.monotonic()
         table = self.measure_fn(todo, self.left() if bounded else None)
+        self.now.measure_s += time.monotonic() - t0
+        self.now.measure_keys += int(getattr(table, "measured", 0) or 0)
         got = 0
         for c in todo:
             cost = table.get((c.nodes, c.backend))
@@ -235,6 +253,29 @@ class GuidedMeasuring:
             self.stuck.update(self.key[c] for c in todo if self.key[c] not in self.known)
         log.debug("%s: measured %d of %d", why, got, len(todo))
         return got
+
+    def filler(self, todo: Sequence[Candidate]) -> list[Candidate]:
+        """Under a deadline, once fitting and searching took more than ``SEARCH_SHARE`` of the guided time: the
+        next unmeasured candidates in measuring order, as many as measuring takes (1 / share - 1) x this round's
+        fit and search (at this tune's seconds a key so far), less ``todo``. Without a deadline every candidate
+        is measured anyway: nothing is added."""
+        now = self.now
+        elapsed = time.monotonic() - self.t0
+        if now.deadline is None or now.measure_keys == 0 or now.searches_s + now.fit_s <= SEARCH_SHARE * elapsed:
+            return []
+        per_key = max(now.measure_s / now.measure_keys, 1e-3)
+        own = now.last_search_s + now.last_fit_s
+        want = math.ceil(own * (1 / SEARCH_SHARE - 1) / per_key) - len(todo)
+        chosen = {self.key[c] for c in todo}
+        out: list[Candidate] = []
+        for c in self.cands:
+            if len(out) >= want:
+                break
+            k = self.key[c]
+            if k not in self.known and k not in self.stuck and k not in chosen:
+                chosen.add(k)
+                out.append(c)
+        return out
 
     def seed_thin_variants(self) -> None:
         """A variant with too few training rows in the DB: a seeded random sample of its candidates."""
@@ -264,6 +305,7 @@ class GuidedMeasuring:
     def retrain(self, final: bool = False) -> None:
         """Train the model again when the measured rows grew enough; estimate every unmeasured key."""
         now = self.now
+        now.last_fit_s = 0.0
         ok = sum(1 for c in self.known.values() if c.ok)
         grown = ok - max(0, now.trained_rows)
         if now.trained_rows >= 0 and grown < max(RETRAIN_MIN, RETRAIN_GROWTH * now.trained_rows) and not final:
@@ -282,7 +324,8 @@ class GuidedMeasuring:
             est = self.estimate_variant(v, feats) if keys else None
             if est is not None:
                 now.estimates.update(zip(keys, est))
-        now.fit_s += time.perf_counter() - t0
+        now.last_fit_s = time.perf_counter() - t0
+        now.fit_s += now.last_fit_s
 
     def estimate_variant(self, v: Variant, feats: Sequence[Any]) -> list[Estimate] | None:
         """The learned model's estimates of ``v`` where the DB holds ``SEED_ROWS`` rows of it (or the shipped model
@@ -315,7 +358,8 @@ class GuidedMeasuring:
             log.warning("guided measuring: search failed (%s); measuring in order", e)
             return None
         finally:
-            self.now.searches_s += time.perf_counter() - t0
+            self.now.last_search_s = time.perf_counter() - t0
+            self.now.searches_s += self.now.last_search_s
         self.now.last_plan = plan
         return plan
 
@@ -352,7 +396,8 @@ class GuidedMeasuring:
                                    [p.estimate.low_ms for p, _ in pairs], [p.estimate.high_ms for p, _ in pairs]),
             "error_by_backend": per_backend,
             "training_rows": now.model.rows() if now.model is not None else {},
-            "rounds": len(self.rounds), "converged_levels": sorted({r.level for r in self.rounds if not r.estimated}),
+            "rounds": len(self.rounds), "filled": sum(r.filled for r in self.rounds),
+            "converged_levels": sorted({r.level for r in self.rounds if not r.estimated}),
             "last_rounds": [r.to_dict() for r in self.rounds[-LAST_ROUNDS:]], "stopped": now.stopped,
             "optimistic_plan": None if last is None else {
                 "predicted_ms": last.predicted_ms,

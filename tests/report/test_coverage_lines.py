@@ -25,3 +25,9 @@ def test_the_learned_model_alone_when_nothing_shipped_priced():
     for shipped in (None, {**SHIPPED, "priced": []}):
         est = {"estimated": 5, "training_rows": {"onnxruntime": 120}, "shipped": shipped}
         assert estimates_line(est).startswith("guided by the learned cost model: 5 candidate(s) estimated")
+
+
+def test_the_filled_count_is_said_where_rounds_were_filled():
+    est = {"estimated": 5, "training_rows": {"onnxruntime": 120}, "filled": 269}
+    assert "; 269 measured in measuring order beside the rounds" in estimates_line(est)
+    assert "measuring order" not in estimates_line({**est, "filled": 0})
