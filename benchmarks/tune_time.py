@@ -37,7 +37,7 @@ import numpy as np
 
 from benchmarks._common import header, md_table, write_report
 from benchmarks.budget import interleaved_ms, load_line
-from collage.util import machine_id, parse_duration
+from collage.util import machine_id, parse_duration, source_commit
 
 ORDERS = ("guided", "enumeration")
 DEFAULT_MODELS = ("whisper-tiny-encoder", "resnet50", "nudenet-320n", "inception_v2", "shufflenet", "densenet121")
@@ -92,7 +92,8 @@ def tune_run(model: str, run_dir: Path, budget: str, order: str, db: Path, args:
     wall = time.monotonic() - t0
     row = {"model": model, "budget": budget, "order": order, "wall_s": wall, "budget_s": parse_duration(budget),
            "rc": proc.returncode, "stderr": proc.stderr[-2000:], "load": (load_before + os.getloadavg()[0]) / 2,
-           "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "artifact": str(out)}
+           "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "artifact": str(out),
+           "commit": source_commit()}
     if proc.returncode == 0:
         rep = json.loads((out / "report.json").read_text())
         cov = rep.get("coverage") or {}
