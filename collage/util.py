@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import logging
 import math
@@ -143,8 +144,10 @@ def physical_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+@functools.lru_cache(maxsize=1)
 def machine_id() -> str:
-    """A short identifier of the machine a measurement was taken on (CPU model, cores, arch)."""
+    """A short identifier of the machine a measurement was taken on (CPU model, cores, arch); read once per
+    process (every cost key holds it: 178,696 keys of one inception_v2 tune read /proc/cpuinfo each)."""
     cpu = platform.processor() or ""
     try:
         with open("/proc/cpuinfo") as f:

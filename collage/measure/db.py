@@ -109,6 +109,13 @@ def key_for(backend: Backend, fingerprint: str) -> CostKey:
                    canonical_json(backend.options), machine_id())
 
 
+def key_maker(backend: Backend) -> Callable[[str], CostKey]:
+    """``key_for(backend, fingerprint)`` with the backend's part computed once: for the keys of every candidate of
+    a large graph (its version and options JSON are the same for all)."""
+    base = key_for(backend, "")
+    return lambda fingerprint: base._replace(fingerprint=fingerprint)
+
+
 @dataclass
 class Cost:
     """One measurement (or failed attempt) of one candidate; see the module docstring."""

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from collage.measure.db import Cost, CostDB, CostKey, default_owner, key_for, owner_dead
+from collage.measure.db import Cost, CostDB, CostKey, default_owner, key_maker, owner_dead
 from collage.measure.connect import get_db
 from collage.measure.executor import Done, Executor, Window, get_executor, wait_for
 from collage.measure.measurer import (DEFAULT_CAP_S, DEFAULT_TIMEOUT_S, LOAD_TIMEOUT_S, MAX_EXTENSION_S, Measurement,
@@ -245,14 +245,12 @@ def _fingerprint_keys(graph: Graph, items: Sequence[tuple[tuple[int, ...], str]]
                       ) -> tuple[dict[tuple[tuple[int, ...], str], CostKey],
                                  dict[CostKey, tuple[tuple[int, ...], str]]]:
     """Each item's cost key, and each distinct key's first item (the one measured for it)."""
-    fp_cache: dict[tuple[int, ...], str] = {}
+    make = {name: key_maker(b) for name, b in backends.items()}
     item_key: dict[tuple[tuple[int, ...], str], CostKey] = {}
     rep: dict[CostKey, tuple[tuple[int, ...], str]] = {}
     for nodes, bname in items:
         nodes = tuple(nodes)
-        if nodes not in fp_cache:
-            fp_cache[nodes] = graph.fingerprint(nodes)
-        key = key_for(backends[bname], fp_cache[nodes])
+        key = make[bname](graph.fingerprint(nodes))
         item_key[(nodes, bname)] = key
         rep.setdefault(key, (nodes, bname))
     return item_key, rep

@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from collage.measure.db import Cost, CostKey, key_for
+from collage.measure.db import Cost, CostKey, key_for, key_maker
 from collage.cost_models.features import FEATURES_KIND, features_by_fingerprint
 from collage.cost_models.learned import Estimate, LearnedCosts, Variant, error_summary, training_rows, variant_of
 from collage.cost_models.shipped import ShippedCosts, load_shipped
@@ -155,7 +155,8 @@ class GuidedMeasuring:
         for nodes in fps:
             fps[nodes] = graph.fingerprint(nodes)
         self.fps = fps
-        self.key: dict[Candidate, CostKey] = {c: key_for(by_name[c.backend], fps[c.nodes]) for c in self.cands}
+        make = {name: key_maker(b) for name, b in by_name.items()}
+        self.key: dict[Candidate, CostKey] = {c: make[c.backend](fps[c.nodes]) for c in self.cands}
         self.variant: dict[str, Variant] = {b.name: variant_of(key_for(b, "")) for b in backends}
         self.distinct = set(self.key.values())
         # a failure that does not hold for this model (transient, another file's) is measured again
