@@ -64,12 +64,12 @@ def missing_extra(e: ImportError, what: str) -> MissingExtra | None:
                         f"pip install 'collage[{extra}]' (or 'collage[all]' for everything)")
 
 
-def require(module: str, needed_for: str, extra: str, alternative: str | None = None) -> ModuleType:
-    """``import module``, or a ``MissingExtra``: '``needed_for`` needs ``module``: pip install 'collage[extra]'
-    (or ``alternative``)'. For the optional packages a feature imports where it is used (Ray for --cluster,
-    psycopg for a PostgreSQL cost DB, XGBoost for the learned cost model)."""
+def require(module: str, needed_for: str, alternative: str | None = None) -> ModuleType:
+    """``import module``, or a ``MissingExtra``: '``needed_for`` needs ``module``: pip install 'collage[EXTRA]'
+    (or ``alternative``)', the extra from ``EXTRA_OF``. For the optional packages a feature imports where it is
+    used (Ray for --cluster, psycopg for a PostgreSQL cost DB, XGBoost for the learned cost model)."""
     try:
         return importlib.import_module(module)
     except ImportError as e:
         also = f" (or {alternative})" if alternative else ""
-        raise MissingExtra(f"{needed_for} needs {module}: pip install 'collage[{extra}]'{also}") from e
+        raise MissingExtra(f"{needed_for} needs {module}: pip install 'collage[{EXTRA_OF[module]}]'{also}") from e

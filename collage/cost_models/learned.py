@@ -102,7 +102,7 @@ class Estimate:
 
 
 def _xgboost() -> Any:
-    return require("xgboost", "the learned cost model", "tune", "pip install xgboost-cpu")
+    return require("xgboost", "the learned cost model", "pip install xgboost-cpu")
 
 
 @dataclass

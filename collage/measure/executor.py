@@ -189,7 +189,7 @@ class LocalExecutor(Executor):
 
 # ---------------------------------------------------------------------- Ray
 def _ray() -> Any:
-    return require("ray", "--cluster", "cluster", "the same Ray version on every node: docs/CLUSTER.md")
+    return require("ray", "--cluster", "the same Ray version on every node: docs/CLUSTER.md")
 
 
 @dataclass

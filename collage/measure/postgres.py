@@ -49,7 +49,7 @@ _SCHEMA_LOCK = 0x636F6C6C61676531  # pg_advisory_xact_lock key while creating th
 
 
 def _psycopg() -> Any:
-    return require("psycopg", "a postgresql:// cost database", "cluster", "pip install 'psycopg[binary]'")
+    return require("psycopg", "a postgresql:// cost database", "pip install 'psycopg[binary]'")
 
 
 def redact(url: str) -> str:
