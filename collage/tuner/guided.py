@@ -282,12 +282,12 @@ class GuidedMeasuring:
         """A variant with too few training rows in the DB: a seeded random sample of its candidates."""
         rows = {v: len(ms) for v, (_, ms) in training_rows(self.db, self.variant.values()).items()}
         budget = None if self.now.deadline is None else SEED_SHARE * max(0.0, self.left() or 0.0)
+        thin = {name: v for name, v in self.variant.items() if rows.get(v, 0) < SEED_ROWS
+                and not (self.shipped is not None and self.shipped.covers(v))}
         sample: list[Candidate] = []
         rng = random.Random(self.seed)
-        for name, v in sorted(self.variant.items()):
+        for name, v in sorted(thin.items()):
             need = SEED_ROWS - rows.get(v, 0)
-            if need <= 0 or (self.shipped is not None and self.shipped.covers(v)):
-                continue
             mine = sorted({self.key[c]: c for c in self.cands if c.backend == name
                            and not self.is_measured(c)}.values(),
                           key=lambda c: (len(c.nodes), c.nodes))
@@ -295,8 +295,7 @@ class GuidedMeasuring:
         if not sample:
             return
         self.say("guided measuring: seeding the learned model with %d candidate(s) (%s had few rows in the cost DB)",
-                 len(sample), ", ".join(n for n, v in self.variant.items() if rows.get(v, 0) < SEED_ROWS
-                           and not (self.shipped is not None and self.shipped.covers(v))))
+                 len(sample), ", ".join(thin))
         deadline, self.now.deadline = self.now.deadline, (None if budget is None else time.monotonic() + budget)
         try:
             self.take(sample, "seed")
