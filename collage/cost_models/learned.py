@@ -189,8 +189,14 @@ class VariantModel:
         """``(len(features), 3)`` ms: low, middle, high (sorted per row)."""
         if not features:
             return np.zeros((0, len(QUANTILES)))
-        logs = np.mean([p.log_predict(features) for p in self.parts], axis=0)
-        return np.exp(np.sort(logs, axis=1))
+        return parts_predict(self.parts, features)
+
+
+def parts_predict(parts: Sequence[LinePlusTrees], features: Sequence[Mapping[str, float]]) -> np.ndarray:
+    """``(len(features), 3)`` ms of ``parts`` together: the mean of their log quantiles, sorted per row (a
+    variant's model here, a shipped file's lines in ``collage.cost_models.shipped``)."""
+    logs = np.mean([p.log_predict(features) for p in parts], axis=0)
+    return np.asarray(np.exp(np.sort(logs, axis=1)))
 
 
 #: no prediction below this (ms): the line may be all zero weights for a candidate of unseen op classes

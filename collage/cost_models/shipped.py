@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from collage.cost_models.learned import QUANTILES, Estimate, LinePlusTrees, Variant
+from collage.cost_models.learned import QUANTILES, Estimate, LinePlusTrees, Variant, parts_predict
 
 #: where the shipped files live (package data)
 SHIPPED_DIR = Path(__file__).with_name("shipped")
@@ -126,8 +126,7 @@ class ShippedCosts:
         parts = self.parts(v)
         if not parts or not features:
             return None
-        logs = np.mean([p.log_predict(features) for p in parts], axis=0)
-        return np.asarray(np.exp(np.sort(logs, axis=1)))
+        return parts_predict(parts, features)
 
     def estimate(self, v: Variant, features: Sequence[Mapping[str, float]]) -> list[Estimate] | None:
         ms = self.raw(v, features)
