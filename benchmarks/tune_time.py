@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._common import header, md_table, write_report
-from benchmarks.budget import interleaved_ms, load_line
+from benchmarks.budget import interleaved_ms, load_line, snapshot
 from collage.util import machine_id, parse_duration, source_commit
 
 ORDERS = ("guided", "enumeration")
@@ -51,9 +51,8 @@ def merge_dbs(sources: list[Path], dest: Path) -> int:
     key already present keeps its first measurement). Returns the cost rows in ``dest``."""
     dest.unlink(missing_ok=True)
     first, *rest = sources
-    s, d = sqlite3.connect(f"file:{first}?mode=ro", uri=True), sqlite3.connect(dest)
-    s.backup(d)
-    s.close()
+    snapshot(first, dest)
+    d = sqlite3.connect(dest)
     tables = [r[0] for r in d.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
                                       "AND name NOT LIKE 'sqlite_%'")]
     with d:
