@@ -23,10 +23,9 @@ import numpy as np
 
 from collage import zoo
 from collage.cost_models.learned import MIN_ROWS, LinePlusTrees, variant_of
-from collage.cost_models.shipped import (SHIPPED_DIR, line_to_dict, machine_class, probe_ms, variant_name,
-                                         cpu_flags)
+from collage.cost_models.shipped import SHIPPED_DIR, line_to_dict, machine_class, probe_ms, variant_name
 from collage.measure.db import SQLiteCostDB
-from collage.util import machine_id
+from collage.util import cpu_flags, machine_id
 
 
 def collect(paths: list[str]) -> dict[tuple[str, str], list[float]]:
@@ -79,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     lines, counts = fit(rows, feats)
     cls = machine_class()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    flags = sorted(f for f in cpu_flags() if f.startswith(("avx", "amx")))
+    flags = sorted(f for f in cpu_flags() or () if f.startswith(("avx", "amx")))
     meta: dict[str, Any] = {
         "machine_class": cls, "cpu": machine_id(), "cpu_flags": flags, "arch": platform.machine(),
         "probe_ms": min(probe_ms() for _ in range(3)), "collage_commit": commit,

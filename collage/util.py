@@ -144,19 +144,39 @@ def physical_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+#: where Linux describes the CPU (tests point it at a fake file)
+CPUINFO = "/proc/cpuinfo"
+
+
+@functools.lru_cache(maxsize=8)
+def _cpuinfo(path: str) -> dict[str, str] | None:
+    """The first processor's ``key: value`` lines of ``path``, None where it cannot be read (read once per path)."""
+    fields: dict[str, str] = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                if not line.strip():
+                    break
+                key, sep, value = line.partition(":")
+                if sep:
+                    fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        return None
+    return fields
+
+
+def cpu_flags() -> frozenset[str] | None:
+    """This CPU's feature flags (``avx2``, ``avx512_vnni``, ``amx_tile``, ...) from /proc/cpuinfo, None where that
+    cannot be read: the one reader behind the shipped model's machine class and the bf16 / int8 variants' checks."""
+    info = _cpuinfo(CPUINFO)
+    return None if info is None else frozenset(info.get("flags", "").split())
+
+
 @functools.lru_cache(maxsize=1)
 def machine_id() -> str:
     """A short identifier of the machine a measurement was taken on (CPU model, cores, arch); read once per
     process (every cost key holds it: 178,696 keys of one inception_v2 tune read /proc/cpuinfo each)."""
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    cpu = (_cpuinfo(CPUINFO) or {}).get("model name") or platform.processor() or ""
     return f"{platform.machine()}|{cpu}|{physical_cores()}c"
 
 

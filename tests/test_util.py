@@ -113,3 +113,22 @@ def test_source_commit_of_an_installed_copy_is_unknown(tmp_path):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.source_commit() == "unknown"
+
+
+def test_cpu_flags_and_the_machine_classes_they_decide(monkeypatch, tmp_path):
+    """One reader of /proc/cpuinfo (issue 40's clean-up): the first processor's flags decide the shipped model's
+    machine class and whether bf16 is native; an unreadable file is None, not "no features"."""
+    from collage import util
+    from collage.backends.openvino.lowp import cpu_bf16_reason
+    from collage.cost_models.shipped import machine_class
+
+    fake = tmp_path / "cpuinfo"
+    fake.write_text("processor\t: 0\nmodel name\t: Test CPU\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_tile\n\n"
+                    "processor\t: 1\nflags\t\t: fpu\n")
+    monkeypatch.setattr(util, "CPUINFO", str(fake))
+    assert util.cpu_flags() == {"fpu", "avx2", "avx512f", "avx512_bf16", "amx_tile"}
+    assert machine_class() == "amx"
+    assert cpu_bf16_reason() is None
+    monkeypatch.setattr(util, "CPUINFO", str(tmp_path / "missing"))
+    assert util.cpu_flags() is None
+    assert machine_class() == "avx2"

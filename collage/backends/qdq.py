@@ -39,6 +39,7 @@ import numpy as np
 import onnx
 
 from collage.errors import CompileError
+from collage.util import cpu_flags
 
 log = logging.getLogger(__name__)
 
@@ -61,15 +62,9 @@ def cpu_int8_reason() -> str | None:
     to 16 bits) and better, AVX512-VNNI / AVX-VNNI / AMX-INT8 (dot products to 32 bits); else why not. Whether an
     int8 variant is faster than fp32 on a given CPU is measured like any candidate, and its error is judged against
     the accuracy budget (the AVX2 path can saturate where VNNI does not: that is an error the budget sees)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError as e:
-        return f"cannot read /proc/cpuinfo to look for AVX2/VNNI/AMX-INT8 ({e}); not offering int8"
-    flags = set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            flags.update(line.split(":", 1)[1].split())
-            break
+    flags = cpu_flags()
+    if flags is None:
+        return "cannot read /proc/cpuinfo to look for AVX2/VNNI/AMX-INT8; not offering int8"
     if flags & {"amx_int8", "avx512_vnni", "avx_vnni", "avx2"}:
         return None
     return ("this CPU has no int8 multiply-add instructions (no avx2, avx_vnni, avx512_vnni or amx_int8 in "

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from collage.cost_models.learned import QUANTILES, Estimate, LinePlusTrees, Variant, parts_predict
+from collage.util import cpu_flags
 
 #: where the shipped files live (package data)
 SHIPPED_DIR = Path(__file__).with_name("shipped")
@@ -38,23 +39,12 @@ PROBE_SIZE, PROBE_ITERS, PROBE_REPEATS = 1 << 18, 6, 9
 
 def machine_class(flags: Iterable[str] | None = None) -> str:
     """``amx``, ``avx512`` or ``avx2`` from the CPU flags (``/proc/cpuinfo``'s; ``avx2`` when unknown)."""
-    have = set(flags) if flags is not None else cpu_flags()
+    have = set(flags) if flags is not None else cpu_flags() or set()
     if "amx_tile" in have:
         return "amx"
     if "avx512f" in have:
         return "avx512"
     return "avx2"
-
-
-def cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def probe_ms() -> float:

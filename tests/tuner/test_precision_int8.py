@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from collage import util
 from collage.backends import backend_names, get_backend, qdq
 from collage.measure.accuracy import Budget, ErrorStore, load_calibration, reference_runs, run_error
 from collage.graph.ir import Graph
@@ -44,18 +45,21 @@ def test_int8_variants_are_named_apart_and_not_listed():
 
 
 def test_int8_availability_follows_cpu_flags(monkeypatch, tmp_path):
-    fake = tmp_path / "cpuinfo"
-    fake.write_text("processor : 0\nflags : fpu sse sse4_2 avx\n")
-    real_read = qdq.Path.read_text
-    monkeypatch.setattr(qdq.Path, "read_text", lambda self, *a, **k: real_read(fake) if str(self) == "/proc/cpuinfo"
-                        else real_read(self, *a, **k))
+    def cpu(name: str, flags: str) -> None:
+        fake = tmp_path / name
+        fake.write_text(f"processor : 0\nflags : {flags}\n\nprocessor : 1\nflags : avx2\n")
+        monkeypatch.setattr(util, "CPUINFO", str(fake))
+
+    cpu("old", "fpu sse sse4_2 avx")
     why = qdq.cpu_int8_reason()
     assert why is not None and "avx2" in why
     # an AVX2-only CPU (issue 40: the AMD EPYC VM) runs both runtimes' int8 kernels: offered, measured, judged
-    fake.write_text("processor : 0\nflags : fpu sse avx avx2 fma\n")
+    cpu("avx2", "fpu sse avx avx2 fma")
     assert qdq.cpu_int8_reason() is None
-    fake.write_text("processor : 0\nflags : fpu avx512f avx512_vnni amx_int8\n")
+    cpu("amx", "fpu avx512f avx512_vnni amx_int8")
     assert qdq.cpu_int8_reason() is None
+    monkeypatch.setattr(util, "CPUINFO", str(tmp_path / "missing"))
+    assert "cannot read" in (qdq.cpu_int8_reason() or "")
 
 
 def test_int8_compile_without_ranges_says_what_to_do():

@@ -4,10 +4,10 @@
 accuracy budget (:mod:`collage.tuner.precision.tuner`)."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from collage.backends.openvino.backend import OpenVINOBackend, core
+from collage.util import cpu_flags
 
 #: registry names of the lower-precision variants and the precision each runs
 VARIANTS = {"openvino-bf16": "bf16", "openvino-fp16": "fp16"}
@@ -56,12 +56,8 @@ class OpenVINOFP16Backend(_OpenVINOLowPrecision):
 
 def cpu_bf16_reason() -> str | None:
     """None when this CPU runs bf16 natively (/proc/cpuinfo flags or OpenVINO), else why not (for test skips)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-        if "avx512_bf16" in flags or "amx_bf16" in flags:
-            return None
-    except OSError:
-        pass
+    if (cpu_flags() or set()) & {"avx512_bf16", "amx_bf16"}:
+        return None
     return native_support("BF16")
 
 
