@@ -116,6 +116,8 @@ class Graph:
         self._digest: str | None = None
         self._fingerprints: dict[tuple[int, ...], str] = {}  # fingerprint() of a node set, once computed
         self._boundaries: dict[tuple[int, ...], tuple[tuple[str, ...], tuple[str, ...]]] = {}  # boundary()'s
+        self._pieces: dict[tuple[str, str], bytes] = {}  # fingerprint parts, once made (_piece)
+        self._node_pieces: dict[int, bytes] = {}
         self._tensors: dict[str, TensorInfo] = {}
         self._collect_tensor_info()
         self._build_dag()
@@ -157,6 +159,7 @@ class Graph:
         self._producer: dict[str, int] = {}
         self._consumers: dict[str, list[int]] = {}
         self._reads: list[list[str]] = []
+        self._ops: list[onnx.NodeProto] = list(g.node)
         for i, node in enumerate(g.node):
             self.dag.add_node(i, op=node)
             for t in node.output:
@@ -197,10 +200,10 @@ class Graph:
         return self.model.graph.name or Path(self.source).stem
 
     def op(self, i: int) -> onnx.NodeProto:
-        return self.dag.nodes[i]["op"]
+        return self._ops[i]  # the dag's "op" (a list: millions of lookups in a large graph's tune)
 
     def op_type(self, i: int) -> str:
-        return self.dag.nodes[i]["op"].op_type
+        return self._ops[i].op_type
 
     def node_label(self, i: int) -> str:
         node = self.op(i)
@@ -277,21 +280,22 @@ class Graph:
         if known is not None:
             return list(known[0]), list(known[1])
         inside = set(ids)
-        produced: set[str] = set()
+        seen: set[str] = set()
         entering: list[str] = []
+        weights, producer = self.initializers, self._producer
         for i in ids:
             for t in self._reads[i]:
-                if t in self.initializers or t in produced or t in entering:
+                if t in seen:
                     continue
-                src = self._producer.get(t)
-                if src is None or src not in inside:
+                seen.add(t)
+                if t not in weights and ((src := producer.get(t)) is None or src not in inside):
                     entering.append(t)
-            produced.update(o for o in self.op(i).output if o)
         graph_outputs = set(self.outputs)
         leaving: list[str] = []
+        consumers = self._consumers
         for i in ids:
             for t in self.op(i).output:
-                if t and (t in graph_outputs or any(c not in inside for c in self.consumers(t))):
+                if t and (t in graph_outputs or any(c not in inside for c in consumers.get(t, ()))):
                     leaving.append(t)
         self._boundaries[memo] = (tuple(entering), tuple(leaving))
         return entering, leaving
@@ -335,33 +339,53 @@ class Graph:
             return known
         entering, leaving = self.boundary(ids)
         local: dict[str, str] = {t: f"in{k}" for k, t in enumerate(entering)}
-        h = hashlib.sha256()
-
-        def put(*parts: object) -> None:
-            h.update(repr(parts).encode())
-            h.update(b"\x00")
-
-        for t in entering:
-            info = self._tensors[t]
-            put("in", info.dtype.str, info.shape)
+        piece = self._piece
+        parts = [piece("in", t) for t in entering]
         for k, i in enumerate(ids):
             node = self.op(i)
-            put("node", node.domain, node.op_type, _attrs_key(node))
+            parts.append(self._node_piece(i))
             for t in self._reads[i]:
                 if t in local:
-                    put("ref", local[t])
+                    parts.append(piece("ref", local[t]))
                 elif t in self.initializers:
-                    put("const", *self._const_key(t))
+                    parts.append(piece("const", t))
                 else:  # cannot happen for a valid boundary; keep the hash total
-                    put("ext", t)
+                    parts.append(piece("ext", t))
             for j, t in enumerate(node.output):
                 if t:
                     local[t] = f"n{k}.{j}"
-                    info = self._tensors.get(t)  # None: an output nothing reads (Dropout's mask)
-                    put("out", info.dtype.str if info else None, info.shape if info else None)
-        put("leaving", tuple(local[t] for t in leaving))
+                    parts.append(piece("out", t))
+        parts.append(_part(("leaving", tuple(local[t] for t in leaving))))
+        h = hashlib.sha256(b"".join(parts))
         self._fingerprints[memo] = fp = h.hexdigest()[:24]
         return fp
+
+    def _piece(self, kind: str, name: str) -> bytes:
+        """One part of a fingerprint: a tensor entering (``in``) or made (``out``), a weight (``const``), a
+        reference to a tensor of the set (``ref``, by its local name), made once per kind and name: a graph's node
+        sets repeat the same parts many times over (inception_v2: 71,694 node sets)."""
+        known = self._pieces.get((kind, name))
+        if known is None:
+            if kind == "in":
+                info = self._tensors[name]
+                known = _part(("in", info.dtype.str, info.shape))
+            elif kind == "out":
+                out = self._tensors.get(name)  # None: an output nothing reads (Dropout's mask)
+                known = _part(("out", out.dtype.str if out else None, out.shape if out else None))
+            elif kind == "const":
+                known = _part(("const", *self._const_key(name)))
+            else:
+                known = _part((kind, name))
+            self._pieces[(kind, name)] = known
+        return known
+
+    def _node_piece(self, i: int) -> bytes:
+        """Node ``i``'s op and attributes as a fingerprint part, made once per node."""
+        known = self._node_pieces.get(i)
+        if known is None:
+            node = self.op(i)
+            known = self._node_pieces[i] = _part(("node", node.domain, node.op_type, _attrs_key(node)))
+        return known
 
     def digest(self) -> str:
         """sha256 (hex) of the model as this Graph holds it (its file after loading and ``--shape``), computed once."""
@@ -469,6 +493,12 @@ def _subgraph_key(g: onnx.GraphProto) -> tuple:
             local[t] = f"n{n}.{j}"
     items.append(("out", tuple((local.get(o.name, "?"), o.type.SerializeToString()) for o in g.output)))
     return tuple(items)
+
+
+def _part(parts: tuple) -> bytes:
+    """A fingerprint's hashed form of ``parts``: its repr, NUL-terminated (the digests in every cost DB are of these
+    bytes: changing them orphans every stored measurement)."""
+    return repr(parts).encode() + b"\x00"
 
 
 def _attrs_key(node: onnx.NodeProto) -> tuple:

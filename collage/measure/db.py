@@ -112,8 +112,8 @@ def key_for(backend: Backend, fingerprint: str) -> CostKey:
 def key_maker(backend: Backend) -> Callable[[str], CostKey]:
     """``key_for(backend, fingerprint)`` with the backend's part computed once: for the keys of every candidate of
     a large graph (its version and options JSON are the same for all)."""
-    base = key_for(backend, "")
-    return lambda fingerprint: base._replace(fingerprint=fingerprint)
+    _, *rest = key_for(backend, "")
+    return lambda fingerprint: CostKey(fingerprint, *rest)
 
 
 @dataclass
