@@ -21,7 +21,7 @@ are then ignored, never misread; ``cand-v2``: op classes and ``bytes:CLASS``).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -54,6 +54,10 @@ class NodeFacts:
         self.weights = [[t for t in graph.reads(i) if t in graph.initializers] for i in range(n)]
         self.fp32 = [_first_dtype(graph, i) == "float32" for i in range(n)]
         self.preds = [sorted(graph.dag.predecessors(i)) for i in range(n)]
+        # what a candidate's loop adds per node, made once (71,694 node sets of inception_v2 walk these)
+        self.keys = [(f"op:{op}", f"flops:{op}", f"bytes:{op}") for op in self.op]
+        self.moved = [self.in_bytes[i] + self.out_bytes[i] for i in range(n)]
+        self.mac = [op.split(".")[0] in _MAC for op in self.op]
 
 
 def op_class(graph: Graph, i: int) -> str:
@@ -98,12 +102,12 @@ def candidate_features(graph: Graph, nodes: Sequence[int], facts: NodeFacts | No
     longest: dict[int, int] = {}
     non_fp32 = 0
     for i in ids:
-        op = facts.op[i]
-        f[f"op:{op}"] = f.get(f"op:{op}", 0.0) + 1.0
-        f[f"flops:{op}"] = f.get(f"flops:{op}", 0.0) + facts.flops[i]
-        f[f"bytes:{op}"] = f.get(f"bytes:{op}", 0.0) + facts.in_bytes[i] + facts.out_bytes[i]
+        k_op, k_flops, k_bytes = facts.keys[i]
+        f[k_op] = f.get(k_op, 0.0) + 1.0
+        f[k_flops] = f.get(k_flops, 0.0) + facts.flops[i]
+        f[k_bytes] = f.get(k_bytes, 0.0) + facts.moved[i]
         flops += facts.flops[i]
-        mac += facts.flops[i] if op.split(".")[0] in _MAC else 0.0
+        mac += facts.flops[i] if facts.mac[i] else 0.0
         act += facts.out_bytes[i]
         weights.update(facts.weights[i])
         non_fp32 += not facts.fp32[i]
@@ -125,14 +129,57 @@ def features_by_fingerprint(graph: Graph, node_sets: Iterable[Sequence[int]],
     return out
 
 
+class FeatureRows(Sequence[Mapping[str, float]]):
+    """Feature dicts (a sequence of them, as every model reads) and, made once, one dense matrix over every name
+    they hold (raw values, negatives 0): a model selects its columns from it instead of walking the dicts again.
+    A guided tune prices the same candidates at each retrain (inception_v2: 143,388, 1.4 s a walk)."""
+
+    def __init__(self, rows: Iterable[Mapping[str, float]]) -> None:
+        self.rows = list(rows)
+        self._matrix: np.ndarray | None = None
+        self._index: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        return self.rows[i]
+
+    def __iter__(self) -> Iterator[Mapping[str, float]]:
+        return iter(self.rows)
+
+    def matrix(self) -> tuple[np.ndarray, dict[str, int]]:
+        """The dense matrix and its column of each name."""
+        if self._matrix is None:
+            index: dict[str, int] = {}
+            for row in self.rows:
+                for name in row:
+                    index.setdefault(name, len(index))
+            x = np.zeros((len(self.rows), len(index)), dtype=np.float64)
+            for r, row in enumerate(self.rows):
+                for name, v in row.items():
+                    x[r, index[name]] = v
+            self._matrix, self._index = np.fmax(x, 0.0), index
+        return self._matrix, self._index
+
+    def columns(self, names: Sequence[str]) -> np.ndarray:
+        """``(len(self), len(names))``: each name's column, zeros for a name no row holds (a fresh array)."""
+        x, index = self.matrix()
+        out = np.zeros((len(self.rows), len(names)), dtype=np.float64)
+        for k, name in enumerate(names):
+            j = index.get(name)
+            if j is not None:
+                out[:, k] = x[:, j]
+        return out
+
+
+def feature_rows(rows: Sequence[Mapping[str, float]]) -> FeatureRows:
+    """``rows`` as :class:`FeatureRows` (themselves when they are)."""
+    return rows if isinstance(rows, FeatureRows) else FeatureRows(rows)
+
+
 def feature_matrix(rows: Sequence[Mapping[str, float]], columns: Sequence[str], log: bool = True) -> np.ndarray:
     """``rows`` as a dense float matrix over ``columns`` (missing: 0; negatives: 0), each value ``log1p``'d
     unless ``log=False``: sizes span orders of magnitude, and latency follows them multiplicatively."""
-    index = {c: k for k, c in enumerate(columns)}
-    x = np.zeros((len(rows), len(columns)), dtype=np.float64)
-    for r, row in enumerate(rows):
-        for name, v in row.items():
-            k = index.get(name)
-            if k is not None:
-                x[r, k] = max(0.0, float(v))
+    x = feature_rows(rows).columns(columns)
     return np.log1p(x) if log else x

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from collage.cost_models.features import FEATURES_KIND, feature_matrix
+from collage.cost_models.features import FEATURES_KIND, feature_matrix, feature_rows
 from collage.extras import require
 from collage.errors import CollageError
 
@@ -92,8 +92,7 @@ def variant_of(key: CostKey) -> Variant:
     return Variant(key.backend, key.version, key.device, key.options, key.machine)
 
 
-@dataclass(frozen=True)
-class Estimate:
+class Estimate(NamedTuple):
     """A predicted cost: the 10%, 50% and 90% quantiles (ms)."""
 
     low_ms: float
@@ -118,6 +117,7 @@ class LinePlusTrees:
     @classmethod
     def fit(cls, features: Sequence[Mapping[str, float]], y: np.ndarray, *, seed: int, trees: bool,
             per_op: bool) -> LinePlusTrees:
+        features = feature_rows(features)
         groups = OP_GROUPS if per_op else ()
         counts: dict[str, int] = {}
         for row in features:
@@ -180,6 +180,7 @@ class VariantModel:
         y = np.asarray(ms, dtype=np.float64)
         if len(y) < MIN_ROWS:
             raise CollageError(f"the learned cost model needs at least {MIN_ROWS} measured rows, got {len(y)}")
+        features = feature_rows(features)  # one matrix for every part
         which = PER_OP if per_op is None else per_op
         kinds = (False, True) if which == "both" else (bool(which),)
         parts = [LinePlusTrees.fit(features, y, seed=seed, trees=trees, per_op=k) for k in kinds]
@@ -195,6 +196,7 @@ class VariantModel:
 def parts_predict(parts: Sequence[LinePlusTrees], features: Sequence[Mapping[str, float]]) -> np.ndarray:
     """``(len(features), 3)`` ms of ``parts`` together: the mean of their log quantiles, sorted per row (a
     variant's model here, a shipped file's lines in ``collage.cost_models.shipped``)."""
+    features = feature_rows(features)  # one matrix for every part
     logs = np.mean([p.log_predict(features) for p in parts], axis=0)
     return np.asarray(np.exp(np.sort(logs, axis=1)))
 
@@ -233,23 +235,29 @@ def _fit_line(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def _tree_x(features: Sequence[Mapping[str, float]], columns: Sequence[str]) -> np.ndarray:
     """The residual trees' inputs: log sizes, and what sizes cannot say: arithmetic intensity, FLOPs per node,
     each op class's share of the FLOPs and of the nodes."""
-    x = np.zeros((len(features), len(columns)), dtype=np.float64)
-    for r, f in enumerate(features):
-        flops = float(f.get("flops", 0.0))
-        nodes = max(1.0, float(f.get("nodes", 1.0)))
-        moved = sum(float(f.get(k, 0.0)) for k in ("in_bytes", "out_bytes", "weight_bytes", "act_bytes")) + 1.0
-        for k, c in enumerate(columns):
-            if c.startswith("share:"):
-                x[r, k] = float(f.get("flops:" + c[6:], 0.0)) / (flops + 1.0)
-            elif c.startswith("opshare:"):
-                x[r, k] = float(f.get("op:" + c[8:], 0.0)) / nodes
+    rows = feature_rows(features)
+    raw, index = rows.matrix()
+    zero = np.zeros(len(rows))
 
-            elif c == "intensity":
-                x[r, k] = np.log1p(flops / moved)
-            elif c == "flops_per_node":
-                x[r, k] = np.log1p(flops / nodes)
-            else:
-                x[r, k] = np.log1p(max(0.0, float(f.get(c, 0.0))))
+    def col(name: str) -> np.ndarray:
+        j = index.get(name)
+        return zero if j is None else raw[:, j]
+
+    flops = col("flops")
+    nodes = np.maximum(1.0, col("nodes"))
+    moved = col("in_bytes") + col("out_bytes") + col("weight_bytes") + col("act_bytes") + 1.0
+    x = np.zeros((len(rows), len(columns)), dtype=np.float64)
+    for k, c in enumerate(columns):
+        if c.startswith("share:"):
+            x[:, k] = col("flops:" + c[6:]) / (flops + 1.0)
+        elif c.startswith("opshare:"):
+            x[:, k] = col("op:" + c[8:]) / nodes
+        elif c == "intensity":
+            x[:, k] = np.log1p(flops / moved)
+        elif c == "flops_per_node":
+            x[:, k] = np.log1p(flops / nodes)
+        else:
+            x[:, k] = np.log1p(col(c))
     return x
 
 
@@ -280,7 +288,7 @@ class LearnedCosts:
         model = self.models.get(variant)
         if model is None:
             return None
-        return [Estimate(float(lo), float(mid), float(hi)) for lo, mid, hi in model.predict(features)]
+        return [Estimate(lo, mid, hi) for lo, mid, hi in model.predict(features).tolist()]
 
     def rows(self) -> dict[str, int]:
         """Training rows per backend name (for reports)."""
@@ -297,14 +305,20 @@ def training_rows(db: CostDB, variants: Iterable[Variant] | None = None, *, kind
     DB's, or ``features`` by fingerprint)."""
     wanted = None if variants is None else set(variants)
     skip = set(exclude)
-    feats = db.get_features(kind) if features is None else features
-    out: dict[Variant, tuple[list[Mapping[str, float]], list[float]]] = {}
+    usable = []
     for c in db.all():
         if not c.ok or c.median_ms is None or c.median_ms <= 0 or c.fingerprint in skip:
             continue
-        f = feats.get(c.fingerprint)
         v = variant_of(c.key)
-        if f is None or (wanted is not None and v not in wanted):
+        if wanted is None or v in wanted:
+            usable.append((c, v))
+    # the features of what was measured only: a guided tune stores every candidate's (143,388 of inception_v2)
+    # and retrains on the few it measured so far
+    feats = db.get_features(kind, {c.fingerprint for c, _ in usable}) if features is None else features
+    out: dict[Variant, tuple[list[Mapping[str, float]], list[float]]] = {}
+    for c, v in usable:
+        f = feats.get(c.fingerprint)
+        if f is None:
             continue
         rows = out.setdefault(v, ([], []))
         rows[0].append(f)

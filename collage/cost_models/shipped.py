@@ -123,7 +123,7 @@ class ShippedCosts:
         if ms is None:
             return None
         f = self.scale * self.correction.get(v.backend, 1.0)
-        return [Estimate(float(lo * f), float(mid * f), float(hi * f)) for lo, mid, hi in ms]
+        return [Estimate(lo, mid, hi) for lo, mid, hi in (ms * f).tolist()]
 
     def refine(self, v: Variant, features: Sequence[Mapping[str, float]], measured: Sequence[float]) -> None:
         """The backend's correction: the geometric mean of measured over the probe-scaled middle estimate of

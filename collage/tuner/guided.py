@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from collage.measure.db import Cost, CostKey, key_for, key_maker
-from collage.cost_models.features import FEATURES_KIND, features_by_fingerprint
+from collage.cost_models.features import FEATURES_KIND, FeatureRows, features_by_fingerprint
 from collage.cost_models.learned import Estimate, LearnedCosts, Variant, error_summary, training_rows, variant_of
 from collage.cost_models.shipped import ShippedCosts, load_shipped
 from collage.measure.schedule import CostTable
@@ -170,6 +170,12 @@ class GuidedMeasuring:
         self.shipped = settings.shipped
         self.t0 = time.monotonic()
         self.features = self.store_features()
+        # each variant's keys with features and their feature matrix, made once: every retrain prices them all
+        # (inception_v2: 143,388 keys; rebuilding them a retrain took seconds) and keeps the unmeasured
+        self.priced: dict[str, tuple[list[CostKey], FeatureRows]] = {}
+        for name in self.variant:
+            keys = sorted({k for c, k in self.key.items() if c.backend == name and k.fingerprint in self.features})
+            self.priced[name] = (keys, FeatureRows([self.features[k.fingerprint] for k in keys]))
 
     # ------------------------------------------------------------------ state
     def left(self) -> float | None:
@@ -318,12 +324,12 @@ class GuidedMeasuring:
         now.estimates = {}
         now.from_shipped = set()
         for name, v in self.variant.items():
-            keys = sorted({k for c, k in self.key.items() if c.backend == name and k not in self.known})
-            feats = [self.features[k.fingerprint] for k in keys if k.fingerprint in self.features]
-            keys = [k for k in keys if k.fingerprint in self.features]
-            est = self.estimate_variant(v, feats) if keys else None
+            keys, feats = self.priced[name]
+            if not any(k not in self.known for k in keys):
+                continue
+            est = self.estimate_variant(v, feats)
             if est is not None:
-                now.estimates.update(zip(keys, est))
+                now.estimates.update((k, e) for k, e in zip(keys, est) if k not in self.known)
         now.last_fit_s = time.perf_counter() - t0
         now.fit_s += now.last_fit_s
 
