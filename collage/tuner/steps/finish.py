@@ -37,6 +37,8 @@ def boundary_overhead(ctx: JobContext, artifact: Any, plan_ms: float) -> Any:
     23 rounds took 8.6 s past a 60 s budget before)."""
     if not hasattr(artifact, "boundary_overhead") or len(getattr(artifact, "partitions", ())) < 2:
         return None
+    # three runs of the plan a round; not clock.round_s, whose ROUND_S floor is a timed window's least length:
+    # Artifact.boundary_overhead runs a count of repeats, however short the plan
     per_round_s = 3 * plan_ms / 1e3
     warmup, least = 2, 3
     left = ctx.clock.left()
