@@ -207,7 +207,20 @@ def summary(results: list[dict], budgets: list[str]) -> list[str]:
         lines.append(f"- {b}: the reference's very plan chosen by guided {sum(same['guided'])} of "
                      f"{len(same['guided'])}, enumeration {sum(same['enumeration'])} of {len(same['enumeration'])} "
                      "(where it is, the ratio above is the timing noise of two loads of one plan).")
-    return lines + [""]
+    return lines + [code_line(results), ""]
+
+
+def code_line(results: list[dict]) -> str:
+    """Which commit each model's runs had (``run.json``'s ``commit``; runs before it was recorded: 'not recorded')."""
+    parts = []
+    for res in results:
+        by: dict[str, list[str]] = {}
+        for r in res["runs"] + [res["reference"]]:
+            name = "reference" if r["order"] == "default" else f"{r['budget']} {r['order']}"
+            by.setdefault(r.get("commit") or "not recorded", []).append(name)
+        parts.append(f"{res['model']}: " + "; ".join(
+            f"{c}" if len(by) == 1 else f"{c} ({', '.join(names)})" for c, names in by.items()))
+    return "- Code of the runs (commit): " + " | ".join(parts) + "."
 
 
 def main(argv: list[str] | None = None) -> None:
