@@ -9,6 +9,7 @@
     worker.py       what runs inside the worker: inputs, compile, timing until the median is stable
     transitions.py  transition costs measured as real alternation between backends; transition_model
     accuracy.py     errors of lower-precision candidates against the fp32 reference; accuracy budgets
+    contention.py   other processes' load while a tune measures (report.json's time.others)
 
 Stands on collage.graph and collage.backends only (no search, tuner, zoo or runtime: import-linter);
 the ``collage measure`` command is :mod:`collage.commands.measure`.

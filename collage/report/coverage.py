@@ -32,6 +32,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+#: a tune's busiest window where other processes used this share of its CPUs (at least ``BUSY_FLOOR`` CPUs) says
+#: the machine was busy (report.json's ``time.others``: collage.measure.contention)
+BUSY_SHARE, BUSY_FLOOR = 0.25, 0.5
+
 
 def measurement_coverage(measured: Any, items: Iterable[tuple[tuple[int, ...], str]],
                          budget_s: float | None) -> dict[str, Any]:
@@ -126,3 +130,17 @@ def load_line(load: Mapping[str, Any]) -> str:
     return (f"folded at load by {load.get('folded_by', '?')}: {load.get('nodes_before', '?')} -> "
             f"{load.get('nodes_after', '?')} nodes in {load.get('fold_s', 0) or 0:.2f} s (node ids number the folded "
             "model; numerics are checked against the model as read)")
+
+
+def busy_line(others: Mapping[str, Any] | None) -> str | None:
+    """One line where report.json's ``time.others`` says the busiest window reached ``BUSY_SHARE`` of the CPUs,
+    else None."""
+    if not others or others.get("peak_cpus") is None:
+        return None
+    cpus, peak = int(others.get("cpus") or 1), float(others["peak_cpus"])
+    if peak < max(BUSY_FLOOR, BUSY_SHARE * cpus):
+        return None
+    phase = others.get("peak_phase") or "starting"
+    return (f"the machine was busy: other processes used {peak:.1f} of the {cpus} CPU(s) this tune ran on for "
+            f"{others.get('window_s', 0):.0f} s during {phase}; timings taken then may be slow or uneven, and so may "
+            "the choices made from them: re-tune on a quieter machine to trust them")

@@ -207,12 +207,25 @@ class Folding(Record):
 
 
 @dataclass(frozen=True)
+class Others(Record):
+    """Other processes' load while a tune ran, in CPUs (``collage.measure.contention``): mean per step, and the
+    busiest window of ``window_s`` and the step it ended in."""
+
+    cpus: int | None = None
+    by_phase: Mapping[str, float] = field(default_factory=dict)
+    peak_cpus: float | None = None
+    peak_phase: str | None = None
+    window_s: float | None = None
+
+
+@dataclass(frozen=True)
 class Timing(Record):
-    """The tune's clock: its budget, each step's seconds, the whole tune's."""
+    """The tune's clock: its budget, each step's seconds, the whole tune's, other processes' load meanwhile."""
 
     budget_s: float | None = None
     phases: Mapping[str, float] = field(default_factory=dict)
     total_s: float | None = None
+    others: Others | None = None
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from collage.runtime.artifact import artifact_dir, is_archive
 from collage.runtime.manifest import read_manifest, read_plan, read_report
 from collage.errors import ArtifactError
 from collage.extras import backend_extras
-from collage.report.coverage import estimates_line, load_line, measured_line, refinement_line
+from collage.report.coverage import busy_line, estimates_line, load_line, measured_line, refinement_line
 from collage.report.model import (BaselineFailure, BoundaryOverhead, Calibration, Coverage, ErrorFigures, Numerics,
                                   PartitionCharge, PlannedPartition, PrecisionPartition, Report, as_report)
 from collage.report.records import Record, write_value
@@ -320,17 +320,21 @@ def _coverage_section(report: Report) -> Section | None:
     passes it), and the load-time folding."""
     cov = _coverage(report)
     load = report.load.to_dict() if report.load is not None else None
-    if cov is None:
-        return Section("What was measured", bullets=[_cap(load_line(load))]) if load else None
-    words = cov.to_dict()
-    bullets = [_cap(measured_line(words))]
-    if _given(cov.estimates):
-        bullets.append(_cap(estimates_line(words["estimates"])))
-    if _given(cov.refinement):
-        bullets.append(_cap(refinement_line(words)))
+    others = report.time.others if report.time is not None else None
+    busy = busy_line(others.to_dict()) if others is not None else None
+    bullets = []
+    if cov is not None:
+        words = cov.to_dict()
+        bullets.append(_cap(measured_line(words)))
+        if _given(cov.estimates):
+            bullets.append(_cap(estimates_line(words["estimates"])))
+        if _given(cov.refinement):
+            bullets.append(_cap(refinement_line(words)))
     if load:
         bullets.append(_cap(load_line(load)))
-    return Section("What was measured", bullets=bullets)
+    if busy is not None:
+        bullets.append(f"**{_cap(busy)}**")
+    return Section("What was measured", bullets=bullets) if bullets else None
 
 
 def _cap(text: str) -> str:

@@ -20,7 +20,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collage.measure.contention import ContentionSampler
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +80,8 @@ class Deadline:
     start: float = field(default_factory=clock_start)
     #: seconds each step took, in the order they ended
     phases: dict[str, float] = field(default_factory=dict)
+    #: other processes' load on the machine, sampled while the steps ran (collage.measure.contention), or None
+    others: ContentionSampler | None = None
 
     @property
     def budgeted(self) -> bool:
@@ -95,6 +100,8 @@ class Deadline:
     def phase(self, name: str, say: Callable[..., None]) -> Iterator[None]:
         """Time one step; under a budget say its share when it ends: ``time: baselines 12 s of 60 s (40 s left)``."""
         t0 = time.monotonic()
+        if self.others is not None:
+            self.others.mark(name)
         try:
             yield
         finally:
@@ -114,9 +121,11 @@ class Deadline:
         return max(1, min(full, math.floor(fit)))
 
     def report(self) -> dict[str, Any]:
-        """report.json's ``time``: the budget, each step's seconds, the whole tune's."""
+        """report.json's ``time``: the budget, each step's seconds, the whole tune's, and other processes' load
+        while they ran (``others``: collage.measure.contention.ContentionSampler.report)."""
         return {"budget_s": self.total_s, "phases": {k: round(v, 3) for k, v in self.phases.items()},
-                "total_s": round(self.spent(), 3)}
+                "total_s": round(self.spent(), 3),
+                "others": None if self.others is None else self.others.report()}
 
 
 def round_s(whole_ms: list[float]) -> float:

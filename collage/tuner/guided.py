@@ -423,7 +423,7 @@ def warm_start(say: Callable[..., None] = lambda *a: None) -> ShippedCosts | Non
     try:
         shipped = load_shipped()
     except (OSError, ValueError, KeyError) as e:
-        log.warning("collage: the shipped cost model could not be read (%s); guided measuring starts cold", e)
+        log.warning("the shipped cost model could not be read (%s); guided measuring starts cold", e)
         return None
     if shipped is not None:
         say("guided measuring: starting from the shipped cost model (trained on an %s machine); a %.2f s probe "

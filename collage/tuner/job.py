@@ -15,6 +15,7 @@ Pipeline modules are imported inside the run, so that importing this module (``c
 """
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections.abc import Sequence
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from collage.tuner.context import JobContext
     from collage.tuner.outdir import OutputLocation
     from collage.tuner.sizes import MultiSizeResult
+
+log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_BACKENDS", "DEFAULT_TOLERANCE", "TuneJob", "TuneOptions", "TuneResult", "load_model_graph",
            "parse_budget", "resolve_backends", "run_tune", "tune"]
@@ -110,17 +113,29 @@ class TuneJob:
 
     def run(self, out: OutputLocation) -> TuneResult:
         """The steps: supports -> candidates -> measured costs -> baselines -> search -> verify -> refine ->
-        never worse -> numerics -> report -> artifact."""
-        from collage.report.coverage import refinement_line
+        never worse -> numerics -> report -> artifact; other processes' load sampled meanwhile."""
+        from collage.measure.contention import ContentionSampler
+
+        ctx = self.ctx
+        clock = ctx.clock
+        clock.phases["loading"] = clock.spent()  # with the command line's start-up (collage.tuner.clock)
+        if clock.budgeted:
+            ctx.say("time: loading %.1f s of %.0f s", clock.phases["loading"], clock.total_s)
+        clock.others = ContentionSampler().start()  # other processes' load while the steps measure
+        try:
+            return self.steps(out)
+        finally:
+            clock.others.stop()
+
+    def steps(self, out: OutputLocation) -> TuneResult:
+        """The steps in order, each a phase of the clock; the machine-busy warning before the artifact is written."""
+        from collage.report.coverage import busy_line, refinement_line
         from collage.tuner.assemble import assemble_report, coverage
         from collage.tuner.records import TuneRecords
         from collage.tuner.steps import baselines, candidates, finish, measure, refine, search, verify
 
         ctx = self.ctx
         clock, say = ctx.clock, ctx.say
-        clock.phases["loading"] = clock.spent()  # with the command line's start-up (collage.tuner.clock)
-        if clock.budgeted:
-            say("time: loading %.1f s of %.0f s", clock.phases["loading"], clock.total_s)
         with clock.phase("support checks", say):
             supports = candidates.check_supports(ctx)
         with clock.phase("candidates", say):
@@ -143,4 +158,7 @@ class TuneJob:
             say("%s", refinement_line(coverage(records)))
             report = assemble_report(ctx, records, finish.boundary_overhead(ctx, checked.artifact, final.plan_ms),
                                      finish.cuda_graph(checked.artifact))
+            busy = busy_line(report["time"].get("others"))
+            if busy is not None:
+                log.warning("%s", busy)
             return finish.write(ctx, out, final, checked.artifact, report)
