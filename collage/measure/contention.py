@@ -189,13 +189,21 @@ class ContentionSampler:
         return {p: round(spent[p] / wall[p], 3) for p in spent if wall[p] > 0}
 
     def busiest(self) -> tuple[float, str] | None:
-        """The busiest window of ``window`` intervals: other processes' load in CPUs, and the phase it ended in."""
+        """The busiest window of ``window`` x ``interval_s`` seconds (the whole span where it is shorter): other
+        processes' load in CPUs, and the phase it ended in. A window is measured in seconds, not samples: the
+        phases' marks add samples milliseconds apart, where one clock tick (10 ms) reads as most of a CPU."""
         if len(self.samples) < 2:
             return None
+        span = min(self.window * self.interval_s, self.samples[-1][0].t - self.samples[0][0].t)
         best: tuple[float, str] | None = None
+        start = 0
         for end in range(1, len(self.samples)):
-            a, _ = self.samples[max(0, end - self.window)]
             b, phase = self.samples[end]
+            while start + 1 < end and b.t - self.samples[start + 1][0].t >= span:
+                start += 1  # the latest start that still spans the window
+            a = self.samples[start][0]
+            if b.t - a.t < span:
+                continue
             load = others_cpus(a, b)
             if best is None or load > best[0]:
                 best = (round(load, 3), phase)

@@ -101,3 +101,16 @@ def test_a_tune_reports_other_load_and_says_when_the_machine_was_busy(tmp_path, 
     assert any(r.getMessage().startswith("the machine was busy") and r.name.startswith("collage.")
                for r in caplog.records)
     assert "The machine was busy" in render_markdown(out)
+
+
+def test_marks_milliseconds_apart_are_no_window():
+    """Phases marked 15 ms apart: one 10 ms clock tick of another process there read as 0.66 CPUs, the busiest
+    "window" of a quiet tune (shufflenet's, this session). The busiest window spans window x interval seconds."""
+    s = ContentionSampler(window=5, interval_s=1.0, cpus={0, 1})
+    s.samples = [(Sample(0.0, 0.0, 0.0), ""), (Sample(0.015, 0.01, 0.0), "support checks")]
+    t = 0.015
+    for k in range(10):  # then 10 quiet seconds: 0.02 CPUs of others
+        t += 1.0
+        s.samples.append((Sample(t, 0.01 + 0.02 * (k + 1), 0.0), "measuring"))
+    peak, phase = s.busiest() or (None, None)
+    assert peak is not None and peak < 0.1 and phase == "measuring"
