@@ -2,10 +2,10 @@
 they were taken in.
 
 A tune's baselines, candidates and verification are medians of timed calls; another process on the same cores
-slows some of them, and a decision between two backends within the slowdown can flip (issue 40's tune-time
-series: shufflenet's 1-minute tune ran beside tests and type checks, measured its baselines 1.3-2x slower than
-a tune minutes later, chose ONNX Runtime, and the plan ran 1.19x slower than OpenVINO's afterwards). The
-timings cannot tell that themselves; the kernel's counters can.
+slows some of them, and a decision between two backends within the slowdown can flip. The timings cannot tell
+that themselves (issue 40's tune-time series: shufflenet's first 1-minute tunes ran beside tests and type checks
+and measured their baselines 1.3-2x slower than tunes minutes later, and nothing in their output said so); the
+kernel's counters can.
 
 :class:`ContentionSampler` reads, every ``interval_s`` in a daemon thread, the CPU time the CPUs this process may
 run on spent busy (``/proc/stat``: user, nice, system, irq, softirq and steal: a hypervisor's other guests are
