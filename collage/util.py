@@ -136,12 +136,28 @@ def thread_count(threads: int | None) -> int:
     return threads
 
 
+def usable_cpus() -> set[int]:
+    """The CPUs this process may run on (its affinity; elsewhere every CPU)."""
+    try:
+        return set(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return set(range(os.cpu_count() or 1))
+
+
 def physical_cores() -> int:
     """Cores to run on: the CPUs this process may use (affinity), at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return max(1, os.cpu_count() or 1)
+    return max(1, len(usable_cpus()))
+
+
+#: the kernel's clock ticks a second (the unit of /proc/stat's and /proc/PID/stat's CPU times)
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def proc_stat(pid: int | str = "self") -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command name (``state`` first, so field N of proc(5) is item
+    N - 3); OSError where it cannot be read (gone, not Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
 
 
 #: where Linux describes the CPU (tests point it at a fake file)

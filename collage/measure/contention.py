@@ -11,8 +11,8 @@ kernel's counters can.
 run on spent busy (``/proc/stat``: user, nice, system, irq, softirq and steal: a hypervisor's other guests are
 other processes too) and the CPU time of this process and its descendants (the measuring workers: live ones
 from ``/proc/PID/stat``, exited ones in their parent's ``cutime``/``cstime``). Busy time that is not ours, per
-second of wall time, is other processes' load in CPUs. The sampler keeps it per window and per named phase;
-``busy_line`` says it in words where the busiest window reached ``BUSY_SHARE`` of the CPUs.
+second of wall time, is other processes' load in CPUs. The sampler keeps it per window and per named phase
+(report.json's ``time.others``); ``collage.report.coverage.busy_line`` says it in words where the machine was busy.
 
 Linux only: elsewhere (no ``/proc/stat``) nothing is sampled and nothing is said.
 """
@@ -24,18 +24,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from collage.util import CLK_TCK, proc_stat, usable_cpus
+
 #: seconds between samples, and samples a window spans (the busiest window is what a warning names)
 INTERVAL_S, WINDOW = 1.0, 5
-
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def usable_cpus() -> set[int]:
-    try:
-        return set(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return set(range(os.cpu_count() or 1))
-
 
 def busy_s(cpus: set[int]) -> float | None:
     """CPU-seconds ``cpus`` spent busy since boot (``/proc/stat``'s per-CPU lines), None where unreadable."""
@@ -53,16 +45,14 @@ def busy_s(cpus: set[int]) -> float | None:
             v = [int(x) for x in ticks[:8]] + [0] * (8 - len(ticks[:8]))
             user, nice, system, _idle, _iowait, irq, softirq, steal = v
             total += user + nice + system + irq + softirq + steal
-    return total / _TICK
+    return total / CLK_TCK
 
 
 def _stat(pid: int) -> tuple[int, float] | None:
     """(parent pid, CPU-seconds of the process and its reaped children), None where it is gone."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            rest = f.read().rsplit(")", 1)[1].split()
-        # after the command: state, ppid, ... utime (14th field), stime, cutime, cstime (17th)
-        return int(rest[1]), sum(int(x) for x in rest[11:15]) / _TICK
+        rest = proc_stat(pid)  # state, ppid, ... utime (14th field), stime, cutime, cstime (17th)
+        return int(rest[1]), sum(int(x) for x in rest[11:15]) / CLK_TCK
     except (OSError, IndexError, ValueError):
         return None
 

@@ -42,15 +42,14 @@ _started: list[float] = []
 def process_start() -> float:
     """This process's start on the time.monotonic() clock (Linux: /proc/self/stat against /proc/uptime, both
     since boot; elsewhere, or unreadable: now)."""
-    import os
+    from collage.util import CLK_TCK, proc_stat
 
     now = time.monotonic()
     try:
-        with open("/proc/self/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+        fields = proc_stat()
         with open("/proc/uptime") as f:
             uptime = float(f.read().split()[0])
-        age = uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        age = uptime - int(fields[19]) / CLK_TCK
     except (OSError, ValueError, IndexError):
         return now
     return now - min(max(age, 0.0), 60.0)  # sanity: an interpreter that starts in over a minute is not measured

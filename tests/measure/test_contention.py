@@ -11,7 +11,8 @@ import time
 import pytest
 
 from collage.measure import contention
-from collage.measure.contention import ContentionSampler, Sample, others_cpus, own_s, sample, usable_cpus
+from collage.measure.contention import ContentionSampler, Sample, others_cpus, own_s, sample
+from collage.util import usable_cpus
 from collage.report.coverage import busy_line
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux only)")
