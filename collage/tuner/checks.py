@@ -1,13 +1,14 @@
 """Verification: how the tuner times things and checks numbers.
 
 * ``median_ms`` / ``measure_interleaved``: wall-clock medians, several configurations timed in
-  interleaved rounds so that drift on a shared machine hits them alike.
+  interleaved rounds so that drift on a shared machine hits them alike, paired round by round.
 * ``check_numerics``: an artifact's outputs against the ONNX Runtime fp32 whole-model reference (the model as
   read, before load-time folding); on failure it names the first partition that diverges on its own.
 * ``stale_costs``: whether the cost DB's whole-model costs still agree with a fresh measurement.
 """
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -38,10 +39,14 @@ def median_ms(fn: Callable[[], object], *, min_runs: int = 5, min_time_s: float 
 VERIFY_ROUNDS = 7
 
 
-def measure_interleaved(runners: Mapping[str, Callable[[], object]], *, rounds: int = VERIFY_ROUNDS,
-                        min_time_s: float = 0.15, warmup_s: float = 0.3,
-                        warmed: Callable[[], object] | None = None) -> dict[str, float]:
-    """Median ms of each runner, measured in interleaved rounds so that drift hits all alike.
+def interleaved_rounds(runners: Mapping[str, Callable[[], object]], *, rounds: int = VERIFY_ROUNDS,
+                       min_time_s: float = 0.15, warmup_s: float = 0.3,
+                       warmed: Callable[[], object] | None = None,
+                       shuffle: random.Random | None = None) -> dict[str, list[float]]:
+    """Each runner's median ms in each of ``rounds`` interleaved rounds: a round runs every runner in turn for a
+    block of at least ``min_time_s`` (at least 3 calls; the block's median drops the first call after a switch,
+    which pays for the other runtime's threads and weights: ~0.5 ms of a 2 ms model here,
+    results/budget/timing-method.md). In the order given, or a fresh ``shuffle`` order each round.
 
     Each runner is first warmed up for ``warmup_s`` (at least 3 calls): OpenVINO's first calls after a
     compile ran ~1.5x slow here, enough to skew a short measurement. ``warmed`` is called once after the
@@ -52,10 +57,38 @@ def measure_interleaved(runners: Mapping[str, Callable[[], object]], *, rounds: 
     if warmed is not None:
         warmed()
     per: dict[str, list[float]] = {k: [] for k in runners}
+    order = list(runners)
     for _ in range(rounds):
-        for k, fn in runners.items():
-            per[k].append(median_ms(fn, min_runs=3, min_time_s=min_time_s))
-    return {k: statistics.median(v) for k, v in per.items()}
+        if shuffle is not None:
+            shuffle.shuffle(order)
+        for k in order:
+            per[k].append(median_ms(runners[k], min_runs=3, min_time_s=min_time_s))
+    return per
+
+
+def paired_medians(per: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    """Each runner's median ms from its rounds (:func:`interleaved_rounds`), paired round by round: a round's
+    times are divided by that round's level (their geometric mean), the runner's median of those is scaled by
+    the median level. The machine's speed moves within seconds here (up to ~2x between 0.5 s windows of one
+    runner alone: results/machine-level.md), so two runners' plain medians can come from rounds at different
+    levels and rank them wrongly; the ratio of two paired medians is the median of their per-round ratios.
+    One runner: its plain median."""
+    if not per:
+        return {}
+    n = min(len(v) for v in per.values())
+    x = np.array([list(v)[:n] for v in per.values()], dtype=np.float64)
+    level = np.exp(np.log(x).mean(axis=0))
+    scale = float(np.median(level))
+    return {k: float(np.median(row / level)) * scale for k, row in zip(per, x)}
+
+
+def measure_interleaved(runners: Mapping[str, Callable[[], object]], *, rounds: int = VERIFY_ROUNDS,
+                        min_time_s: float = 0.15, warmup_s: float = 0.3,
+                        warmed: Callable[[], object] | None = None) -> dict[str, float]:
+    """Median ms of each runner, measured in interleaved rounds so that drift hits all alike, and paired round
+    by round (:func:`interleaved_rounds`, :func:`paired_medians`)."""
+    return paired_medians(interleaved_rounds(runners, rounds=rounds, min_time_s=min_time_s, warmup_s=warmup_s,
+                                             warmed=warmed))
 
 
 def _reference_outputs(graph: Graph, feeds: Mapping[str, np.ndarray],
