@@ -20,8 +20,9 @@ candidate measured (or a 30-minute budget)? Per zoo model (``--models``):
    (``--budget B --measure-order guided``), ``reference`` (``--reference R``, enumeration order; ``none``:
    no budget, every candidate measured).
 3. **One interleaved run.** The three artifacts are loaded in this process and run on the same seeded inputs
-   round robin (each round every artifact once, in a fresh random order; ``--rounds`` after warm-up); the
-   medians are compared with the reference's.
+   in interleaved rounds (each round a block of calls of every artifact, in a fresh random order; ``--rounds``
+   after warm-up: :func:`interleaved_ms`); the medians, paired round by round, are compared with the
+   reference's.
 
 The table: per run, the plan (partitions; nodes per backend), candidates measured / estimated (guided only:
 priced by the learned model, never exported) / distinct, the tune's wall time, the tune's own end-to-end
@@ -57,6 +58,7 @@ from collage.measure.connect import get_db
 from collage.cost_models.features import FEATURES_KIND
 from collage.search.candidates import Limits, enumerate_candidates
 from collage.search.ranges import range_candidates
+from collage.tuner.checks import paired_medians
 from collage.util import physical_cores
 
 log = logging.getLogger("benchmarks.budget")
@@ -155,32 +157,26 @@ def tune_one(model: str, run: str, out: Path, db: Path, budget: str | None, args
             "tune_s": took, "tune_ms": float(res.plan_ms), "predicted_ms": res.plan.predicted_ms}
 
 
-def interleaved_ms(artifacts: dict[str, str], rounds: int, seed: int, warmup: int = 3) -> dict[str, list[float]]:
-    """Each artifact run ``rounds`` times, round robin in a fresh random order per round (gc off), on the same
-    seeded inputs, after ``warmup`` runs each: ms per run."""
+def interleaved_ms(artifacts: dict[str, str], rounds: int, seed: int, block_s: float = 0.15) -> dict[str, list[float]]:
+    """Each artifact loaded in this process and timed in ``rounds`` interleaved rounds on the same seeded inputs,
+    a fresh random order per round (gc off): per round, its block median in ms (a block: at least ``block_s`` and
+    3 calls; ``collage.tuner.checks.interleaved_rounds``). Blocks, not one call each: the first call after another
+    runtime ran pays ~0.5 ms for the switch (shufflenet, 2 ms a call: results/budget/timing-method.md), which a
+    deployed model running alone never pays, and single calls charged it to whichever runtime had fewer
+    artifacts in the round."""
     import collage
+    from collage.tuner.checks import interleaved_rounds
 
     loaded = {k: collage.load(p) for k, p in artifacts.items()}
     feeds = {k: a.check_feeds(a.random_inputs(seed)) for k, a in loaded.items()}
-    for k, a in loaded.items():
-        for _ in range(warmup):
-            a.run(feeds[k])
-    samples: dict[str, list[float]] = {k: [] for k in loaded}
-    order = list(loaded)
-    rng = random.Random(seed)
     gc.disable()
     try:
-        for _ in range(rounds):
-            rng.shuffle(order)
-            for k in order:
-                t = time.perf_counter_ns()
-                loaded[k].run(feeds[k])
-                samples[k].append((time.perf_counter_ns() - t) / 1e6)
+        return interleaved_rounds({k: (lambda k=k: loaded[k].run(feeds[k])) for k in loaded}, rounds=rounds,
+                                  min_time_s=block_s, shuffle=random.Random(seed))
     finally:
         gc.enable()
         for a in loaded.values():
             a.close()
-    return samples
 
 
 def load_line() -> str:
@@ -225,8 +221,9 @@ def bench_model(model: str, args: argparse.Namespace, work: Path, features: dict
               f"{rows[run]['tune_s']:.0f} s; {rows[run]['tune_ms']:.3f} ms", file=sys.stderr)
     load_before = os.getloadavg()[0]
     samples = interleaved_ms({r: rows[r]["artifact"] for r in RUNS}, args.rounds, args.seed)
+    paired = paired_medians(samples)
     for run in RUNS:
-        rows[run]["e2e_ms"] = float(np.median(samples[run]))
+        rows[run]["e2e_ms"] = paired[run]
         rows[run]["e2e_p10"], rows[run]["e2e_p90"] = (float(np.percentile(samples[run], q)) for q in (10, 90))
     ref = rows["reference"]["e2e_ms"]
     for run in RUNS:
@@ -280,7 +277,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--reference", default="30m", help="the reference run's budget ('none': measure every candidate)")
     ap.add_argument("--max-nodes", type=int, default=6, help="Limits.max_nodes of every tune (default 6)")
     ap.add_argument("--backends", default="onnxruntime,openvino")
-    ap.add_argument("--rounds", type=int, default=50, help="interleaved rounds (each runs every artifact once)")
+    ap.add_argument("--rounds", type=int, default=50,
+                    help="interleaved rounds (each times a block of calls of every artifact)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", help="folder for the DB copies and artifacts (default: a temporary one, removed)")
     ap.add_argument("--out", default="results/budget/budget.md")
@@ -326,7 +324,8 @@ def main(argv: list[str] | None = None) -> None:
                    f"{args.budget} --measure-order guided`, and the reference (`--budget {args.reference}`, "
                    "enumeration order; 'none': every candidate measured). The three artifacts then run in one "
                    f"process on the same seeded inputs, interleaved ({args.rounds} rounds, a fresh random order "
-                   "each). Measured / estimated / distinct: distinct candidates with a measured cost / priced by the "
+                   "each; a block of calls an artifact a round; medians paired round by round). Measured / "
+                   "estimated / distinct: distinct candidates with a measured cost / priced by the "
                    "learned cost model and never exported (guided only) / distinct candidates (fingerprint x "
                    "backend). Goal (issue 20): guided within 3% of the reference."
                    + (f" This run (--rerun {' '.join(args.rerun)}) tuned only {', '.join(args.rerun)} again; the "

@@ -15,7 +15,8 @@ measure on a machine's first tune, and how good is the plan? Per model (``--mode
    model (``INSERT OR IGNORE``: what any run measured is known, the rest is measured in its own budget): the best
    plan this machine finds for the model in about an hour of measuring.
 3. **One interleaved run**: every artifact of the model loaded in this process and run on the same seeded inputs
-   round robin (a fresh random order per round, ``--rounds`` after warm-up); medians against the reference's.
+   in interleaved rounds (a block of calls each, a fresh random order per round, ``--rounds`` after warm-up:
+   ``benchmarks.budget.interleaved_ms``); medians paired round by round, against the reference's.
 
 Resumable: a run whose ``run.json`` exists in ``--work`` is not tuned again (the table is rewritten after each
 model, so an interrupted series still leaves one). A model's tunes and its interleaved timing run in one go.
@@ -37,6 +38,7 @@ import numpy as np
 
 from benchmarks._common import header, md_table, write_report
 from benchmarks.budget import interleaved_ms, load_line, snapshot
+from collage.tuner.checks import paired_medians
 from collage.util import machine_id, parse_duration, source_commit
 
 ORDERS = ("guided", "enumeration")
@@ -128,7 +130,7 @@ def bench_model(model: str, args: argparse.Namespace, work: Path) -> dict:
     ok = {k.replace("-default", ""): v for k, v in ok.items()}
     load_before = os.getloadavg()[0]
     samples = interleaved_ms(ok, args.rounds, args.seed)
-    medians = {k: float(np.median(v)) for k, v in samples.items()}
+    medians = paired_medians(samples)
     result = {"model": model, "runs": runs, "reference": ref, "e2e_ms": medians,
               "timing_load": (load_before + os.getloadavg()[0]) / 2, "machine": machine_id()}
     timed.write_text(json.dumps(result, indent=1))
@@ -229,7 +231,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--budgets", nargs="+", default=["1m", "4m", "10m"])
     ap.add_argument("--reference", default="20m", help="the reference tune's budget, on the merged DB")
     ap.add_argument("--backends", default="onnxruntime,openvino")
-    ap.add_argument("--rounds", type=int, default=40, help="interleaved rounds (each runs every artifact once)")
+    ap.add_argument("--rounds", type=int, default=40,
+                    help="interleaved rounds (each times a block of calls of every artifact)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", required=True, help="folder for the runs (kept: a second call resumes)")
     ap.add_argument("--out", default="results/budget/tune-time.md")
@@ -248,8 +251,9 @@ def main(argv: list[str] | None = None) -> None:
                        "the measuring) and `--measure-order enumeration`; wall time of the whole process. The "
                        f"reference: `--budget {args.reference}` on a DB merging every run's DB of the model. "
                        "Then all of a model's artifacts run interleaved in one process on the same seeded inputs "
-                       f"({args.rounds} rounds, a fresh random order each): medians, and their ratio to the "
-                       "reference's. Measured / estimated / distinct: distinct candidates (fingerprint x backend) "
+                       f"({args.rounds} rounds, a fresh random order each, a block of calls an artifact a round): "
+                       "medians paired round by round, and their ratio to the reference's. Measured / estimated "
+                       "/ distinct: distinct candidates (fingerprint x backend) "
                        "with a measured cost / priced by a cost model while guiding, never exported (guided only) / "
                        "all. Issue 40's goals: wall / budget in [0.9, 1.1]; plans within 3% of the "
                        "reference at 4m.")
