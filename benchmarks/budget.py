@@ -161,9 +161,9 @@ def interleaved_ms(artifacts: dict[str, str], rounds: int, seed: int, block_s: f
     """Each artifact loaded in this process and timed in ``rounds`` interleaved rounds on the same seeded inputs,
     a fresh random order per round (gc off): per round, its block median in ms (a block: at least ``block_s`` and
     3 calls; ``collage.tuner.checks.interleaved_rounds``). Blocks, not one call each: the first call after another
-    runtime ran pays ~0.5 ms for the switch (shufflenet, 2 ms a call: results/budget/timing-method.md), which a
-    deployed model running alone never pays, and single calls charged it to whichever runtime had fewer
-    artifacts in the round."""
+    artifact pays to bring its weights and threads back (shufflenet, ~2.5 ms a call: ~0.4 ms, and ~0.1 ms more
+    after another runtime: results/budget/timing-method.md), which a deployed model running alone never pays;
+    single calls charged the runtime with fewer artifacts in the round the switch more often."""
     import collage
     from collage.tuner.checks import interleaved_rounds
 

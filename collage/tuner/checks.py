@@ -44,9 +44,10 @@ def interleaved_rounds(runners: Mapping[str, Callable[[], object]], *, rounds: i
                        warmed: Callable[[], object] | None = None,
                        shuffle: random.Random | None = None) -> dict[str, list[float]]:
     """Each runner's median ms in each of ``rounds`` interleaved rounds: a round runs every runner in turn for a
-    block of at least ``min_time_s`` (at least 3 calls; the block's median drops the first call after a switch,
-    which pays for the other runtime's threads and weights: ~0.5 ms of a 2 ms model here,
-    results/budget/timing-method.md). In the order given, or a fresh ``shuffle`` order each round.
+    block of at least ``min_time_s`` (at least 3 calls; the block's median drops the first call after another
+    runner, which pays to bring its weights and threads back: shufflenet's ~2.5 ms call took ~0.4 ms more, ~0.1 ms
+    more again after another runtime, results/budget/timing-method.md). In the order given, or a fresh
+    ``shuffle`` order each round.
 
     Each runner is first warmed up for ``warmup_s`` (at least 3 calls): OpenVINO's first calls after a
     compile ran ~1.5x slow here, enough to skew a short measurement. ``warmed`` is called once after the
@@ -69,10 +70,10 @@ def interleaved_rounds(runners: Mapping[str, Callable[[], object]], *, rounds: i
 def paired_medians(per: Mapping[str, Sequence[float]]) -> dict[str, float]:
     """Each runner's median ms from its rounds (:func:`interleaved_rounds`), paired round by round: a round's
     times are divided by that round's level (their geometric mean), the runner's median of those is scaled by
-    the median level. The machine's speed moves within seconds here (up to ~2x between 0.5 s windows of one
-    runner alone: results/machine-level.md), so two runners' plain medians can come from rounds at different
-    levels and rank them wrongly; the ratio of two paired medians is the median of their per-round ratios.
-    One runner: its plain median."""
+    the median level. The machine's speed moves within seconds here (up to ~2x between 0.5 s slices of one
+    workload: results/measurement/machine-level-seconds.md), so two runners' plain medians can come from
+    rounds at different levels and rank them wrongly; for two runners over an odd number of rounds, the ratio of
+    their paired medians is the median of their per-round ratios. One runner: its plain median."""
     if not per:
         return {}
     n = min(len(v) for v in per.values())

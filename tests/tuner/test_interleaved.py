@@ -1,8 +1,8 @@
 """Interleaved timing (collage.tuner.checks): rounds of blocks, and medians paired round by round.
 
-The machine's speed moves within seconds (results/machine-level.md) and the first call after another runtime ran
-pays for the switch (results/budget/timing-method.md); these tests give the runners synthetic costs, since
-they are about the timing method, not about a backend."""
+The machine's speed moves within seconds (results/measurement/machine-level-seconds.md) and the first call after
+another runtime ran pays for the switch (results/budget/timing-method.md); these tests give the runners synthetic
+costs, since they are about the timing method, not about a backend."""
 from __future__ import annotations
 
 import random
@@ -46,7 +46,8 @@ def switching_runners(n_a: int, n_b: int, ms: float = 2.0, switch_ms: float = 3.
 
 def test_blocks_leave_the_switch_out_of_the_medians():
     # benchmarks.tune_time timed shufflenet's 5 OpenVINO and 2 ONNX Runtime artifacts one call each in a shuffled
-    # round: ONNX Runtime's calls followed a switch 5 times in 6, OpenVINO's 1 in 3, and it read 1.14x slower
+    # round: ONNX Runtime's calls followed a switch 5 times in 6, OpenVINO's 1 in 3 (its table read ONNX Runtime
+    # 1.14x slower; in blocks 1.02-1.03: results/budget/timing-method.md)
     runners = switching_runners(5, 2)
     per = interleaved_rounds(runners, rounds=6, min_time_s=0.02, warmup_s=0.0, shuffle=random.Random(0))
     paired = paired_medians(per)
