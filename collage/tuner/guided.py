@@ -67,8 +67,8 @@ RETRAIN_GROWTH, RETRAIN_MIN = 0.1, 5
 #: rounds listed in the report (the last ones)
 LAST_ROUNDS = 10
 #: under a deadline, the share of the guided time its own work (fitting, searching) may take: past it, a round's
-#: batch is filled up with candidates in measuring order until its measuring takes (1 / share - 1) x the round's
-#: fit and search (a 323-node detector's search took 3.2 s a round, 113 of its 196 s: benchmarks/tune_time.py)
+#: batch is filled up with candidates in measuring order until, measured, they bring the share back to it (a
+#: 323-node detector's search took 3.2 s a round, 113 of its 196 s: benchmarks/tune_time.py)
 SEARCH_SHARE = 0.25
 
 #: measure(candidates, seconds or None) -> measure_candidates' table of them
@@ -263,16 +263,17 @@ class GuidedMeasuring:
 
     def filler(self, todo: Sequence[Candidate]) -> list[Candidate]:
         """Under a deadline, once fitting and searching took more than ``SEARCH_SHARE`` of the guided time: the
-        next unmeasured candidates in measuring order, as many as measuring takes (1 / share - 1) x this round's
-        fit and search (at this tune's seconds a key so far), less ``todo``. Without a deadline every candidate
-        is measured anyway: nothing is added."""
+        next unmeasured candidates in measuring order, as many as bring that share back to ``SEARCH_SHARE`` once
+        measured (at this tune's seconds a key so far), less ``todo``. The whole excess, not this round's fit and
+        search alone: paying only for each round left the share at 37-41% (tests/tuner/test_guided.py). Without
+        a deadline every candidate is measured anyway: nothing is added."""
         now = self.now
         elapsed = time.monotonic() - self.t0
         if now.deadline is None or now.measure_keys == 0 or now.searches_s + now.fit_s <= SEARCH_SHARE * elapsed:
             return []
         per_key = max(now.measure_s / now.measure_keys, 1e-3)
-        own = now.last_search_s + now.last_fit_s
-        want = math.ceil(own * (1 / SEARCH_SHARE - 1) / per_key) - len(todo)
+        # the measuring that brings the guided time's own share back to SEARCH_SHARE by this round's end
+        want = math.ceil(((now.searches_s + now.fit_s) / SEARCH_SHARE - elapsed) / per_key) - len(todo)
         chosen = {self.key[c] for c in todo}
         out: list[Candidate] = []
         for c in self.cands:

@@ -250,7 +250,9 @@ def test_a_slow_search_does_not_eat_the_budget_it_guides(tmp_path):
     near it, and more candidates get measured. Fails on the code before (no filler: fit and search took 69% of
     the time here, 92 candidates measured; with it 189-241, 36% with two busy loops beside it). The synthetic
     search and measuring are slow enough that the fit's seconds, which grow with the machine's load, stay small
-    beside them (at 100 ms a search and a 4 s deadline the suite's load put the share at 46%)."""
+    beside them (at 100 ms a search and a 4 s deadline the suite's load put the share at 46%). The filler pays
+    back the whole guided time's excess, not only its round's: filling each round for its own fit and search
+    alone left the share at 37-41% (it failed a clean-clone run at the old 1.6 x bound); now 28-33%."""
     import time
 
     from collage.tuner.guided import SEARCH_SHARE
@@ -280,5 +282,6 @@ def test_a_slow_search_does_not_eat_the_budget_it_guides(tmp_path):
     took = time.monotonic() - t0
     rep = g.report()
     assert rep["filled"] > 0, rep["last_rounds"]
-    assert g.now.searches_s + g.now.fit_s <= 1.6 * SEARCH_SHARE * took, (g.now.searches_s, g.now.fit_s, took)
+    # over the share: the last round's search and the final fit, after which nothing is measured
+    assert g.now.searches_s + g.now.fit_s <= 1.4 * SEARCH_SHARE * took, (g.now.searches_s, g.now.fit_s, took)
     assert rep["measured"] > 150, rep["measured"]  # without the filler: 92 in the same 15 s
