@@ -131,8 +131,6 @@ class GuidedProgress:
     estimates: dict[CostKey, Estimate] = field(default_factory=dict)
     fit_s: float = 0.0
     searches_s: float = 0.0
-    last_search_s: float = 0.0
-    last_fit_s: float = 0.0  # of this round (0: no retrain)
     measure_s: float = 0.0  # in measure calls
     measure_keys: int = 0  # keys those calls measured (failed ones too)
     last_plan: Plan | None = None
@@ -312,7 +310,6 @@ class GuidedMeasuring:
     def retrain(self, final: bool = False) -> None:
         """Train the model again when the measured rows grew enough; estimate every unmeasured key."""
         now = self.now
-        now.last_fit_s = 0.0
         ok = sum(1 for c in self.known.values() if c.ok)
         grown = ok - max(0, now.trained_rows)
         if now.trained_rows >= 0 and grown < max(RETRAIN_MIN, RETRAIN_GROWTH * now.trained_rows) and not final:
@@ -331,8 +328,7 @@ class GuidedMeasuring:
             est = self.estimate_variant(v, feats)
             if est is not None:
                 now.estimates.update((k, e) for k, e in zip(keys, est) if k not in self.known)
-        now.last_fit_s = time.perf_counter() - t0
-        now.fit_s += now.last_fit_s
+        now.fit_s += time.perf_counter() - t0
 
     def estimate_variant(self, v: Variant, feats: Sequence[Any]) -> list[Estimate] | None:
         """The learned model's estimates of ``v`` where the DB holds ``SEED_ROWS`` rows of it (or the shipped model
@@ -365,8 +361,7 @@ class GuidedMeasuring:
             log.warning("guided measuring: search failed (%s); measuring in order", e)
             return None
         finally:
-            self.now.last_search_s = time.perf_counter() - t0
-            self.now.searches_s += self.now.last_search_s
+            self.now.searches_s += time.perf_counter() - t0
         self.now.last_plan = plan
         return plan
 
