@@ -54,7 +54,7 @@ def test_blocks_leave_the_switch_out_of_the_medians():
     a = statistics.median(paired[k] for k in paired if k.startswith("A"))
     b = statistics.median(paired[k] for k in paired if k.startswith("B"))
     assert b / a == pytest.approx(1.0, abs=0.1)
-    assert max(paired.values()) < 2.0 + 1.0  # no median carries the 3 ms switch
+    assert max(paired.values()) < 2.0 + 3.0 / 2  # no median carries the 3 ms switch (one that did: 5 ms)
 
 
 def test_single_calls_charge_the_switch_to_the_runtime_with_fewer_runners():
