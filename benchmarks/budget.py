@@ -34,6 +34,7 @@ about 45 minutes per model with the defaults on 2 cores. ``--train-db``: an SQLi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import gc
 import json
@@ -46,6 +47,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +159,23 @@ def tune_one(model: str, run: str, out: Path, db: Path, budget: str | None, args
             "tune_s": took, "tune_ms": float(res.plan_ms), "predicted_ms": res.plan.predicted_ms}
 
 
+@contextlib.contextmanager
+def artifact_runners(artifacts: Mapping[str, str | Path], seed: int) -> Iterator[dict[str, Callable[[], object]]]:
+    """Each artifact loaded in this process, as a call on its own seeded inputs (the same seed for all), gc off
+    while they run; closed on leaving."""
+    import collage
+
+    loaded = {k: collage.load(p) for k, p in artifacts.items()}
+    feeds = {k: a.check_feeds(a.random_inputs(seed)) for k, a in loaded.items()}
+    gc.disable()
+    try:
+        yield {k: (lambda k=k: loaded[k].run(feeds[k])) for k in loaded}
+    finally:
+        gc.enable()
+        for a in loaded.values():
+            a.close()
+
+
 def interleaved_ms(artifacts: dict[str, str], rounds: int, seed: int, block_s: float = 0.15) -> dict[str, list[float]]:
     """Each artifact loaded in this process and timed in ``rounds`` interleaved rounds on the same seeded inputs,
     a fresh random order per round (gc off): per round, its block median in ms (a block: at least ``block_s`` and
@@ -164,19 +183,10 @@ def interleaved_ms(artifacts: dict[str, str], rounds: int, seed: int, block_s: f
     artifact pays to bring its weights and threads back (shufflenet, ~2.5 ms a call: ~0.4 ms, and ~0.1 ms more
     after another runtime: results/budget/timing-method.md), which a deployed model running alone never pays;
     single calls charged the runtime with fewer artifacts in the round the switch more often."""
-    import collage
     from collage.tuner.checks import interleaved_rounds
 
-    loaded = {k: collage.load(p) for k, p in artifacts.items()}
-    feeds = {k: a.check_feeds(a.random_inputs(seed)) for k, a in loaded.items()}
-    gc.disable()
-    try:
-        return interleaved_rounds({k: (lambda k=k: loaded[k].run(feeds[k])) for k in loaded}, rounds=rounds,
-                                  min_time_s=block_s, shuffle=random.Random(seed))
-    finally:
-        gc.enable()
-        for a in loaded.values():
-            a.close()
+    with artifact_runners(artifacts, seed) as runners:
+        return interleaved_rounds(runners, rounds=rounds, min_time_s=block_s, shuffle=random.Random(seed))
 
 
 def load_line() -> str:

@@ -18,16 +18,16 @@ calls' medians by the call before them.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks._common import header, md_table, write_report
-from benchmarks.budget import load_line
+from benchmarks.budget import artifact_runners, load_line
 from collage.tuner.checks import interleaved_rounds, paired_medians
 
 
@@ -40,17 +40,17 @@ def runtimes(artifact: Path) -> str:
 PARTS = ("all", "switch", "other", "itself")
 
 
-def single_calls(loaded: dict, feeds: dict, kinds: dict[str, str], rounds: int,
+def single_calls(runners: dict[str, Callable[[], object]], kinds: dict[str, str], rounds: int,
                  rng: random.Random) -> dict[str, dict[str, list[float]]]:
     """Each round every artifact once, shuffled: per artifact, its calls' ms by the call before them: another
     runtime ('switch'), another artifact of the same runtime ('other'), itself ('itself'); 'all' of them."""
-    out: dict[str, dict[str, list[float]]] = {k: {p: [] for p in PARTS} for k in loaded}
-    order, prev = list(loaded), None
+    out: dict[str, dict[str, list[float]]] = {k: {p: [] for p in PARTS} for k in runners}
+    order, prev = list(runners), None
     for _ in range(rounds):
         rng.shuffle(order)
         for k in order:
             t = time.perf_counter()
-            loaded[k].run(feeds[k])
+            runners[k]()
             ms = (time.perf_counter() - t) * 1e3
             out[k]["all"].append(ms)
             out[k]["itself" if prev == k else "other" if prev is not None and kinds[prev] == kinds[k] else
@@ -60,7 +60,6 @@ def single_calls(loaded: dict, feeds: dict, kinds: dict[str, str], rounds: int,
 
 
 def main(argv: list[str] | None = None) -> None:
-    import collage
     from collage.util import machine_id
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -73,34 +72,28 @@ def main(argv: list[str] | None = None) -> None:
     command = "python -m benchmarks.timing_method " + " ".join(argv if argv is not None else sys.argv[1:])
     arts = {p.parent.name: p for p in sorted(Path(args.work).glob("*/out")) if (p / "plan.json").exists()}
     kinds = {k: runtimes(p) for k, p in arts.items()}
-    loaded = {k: collage.load(p) for k, p in arts.items()}
-    feeds = {k: a.check_feeds(a.random_inputs(0)) for k, a in loaded.items()}
     start_load, rng = load_line(), random.Random(0)
-    singles: dict[str, dict[str, list[float]]] = {k: {p: [] for p in PARTS} for k in loaded}
-    blocks: dict[str, list[float]] = {k: [] for k in loaded}
-    gc.disable()
-    try:
+    singles: dict[str, dict[str, list[float]]] = {k: {p: [] for p in PARTS} for k in arts}
+    blocks: dict[str, list[float]] = {k: [] for k in arts}
+    with artifact_runners(arts, 0) as runners:
         for _ in range(3):  # warm-up calls
-            for k in loaded:
-                loaded[k].run(feeds[k])
+            for run in runners.values():
+                run()
         for rep in range(args.repeats):
-            for k, v in single_calls(loaded, feeds, kinds, args.rounds, rng).items():
+            for k, v in single_calls(runners, kinds, args.rounds, rng).items():
                 for part, ms in v.items():
                     singles[k][part] += ms
-            per = interleaved_rounds({k: (lambda k=k: loaded[k].run(feeds[k])) for k in loaded}, rounds=args.rounds,
-                                     min_time_s=args.block, warmup_s=0.0, shuffle=rng)
+            per = interleaved_rounds(runners, rounds=args.rounds, min_time_s=args.block, warmup_s=0.0, shuffle=rng)
             for k, v in per.items():
                 blocks[k] += v
             print(f"repeat {rep + 1} of {args.repeats}", file=sys.stderr, flush=True)
-    finally:
-        gc.enable()
     paired = paired_medians(blocks)
     single = {k: statistics.median(v["all"]) for k, v in singles.items()}
-    first = "reference" if "reference" in loaded else next(iter(loaded))
+    first = "reference" if "reference" in arts else next(iter(arts))
     rows = [[k, kinds[k], f"{single[k]:.3f}", f"{single[k] / single[first]:.3f}", f"{paired[k]:.3f}",
              f"{paired[k] / paired[first]:.3f}", f"{len(singles[k]['switch'])} / {len(singles[k]['all'])}",
              *(f"{statistics.median(singles[k][p]):.3f} ({len(singles[k][p])})" if singles[k][p] else "-"
-               for p in PARTS[1:])] for k in loaded]
+               for p in PARTS[1:])] for k in arts]
     lines = header("Timing artifacts against each other: single calls or blocks", command,
                    f"The artifacts under `{args.work}` loaded in one process, same seeded inputs. {args.repeats} "
                    f"repeats, alternating: {args.rounds} rounds of single calls (every artifact once a round, a "
