@@ -150,6 +150,16 @@ class OVCompiled(Compiled):
             raise CollageError(f"openvino failed running {what!r}: {' '.join(str(e).split())[:400]}") from e
         return dict(self._outputs)
 
+    def kernels(self) -> list[tuple[str, str]]:
+        """(op type, kernel) of each op as the plugin runs it, in execution order (``("Convolution",
+        "brgconv_avx2_I8")``): which instruction set and precision it chose (benchmarks.isa_cap)."""
+        out = []
+        for op in self._compiled.get_runtime_model().get_ordered_ops():
+            rt = op.get_rt_info()
+            if "layerType" in rt and "primitiveType" in rt:
+                out.append((rt["layerType"].astype(str), rt["primitiveType"].astype(str)))
+        return out
+
     def _ir(self) -> tuple[Any, str]:
         """The ``ov.Model`` to save and its file stem (named by a digest of what it was read from)."""
         if isinstance(self._source, Path):
