@@ -1,6 +1,6 @@
 """An AVX2-only CPU, emulated for OpenVINO: the whole model per backend with oneDNN capped at AVX2 and not.
 
-    python -m benchmarks.isa_cap                  # -> results/demo/avx2-emulated.md
+    python -m benchmarks.isa_cap                  # -> results/demo/avx2-emulated.md (+ .json: every round)
     python -m benchmarks.isa_cap --models inception_v2 --rounds 5 --out /tmp/isa.md
 
 Issue 40 asks `make demo` to show > 1.3x over the best single fp32 backend on an AVX2-only CPU, and no such CPU has
@@ -166,11 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m benchmarks.isa_cap" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
     t0 = time.monotonic()
     body: list[str] = []
+    rounds: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory(prefix="collage-isa-") as tmp:
         for model in args.models:
             per, seen = measure(model, calibrated(model, Path(tmp)), args.rounds)
+            rounds[model] = per
             body += model_lines(model, per, seen)
             print(f"{model}: done ({time.monotonic() - t0:.0f} s)", file=sys.stderr)
+    raw = Path(args.out).with_suffix(".json")  # every round's block medians, for a second look
+    raw.write_text(json.dumps({"command": command, "rounds": rounds}, indent=1) + "\n")
     notes = (f"{args.rounds} rounds per model, both workers in each; {load_line()}; {time.monotonic() - t0:.0f} s "
              "in all. *native*: this CPU's widest kernels; *AVX2*: oneDNN capped at AVX2 "
              "(`ONEDNN_MAX_CPU_ISA=AVX2`), which only OpenVINO honours. An emulation: an AVX2-only CPU (Zen 2/3, "
