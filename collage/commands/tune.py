@@ -5,6 +5,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from collage.report.coverage import load_line, measured_line
+from collage.report.rounds import rounds_line
 from collage.tuner.job import DEFAULT_BACKENDS, DEFAULT_TOLERANCE, tune
 from collage.tuner.sizes import MultiSizeResult, describe, parse_size_sets
 from collage.util import count_arg, duration_arg
@@ -125,6 +126,9 @@ def print_result(res: Any, heading: str | None = None) -> None:
     print(f"plan: {len(parts)} partition(s): " + ", ".join(f"{p.backend} ({len(p.nodes)} nodes)" for p in parts))
     print(f"measured end to end: plan {res.plan_ms:.3f} ms; best single backend {best} {best_ms:.3f} ms "
           f"({best_ms / res.plan_ms:.2f}x)")
+    steady = rounds_line(res.report)
+    if steady:
+        print(steady)
     coverage = res.report.get("coverage")
     if coverage:
         print(measured_line(coverage))

@@ -122,6 +122,16 @@ class PlanSummary(Record):
 
 
 @dataclass(frozen=True)
+class Verification(Record):
+    """The interleaved rounds behind ``plan_ms`` and ``baselines``: each runner's block median per round
+    (``round_ms``: ``plan``, a backend's name, ``whole:<variant>``) and which of them the final plan is."""
+
+    rounds: int | None = None
+    plan: str | None = None
+    round_ms: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Measurements(Record):
     """The candidates' measuring in counts (older reports' only coverage figures)."""
 
@@ -333,6 +343,7 @@ class Report(Record):
     partition_charges: Mapping[str, PartitionCharge] = field(default_factory=dict)
     search_attempts: int | None = None
     searched_plan: PlanSummary | None = None
+    verification: Verification | None = None
     cost_db_plan: PlanSummary | None = None
     measurements: Measurements | None = None
     coverage: Coverage | None = None

@@ -41,6 +41,7 @@ from collage.report.coverage import busy_line, estimates_line, load_line, measur
 from collage.report.model import (BaselineFailure, BoundaryOverhead, Calibration, Coverage, ErrorFigures, Numerics,
                                   PartitionCharge, PlannedPartition, PrecisionPartition, Report, as_report)
 from collage.report.records import Record, write_value
+from collage.report.rounds import rounds_line
 from collage.report.svg import num as _num, op_summary as _op_summary, render_bars, render_svg
 
 #: a report as the functions below take it: a Report, report.json's object, or None (nothing recorded)
@@ -472,8 +473,10 @@ def document(source: Any, report: ReportLike = None) -> tuple[str, list[Section]
     if prec:
         sections.append(prec)
     base = baselines_table(manifest, report)
+    steady = rounds_line(report)
     sections.append(Section("Whole model on one backend", table=display(base) if len(base) else None,
-                            text=[] if len(base) else ["(no baselines recorded)"]))
+                            text=([] if len(base) else ["(no baselines recorded)"])
+                            + ([_cap(steady) + "."] if steady else [])))
     pvm = [f"predicted by the search (parts + transitions): {_fmt(s['predicted_ms'])} ms",
            f"sum of the partitions' predicted prices (as charged): {_fmt(s['sum_parts_ms'])} ms",
            f"measured end to end (stitched artifact): {_fmt(s['plan_ms'])} ms"]

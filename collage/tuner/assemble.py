@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collage.plan import Plan
     from collage.tuner.context import JobContext
-    from collage.tuner.records import SearchedRun, TuneRecords
+    from collage.tuner.records import SearchedRun, TuneRecords, Verified
 
 
 def assemble_report(ctx: JobContext, records: TuneRecords, boundary_overhead: Any = None,
@@ -27,6 +27,7 @@ def assemble_report(ctx: JobContext, records: TuneRecords, boundary_overhead: An
         "search_attempts": searched.attempts,
         "searched_plan": searched_summary(searched.plan, searched.searched_for, searched.single_ms,
                                           final.searched_run),
+        "verification": verification(final),
         "cost_db_plan": None if searched.cost_db_plan is None else plan_summary(searched.cost_db_plan),
         "measurements": {"candidates": len(records.candidates.cands), "with_cost": len(measured.costs),
                          "failed_candidates": measured.failures,
@@ -58,6 +59,15 @@ def assemble_report(ctx: JobContext, records: TuneRecords, boundary_overhead: An
     if cuda_graph is not None:
         report["cuda_graph"] = cuda_graph
     return report
+
+
+def verification(final: Verified) -> dict[str, Any] | None:
+    """report.json's ``verification``: the interleaved rounds behind ``plan_ms`` and ``baselines`` (each
+    runner's block median per round, ms), and which runner the plan is; None where none ran."""
+    if not final.rounds:
+        return None
+    return {"rounds": min(len(v) for v in final.rounds.values()), "plan": final.plan_key,
+            "round_ms": {k: [round(ms, 4) for ms in v] for k, v in final.rounds.items()}}
 
 
 def coverage(records: TuneRecords) -> dict[str, Any]:

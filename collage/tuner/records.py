@@ -8,6 +8,7 @@ refinement -> :class:`Refined`; numerics -> :class:`FinalCheck`.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -111,6 +112,11 @@ class Verified:
     part_ms: list[float] | None = None
     outcome: PrecisionOutcome = field(default_factory=_no_outcome)
     searched_run: SearchedRun | None = None
+    #: the interleaved rounds behind ``plan_ms`` and ``timings``: each runner's block median (ms) per round, keyed
+    #: ``"plan"``, a backend's name (its whole model) or ``"whole:<variant>"`` (report.json ``verification``)
+    rounds: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    #: the key of ``rounds`` the plan's time is (``"plan"``; a backend where the plan is that backend alone)
+    plan_key: str | None = None
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,18 @@ def test_the_report_reads_and_writes_the_same_json(tuned):
     assert report.searched_plan is not None and report.searched_plan.partitions[0].nodes == tuple(range(40))
 
 
+def test_the_verification_rounds_are_the_times_the_report_gives(tuned):
+    """report.json's plan_ms and baselines are the medians of its ``verification`` rounds, paired round by round
+    (collage.tuner.checks.paired_medians), and its ``plan`` names the rounds the final plan's time is."""
+    from collage.tuner.checks import paired_medians
+
+    v = tuned["verification"]
+    assert v["rounds"] >= 1 and all(len(r) == v["rounds"] for r in v["round_ms"].values())
+    paired = paired_medians(v["round_ms"])
+    assert paired[v["plan"]] == pytest.approx(tuned["plan_ms"], rel=1e-3)
+    assert {k: paired[k] for k in tuned["baselines"]} == pytest.approx(tuned["baselines"], rel=1e-3)
+
+
 def test_a_broken_report_fails_its_schema(tuned):
     missing = copy.deepcopy(tuned)
     del missing["plan_ms"]

@@ -12,7 +12,7 @@ from collage.plan import Note, NoteKind
 from collage.report.coverage import refinement
 from collage.tuner.records import Baselines, Refined, Searched, Verified
 from collage.tuner.steps import budget
-from collage.tuner.checks import measure_interleaved
+from collage.tuner.checks import interleaved_rounds, measure_interleaved, paired_medians
 
 if TYPE_CHECKING:
     from collage.plan import Plan
@@ -65,11 +65,13 @@ def run_trials(ctx: JobContext, verified: Verified, charged: Mapping[Any, float]
     plan.notes.append(Note(NoteKind.REFINED, f"refined by {res.trials} measured trials: {verified.plan_ms:.3f} -> "
                            f"{res.measured_ms:.3f} ms"))
     artifact = ctx.load(ctx.export(plan, ctx.work / "refined"))
-    timings = measure_interleaved({"plan": lambda: artifact.run(ctx.feeds),
-                                   **{k: (lambda c=c: c.run(ctx.feeds)) for k, c in base.singles.items()}})
+    per = interleaved_rounds({"plan": lambda: artifact.run(ctx.feeds),
+                              **{k: (lambda c=c: c.run(ctx.feeds)) for k, c in base.singles.items()}})
+    timings = paired_medians(per)
     plan_ms = timings.pop("plan")
     return Refined(dataclasses.replace(verified, plan=plan, plan_ms=plan_ms, artifact=artifact, timings=timings,
-                                       baselines={**timings, **base.from_db}, part_ms=None), done)
+                                       baselines={**timings, **base.from_db}, part_ms=None, rounds=per,
+                                       plan_key="plan"), done)
 
 
 def evaluate(ctx: JobContext, plan: Plan) -> float:

@@ -15,7 +15,7 @@ from collage.tuner.records import Baselines, Measured, Searched, SearchedRun, Ve
 from collage.tuner.steps import budget
 from collage.tuner.steps.measure import SLOW_BASELINE_FACTOR
 from collage.tuner.steps.search import whole_prediction
-from collage.tuner.checks import measure_interleaved, stale_costs
+from collage.tuner.checks import interleaved_rounds, paired_medians, stale_costs
 
 if TYPE_CHECKING:
     from collage.tuner.context import JobContext
@@ -44,13 +44,15 @@ def verify(ctx: JobContext, searched: Searched, measured: Measured, base: Baseli
     ctx.say("verifying: %s vs %s, interleaved, %d round(s)%s", f"the plan ({same} alone)" if same else "plan",
             ", ".join([n for n in [*base.singles, *alts] if n != same]) or "nothing", rounds,
             f", {ctx.clock.left():.0f} s left of the budget" if ctx.clock.budgeted else "")
-    timings = measure_interleaved(runners, rounds=rounds, warmed=clock.clear)  # the warm-up calls are not kept
+    per = interleaved_rounds(runners, rounds=rounds, warmed=clock.clear)  # the warm-up calls are not kept
+    timings = paired_medians(per)
     plan_ms = timings[same] if same else timings.pop("plan")
     alt_ms = {name: timings.pop(f"whole:{name}") for name in alts}
     part_ms = clock.medians() if clock.runs and len(plan.partitions) > 1 else None
     baselines = {**timings, **base.from_db}
     run = SearchedRun(plan_ms, min(baselines.values(), default=None), part_ms)
-    verified = Verified(plan, plan_ms, artifact, timings, baselines, part_ms, searched.outcome, run)
+    verified = Verified(plan, plan_ms, artifact, timings, baselines, part_ms, searched.outcome, run, per,
+                        same or "plan")
     if alt_ms and min(alt_ms.values()) < plan_ms:
         verified = take_whole_model_alternative(ctx, verified, alt_ms, searched, measured)
     note_baselines(ctx, verified, base, measured)
@@ -73,7 +75,7 @@ def take_whole_model_alternative(ctx: JobContext, verified: Verified, alt_ms: Ma
     plan.notes.extend(outcome.notes)
     artifact = ctx.load(ctx.export(plan, ctx.work / "plan-whole"))
     return Verified(plan, alt_ms[name], artifact, verified.timings, verified.baselines, None, outcome,
-                    verified.searched_run)
+                    verified.searched_run, verified.rounds, f"whole:{name}")
 
 
 def note_baselines(ctx: JobContext, verified: Verified, base: Baselines, measured: Measured) -> None:
@@ -98,17 +100,18 @@ def never_worse(ctx: JobContext, verified: Verified, searched: Searched, measure
     """If the plan is not faster than the best single backend, the plan is that backend."""
     from collage.tuner.stitching import fill_boundaries
 
-    plan, plan_ms, baselines = verified.plan, verified.plan_ms, verified.baselines
+    plan, plan_ms, baselines, key = verified.plan, verified.plan_ms, verified.baselines, verified.plan_key
     if len(plan.partitions) == 1 and plan.partitions[0].backend in verified.timings:
         # the plan is one backend on the whole model: the same configuration as that baseline, so one
         # number stands for both (two samples of it would only show the noise as a "speedup")
-        plan_ms = baselines[plan.partitions[0].backend]
+        key = plan.partitions[0].backend
+        plan_ms = baselines[key]
     if not baselines:
-        return dataclasses.replace(verified, plan_ms=plan_ms)
+        return dataclasses.replace(verified, plan_ms=plan_ms, plan_key=key)
     best, best_ms = min(baselines.items(), key=lambda kv: kv[1])
     already_best = len(plan.partitions) == 1 and plan.partitions[0].backend == best
     if already_best or plan_ms < best_ms:
-        return dataclasses.replace(verified, plan_ms=plan_ms)
+        return dataclasses.replace(verified, plan_ms=plan_ms, plan_key=key)
     what = ("the mixed plan" if len({p.backend for p in plan.partitions}) > 1
             else f"the searched plan ({plan.partitions[0].backend} in {len(plan.partitions)} partition(s))")
     note = (f"never worse: {what} measured {plan_ms:.3f} ms end to end, not faster than "
@@ -120,7 +123,8 @@ def never_worse(ctx: JobContext, verified: Verified, searched: Searched, measure
     prediction = whole_prediction(ctx, searched.charges, measured, best)
     single = fill_boundaries(ctx.graph, Plan.single(best, len(ctx.graph), prediction))
     single.notes.extend(kept + [Note(NoteKind.NEVER_WORSE, note)])
-    return dataclasses.replace(verified, plan=single, plan_ms=best_ms, artifact=None, part_ms=None)
+    return dataclasses.replace(verified, plan=single, plan_ms=best_ms, artifact=None, part_ms=None,
+                               plan_key=best if best in verified.timings else None)
 
 
 def furthest_over_price(plan: Plan, part_ms: Sequence[float] | None) -> str:
