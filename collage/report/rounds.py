@@ -32,9 +32,11 @@ def rounds_line(report: Report | Mapping[str, Any] | None) -> str | None:
         return None
     n, wins = len(pairs), sum(q > 1 for q in pairs)
     who = "the plan" if v.plan == "plan" or v.plan.startswith("whole:") else f"{v.plan} (the plan)"
+    if n == 1:
+        return (f"one interleaved round only (the budget left no time for more): {other}, the best other single "
+                f"backend, / plan {pairs[0]:.2f}x in it; how steady a lead is shows over several rounds")
     line = (f"round by round: {who} was faster than {other}, the best other single backend, in {wins} of {n} "
-            f"interleaved round(s)" + (f"; {other} / plan per round {min(pairs):.2f}-{max(pairs):.2f}x"
-                                        if n > 1 else f"; {other} / plan {pairs[0]:.2f}x"))
+            f"interleaved rounds; {other} / plan per round {min(pairs):.2f}-{max(pairs):.2f}x")
     if 0 < wins < n:
         line += (": " + ("a near tie, " if n / 4 <= wins <= 3 * n / 4 else "") + "not ahead in every round (the "
                  "machine's speed moved by more than the two differ; the medians are paired round by round)")

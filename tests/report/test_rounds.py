@@ -17,7 +17,7 @@ def test_a_steady_lead_names_the_best_other_backend_and_the_range():
                 {"openvino": 1.3, "onnxruntime": 1.6})
     line = rounds_line(r)
     assert line == ("round by round: the plan was faster than openvino, the best other single backend, in 3 of 3 "
-                    "interleaved round(s); openvino / plan per round 1.20-1.30x")
+                    "interleaved rounds; openvino / plan per round 1.20-1.30x")
     assert rounds_line(Report.from_dict(r)) == line  # a record or its JSON alike
 
 
@@ -26,7 +26,7 @@ def test_a_split_lead_is_a_near_tie_and_a_mostly_held_one_is_not():
                   {"onnxruntime": 2.0, "openvino": 2.02})
     line = rounds_line(tie)
     assert line.startswith("round by round: onnxruntime (the plan) was faster than openvino, the best other single "
-                           "backend, in 2 of 4 interleaved round(s); openvino / plan per round 0.95-1.10x: a near tie,")
+                           "backend, in 2 of 4 interleaved rounds; openvino / plan per round 0.95-1.10x: a near tie,")
     mostly = _report("plan", {"plan": [1.0] * 5, "openvino": [1.3, 1.2, 1.25, 1.4, 0.98]}, {"openvino": 1.25})
     assert ": not ahead in every round" in rounds_line(mostly) and "near tie" not in rounds_line(mostly)
 
@@ -36,7 +36,7 @@ def test_a_plan_that_is_a_backend_is_not_compared_with_itself_nor_with_the_searc
     r = _report("openvino", {"plan": [3.0, 3.0], "openvino": [2.0, 2.0], "onnxruntime": [2.4, 2.6]},
                 {"openvino": 2.0, "onnxruntime": 2.5})
     assert rounds_line(r) == ("round by round: openvino (the plan) was faster than onnxruntime, the best other single "
-                              "backend, in 2 of 2 interleaved round(s); onnxruntime / plan per round 1.20-1.30x")
+                              "backend, in 2 of 2 interleaved rounds; onnxruntime / plan per round 1.20-1.30x")
 
 
 def test_nothing_is_said_without_rounds_or_a_competitor():
@@ -45,4 +45,6 @@ def test_nothing_is_said_without_rounds_or_a_competitor():
     assert rounds_line(_report(None, {"plan": [1.0]}, {"openvino": 2.0})) is None  # the plan not in the rounds
     assert rounds_line(_report("plan", {"plan": [1.0]}, {"openvino": 2.0})) is None  # a baseline from the cost DB
     one = _report("plan", {"plan": [1.0], "openvino": [1.5]}, {"openvino": 1.5})
-    assert rounds_line(one).endswith("in 1 of 1 interleaved round(s); openvino / plan 1.50x")
+    assert rounds_line(one) == ("one interleaved round only (the budget left no time for more): openvino, the best "
+                                "other single backend, / plan 1.50x in it; how steady a lead is shows over several "
+                                "rounds")
