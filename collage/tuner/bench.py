@@ -122,6 +122,7 @@ def _tune_each(names: Mapping[str, str], art_root: Path, stem: Path, options: Tu
             "predicted_ms": round(res.plan.predicted_ms, 3) if res.plan.predicted_ms else None,
             "predicted_over_measured": round(res.plan.predicted_ms / res.plan_ms, 3) if res.plan.predicted_ms else None,
             **searched_columns(res.report.get("searched_plan")),
+            "rounds_ahead": rounds_ahead(res.report),
             "max_abs_err": res.report.get("numerics", {}).get("max_abs_err"),
             "tune_s": round(res.report.get("tune_s", 0.0), 1),
             "notes": " / ".join(res.plan.notes),
@@ -131,6 +132,15 @@ def _tune_each(names: Mapping[str, str], art_root: Path, stem: Path, options: Tu
         print(f"{name}: plan {row['plan_ms']} ms, best single {best} {best_ms:.3f} ms "
               f"({row['speedup_vs_best']}x)", file=sys.stderr, flush=True)
     return rows
+
+
+def rounds_ahead(report: Mapping[str, Any]) -> str | None:
+    """``"k/N"``: the verification's rounds the plan was faster than the best other single backend in
+    (collage.report.rounds.lead); None where they are not recorded."""
+    from collage.report.rounds import lead
+
+    got = lead(report)
+    return None if got is None else f"{got.wins}/{got.rounds}"
 
 
 def searched_columns(searched: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -192,7 +202,9 @@ def _write(rows: list[dict[str, Any]], stem: Path, target: str, command: str) ->
         "`searched_predicted_speedup` is the best single backend priced alike (timed beside the plan in the",
         "search's attempts, or beside the closest mix where the search went to one backend after its mixes",
         "lost; for a plan they did not run, level x worker cost) over the prediction,",
-        "`searched_measured_speedup` the same from the verification.",
+        "`searched_measured_speedup` the same from the verification. `rounds_ahead`: the verification's",
+        "interleaved rounds in which the plan was faster than the best other single backend (k of N; a split",
+        "is a near tie: the machine's speed moved by more than the two differ).",
         "",
         "",
     ]

@@ -4,7 +4,7 @@ near tie. The report's baselines section and the tune command's summary say it."
 from __future__ import annotations
 
 from collage.report.model import Report
-from collage.report.rounds import rounds_line
+from collage.report.rounds import Lead, lead, rounds_line
 
 
 def _report(plan: str | None, round_ms: dict[str, list[float]], baselines: dict[str, float]) -> dict:
@@ -27,7 +27,9 @@ def test_a_split_lead_is_a_near_tie_and_a_mostly_held_one_is_not():
     line = rounds_line(tie)
     assert line.startswith("round by round: onnxruntime (the plan) was faster than openvino, the best other single "
                            "backend, in 2 of 4 interleaved rounds; openvino / plan per round 0.95-1.10x: a near tie,")
+    assert lead(tie) == Lead("onnxruntime", "openvino", 2, 4, 0.95, 1.1) and lead(tie).near_tie
     mostly = _report("plan", {"plan": [1.0] * 5, "openvino": [1.3, 1.2, 1.25, 1.4, 0.98]}, {"openvino": 1.25})
+    assert lead(mostly).wins == 4 and not lead(mostly).near_tie
     assert ": not ahead in every round" in rounds_line(mostly) and "near tie" not in rounds_line(mostly)
 
 

@@ -253,6 +253,9 @@ def test_bench_writes_ratios(tmp_path):
     assert rows[0]["searched_measured_ms"] > 0
     # and its gain over the best single backend, predicted and measured
     assert rows[0]["searched_predicted_speedup"] > 0 and rows[0]["searched_measured_speedup"] > 0
+    # in how many of the verification's rounds the plan was ahead of the best other single backend (unbudgeted: 7)
+    wins, rounds = map(int, rows[0]["rounds_ahead"].split("/"))
+    assert rounds == 7 and 0 <= wins <= rounds
     md = next((tmp_path / "results").glob("*-cpu.md")).read_text()
     assert "tiny-resnet" in md and "speedup_vs_best" in md
     assert next((tmp_path / "results").glob("*-cpu.csv")).exists()
