@@ -110,14 +110,14 @@ class Deadline:
                 say("time: %s %.1f s of %.0f s (%.0f s spent, %.0f s left)", name, took, self.total_s,
                     self.spent(), max(0.0, self.total_s - self.spent()))
 
-    def rounds(self, full: int, per_round_s: float, fixed_s: float = 0.0, share: float = 1.0) -> int:
+    def rounds(self, full: int, per_round_s: float, fixed_s: float = 0.0, share: float = 1.0, least: int = 1) -> int:
         """Interleaved rounds of a step that fit ``share`` of what is left, after ``fixed_s`` (compiling,
-        warm-up): ``full`` without a budget, at least 1."""
+        warm-up): ``full`` without a budget, at least ``least``."""
         left = self.left()
         if left is None:
             return full
         fit = (left * share - fixed_s) / max(per_round_s, 1e-3)
-        return max(1, min(full, math.floor(fit)))
+        return max(least, min(full, math.floor(fit)))
 
     def report(self) -> dict[str, Any]:
         """report.json's ``time``: the budget, each step's seconds, the whole tune's, and other processes' load

@@ -12,6 +12,12 @@ if TYPE_CHECKING:
 
 #: the share of the estimated time of the steps after measuring that is kept for them (collage.tuner.clock)
 RESERVE_SHARE = 0.6
+#: the verification's least interleaved rounds under a budget (reserved for, and taken even where the steps before
+#: it ate the reserve): one round compares one block of each runner, and this machine's speed moves up to ~2x
+#: between blocks seconds apart (results/measurement/machine-level-seconds.md), so never-worse could keep or drop
+#: a plan on one move of it; three, paired round by round, outvote one such move. They cost seconds at most
+#: (inception_v2's 4 runners: ~1.2 s more than one), inside the 10% a tune may end over its budget
+VERIFY_LEAST = 3
 
 
 def budget_left(ctx: JobContext, whole: Mapping[Any, Any] | None = None, whole_s: float = 0.0) -> float | None:
@@ -50,7 +56,7 @@ def reserve_s(ctx: JobContext, whole: Mapping[Any, Any] | None, left: float, who
         one, whole_ms = 1.0 + 0.1 * weight_mb, [1e3 * gflops / 5.0] * backends
     full = after_measuring_s(one, whole_ms, backends=backends)
     if full > left / 2:
-        full = after_measuring_s(one, whole_ms, backends=backends, attempts=1, rounds=3)
+        full = after_measuring_s(one, whole_ms, backends=backends, attempts=1, rounds=VERIFY_LEAST)
     # the estimate came out about twice what those steps took in short-budget tunes (each step then cuts its
     # rounds to what is left): results/budget/tune-time-history.md
     return RESERVE_SHARE * full
@@ -63,17 +69,17 @@ def compile_s(whole: Mapping[Any, Any], whole_s: float) -> float:
     return sum(times) / len(times) + 0.2 if times else whole_s / max(1, len(whole))
 
 
-def rounds_for(ctx: JobContext, base: Baselines, share: float, artifacts: int = 1) -> int:
-    """Interleaved rounds (at most VERIFY_ROUNDS) of a plan beside the baselines that fit ``share`` of what is
-    left of the budget after compiling ``artifacts`` per backend (a compile: the whole models' measured
-    time each)."""
+def rounds_for(ctx: JobContext, base: Baselines, share: float, artifacts: int = 1, least: int = 1) -> int:
+    """Interleaved rounds (at most VERIFY_ROUNDS, at least ``least``) of a plan beside the baselines that fit
+    ``share`` of what is left of the budget after compiling ``artifacts`` per backend (a compile: the whole
+    models' measured time each)."""
     from collage.tuner.clock import WARMUP_S, round_s
     from collage.tuner.checks import VERIFY_ROUNDS
 
     singles = list(base.whole_ms.values())
     per = round_s(singles) + round_s([max(singles, default=0.0)])
     fixed = artifacts * len(ctx.names) * base.compile_s + WARMUP_S * (1 + len(singles))
-    return ctx.clock.rounds(VERIFY_ROUNDS, per, fixed, share)
+    return ctx.clock.rounds(VERIFY_ROUNDS, per, fixed, share, least)
 
 
 def charges_fit(ctx: JobContext, base: Baselines) -> bool:

@@ -40,7 +40,9 @@ def verify(ctx: JobContext, searched: Searched, measured: Measured, base: Baseli
     runners.update({name: (lambda c=c: c.run(ctx.feeds)) for name, c in base.singles.items()})
     alts = ctx.precision.whole_model_alternatives(plan)
     runners.update({f"whole:{name}": (lambda c=c: c.run(ctx.feeds)) for name, c in alts.items()})
-    rounds = budget.rounds_for(ctx, base, share=0.8, artifacts=0)  # the last timed step: numerics and export are short
+    # the last timed step (numerics and export are short), and the one that decides the plan: at least the
+    # rounds the reserve planned for it, even where the steps before it took that time
+    rounds = budget.rounds_for(ctx, base, share=0.8, artifacts=0, least=budget.VERIFY_LEAST)
     ctx.say("verifying: %s vs %s, interleaved, %d round(s)%s", f"the plan ({same} alone)" if same else "plan",
             ", ".join([n for n in [*base.singles, *alts] if n != same]) or "nothing", rounds,
             f", {ctx.clock.left():.0f} s left of the budget" if ctx.clock.budgeted else "")
