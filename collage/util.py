@@ -13,7 +13,7 @@ import platform
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -188,12 +188,50 @@ def cpu_flags() -> frozenset[str] | None:
     return None if info is None else frozenset(info.get("flags", "").split())
 
 
+#: int8 kernels that compute u8 x s8 dot products exactly into 32 bits (VNNI, AMX); without them an x86 CPU's int8
+#: kernels multiply-add pairs into 16 bits first (AVX2's vpmaddubsw), which can saturate
+INT8_DOT_FLAGS = frozenset({"amx_int8", "avx512_vnni", "avx_vnni"})
+
+
+def int8_kernels(flags: Iterable[str] | None = None) -> str | None:
+    """Which int8 kernels the x86 runtimes run on this CPU (``flags``: /proc/cpuinfo's by default): ``"vnni"``
+    (exact 32-bit dot products: VNNI or AMX-INT8), ``"avx2"`` (16-bit multiply-adds that can saturate), None
+    (neither, or flags unknown). The two round differently: an int8 plan's error judged on one does not carry
+    over to the other (results/demo/avx2-emulated.md)."""
+    have = set(flags) if flags is not None else cpu_flags()
+    if not have:
+        return None
+    if have & INT8_DOT_FLAGS:
+        return "vnni"
+    return "avx2" if "avx2" in have else None
+
+
+def is_int8(backend: object) -> bool:
+    """Whether a backend (or its manifest entry's ``settings``) runs int8 kernels: precision ``int8`` or
+    ``int8+<rest>``."""
+    precision = backend.get("precision") if isinstance(backend, dict) else getattr(backend, "precision", None)
+    return str(precision or "").startswith("int8")
+
+
+def cpu_class(flags: Iterable[str] | None = None) -> str:
+    """The CPU's widest matrix/vector extension and its int8 kernels: ``amx``, ``avx512-vnni``, ``avx512``,
+    ``avx2-vnni``, ``avx2``; "" where neither AVX2 nor more is listed (another architecture, unknown flags).
+    Machines of one class run the same kernels: costs and int8 errors carry over between them, not across."""
+    have = set(flags) if flags is not None else (cpu_flags() or set())
+    if "amx_tile" in have:
+        return "amx"
+    widest = "avx512" if "avx512f" in have else "avx2" if "avx2" in have else ""
+    return f"{widest}-vnni" if widest and int8_kernels(have) == "vnni" else widest
+
+
 @functools.lru_cache(maxsize=1)
 def machine_id() -> str:
-    """A short identifier of the machine a measurement was taken on (CPU model, cores, arch); read once per
+    """A short identifier of the machine a measurement was taken on (arch, CPU model, cores, and its
+    :func:`cpu_class`: VMs name Zen 3 and Zen 5 alike "AMD EPYC", whose costs are ~3x apart); read once per
     process (every cost key holds it: 178,696 keys of one inception_v2 tune read /proc/cpuinfo each)."""
     cpu = (_cpuinfo(CPUINFO) or {}).get("model name") or platform.processor() or ""
-    return f"{platform.machine()}|{cpu}|{physical_cores()}c"
+    cls = cpu_class()
+    return f"{platform.machine()}|{cpu}|{physical_cores()}c" + (f"|{cls}" if cls else "")
 
 
 def source_commit() -> str:

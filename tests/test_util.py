@@ -132,3 +132,28 @@ def test_cpu_flags_and_the_machine_classes_they_decide(monkeypatch, tmp_path):
     monkeypatch.setattr(util, "CPUINFO", str(tmp_path / "missing"))
     assert util.cpu_flags() is None
     assert machine_class() == "avx2"
+
+
+@pytest.mark.parametrize("flags, cls, int8", [
+    ("fpu sse avx", "", None),                                              # no AVX2: no int8 kernels offered
+    ("fpu avx avx2 fma", "avx2", "avx2"),                                   # Zen 2/3, Haswell..Coffee Lake
+    ("fpu avx2 avx_vnni", "avx2-vnni", "vnni"),                             # Alder Lake
+    ("fpu avx2 avx512f", "avx512", "avx2"),                                 # Skylake-SP: no VNNI
+    ("fpu avx2 avx512f avx512_vnni avx512_bf16", "avx512-vnni", "vnni"),    # Zen 4/5, Cooper Lake
+    ("fpu avx2 avx512f avx512_vnni amx_tile amx_int8 amx_bf16", "amx", "vnni"),  # Sapphire Rapids
+])
+def test_cpu_class_and_int8_kernels(flags, cls, int8, monkeypatch, tmp_path):
+    """The CPU class is in every cost key (machine_id): VMs call Zen 3 and Zen 5 alike "AMD EPYC", whose costs
+    are ~3x apart and whose int8 kernels round differently (results/demo/avx2-emulated.md)."""
+    from collage import util
+
+    fake = tmp_path / "cpuinfo"
+    fake.write_text(f"processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: {flags}\n\n")
+    monkeypatch.setattr(util, "CPUINFO", str(fake))
+    util.machine_id.cache_clear()
+    try:
+        assert util.cpu_class() == cls and util.int8_kernels() == int8
+        assert util.machine_id().split("|")[1:3] == ["AMD EPYC", f"{util.physical_cores()}c"]
+        assert util.machine_id().endswith(f"|{cls}") if cls else util.machine_id().count("|") == 2
+    finally:
+        util.machine_id.cache_clear()

@@ -39,7 +39,7 @@ import numpy as np
 import onnx
 
 from collage.errors import CompileError
-from collage.util import cpu_flags
+from collage.util import cpu_flags, int8_kernels
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +62,9 @@ def cpu_int8_reason() -> str | None:
     to 16 bits) and better, AVX512-VNNI / AVX-VNNI / AMX-INT8 (dot products to 32 bits); else why not. Whether an
     int8 variant is faster than fp32 on a given CPU is measured like any candidate, and its error is judged against
     the accuracy budget (the AVX2 path can saturate where VNNI does not: that is an error the budget sees)."""
-    flags = cpu_flags()
-    if flags is None:
+    if cpu_flags() is None:
         return "cannot read /proc/cpuinfo to look for AVX2/VNNI/AMX-INT8; not offering int8"
-    if flags & {"amx_int8", "avx512_vnni", "avx_vnni", "avx2"}:
+    if int8_kernels() is not None:
         return None
     return ("this CPU has no int8 multiply-add instructions (no avx2, avx_vnni, avx512_vnni or amx_int8 in "
             "/proc/cpuinfo): int8 kernels would emulate them and lose to fp32")

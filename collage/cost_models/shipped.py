@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from collage.cost_models.learned import QUANTILES, Estimate, LinePlusTrees, Variant, parts_predict
-from collage.util import cpu_flags
+from collage.util import cpu_class
 
 #: where the shipped files live (package data)
 SHIPPED_DIR = Path(__file__).with_name("shipped")
@@ -38,13 +38,9 @@ PROBE_SIZE, PROBE_ITERS, PROBE_REPEATS = 1 << 18, 6, 9
 
 
 def machine_class(flags: Iterable[str] | None = None) -> str:
-    """``amx``, ``avx512`` or ``avx2`` from the CPU flags (``/proc/cpuinfo``'s; ``avx2`` when unknown)."""
-    have = set(flags) if flags is not None else cpu_flags() or set()
-    if "amx_tile" in have:
-        return "amx"
-    if "avx512f" in have:
-        return "avx512"
-    return "avx2"
+    """``amx``, ``avx512`` or ``avx2`` from the CPU flags (``/proc/cpuinfo``'s; ``avx2`` when unknown): the widest
+    extension of :func:`collage.util.cpu_class`."""
+    return cpu_class(flags).split("-")[0] or "avx2"
 
 
 def probe_ms() -> float:
