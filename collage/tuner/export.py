@@ -13,12 +13,14 @@ An artifact is a directory (optionally also packed as ``<dir>.tar.gz``)::
 manifest.json (``FORMAT_VERSION`` 1)::
 
     {"format_version": 1, "collage_version": "0.1.0", "created": "2026-11-29T21:50:00Z",
-     "target": "cpu", "machine": "x86_64|<cpu model>|2c",
+     "target": "cpu", "machine": "x86_64|<cpu model>|2c|avx512-vnni",   # collage.util.machine_id
      "model": {"name": ..., "source": "resnet50.onnx", "nodes": 122,
                "sha256": ..., "sha256_of": "source file" | "serialized model"},
      "extras": ["openvino"],   # pip extras beyond the core install its backends need (collage.extras)
      "backends": {"openvino": {"version": ..., "device": "cpu", "options": {<kwargs of get_backend>},
-                               "settings": {<Backend.options>}}},
+                               "settings": {<Backend.options>}},
+                  "openvino-int8": {..., "int8_kernels": "vnni"}},   # int8 only: its error was judged on
+                                   # this CPU's int8 kernels ("vnni" | "avx2": collage.util.int8_kernels)
      "inputs":  [{"name": "x", "shape": [1, 3, 224, 224], "dtype": "float32"}],
      "outputs": [{"name": "y", "shape": [1, 1000], "dtype": "float32"}],
      "tensors": {"t7": {"name": "t7", "shape": [1, 64, 56, 56], "dtype": "float32"}, ...},  # partition boundaries
@@ -61,7 +63,7 @@ from collage.runtime.manifest import FORMAT_VERSION, MANIFEST, PLAN_FILE, REPORT
 from collage.plan import Partition, Plan
 from collage.tuner.outdir import (OutputLocation, archive_path, as_inspected, carry_over, check_output_location,
                                   inspect_output, install, recover_replaced, staging_dir, umask, warn_kept)
-from collage.util import machine_id, sha256_bytes, sha256_file
+from collage.util import int8_kernels, is_int8, machine_id, sha256_bytes, sha256_file
 
 if TYPE_CHECKING:
     from collage.backends.base import Compiled
@@ -250,7 +252,10 @@ def _manifest(graph: Graph, sha: tuple[str, str], target: str, backends: Mapping
         # what `pip install` a machine that runs this artifact needs beyond `pip install collage`
         "extras": backend_extras(backends),
         "backends": {name: {"version": b.version(), "device": b.device,
-                            "options": backend_options.get(name, {}), "settings": b.options}
+                            "options": backend_options.get(name, {}), "settings": b.options,
+                            # an int8 backend's error was judged on this CPU's int8 kernels (collage.runtime
+                            # warns on a CPU that runs the other kind)
+                            **({"int8_kernels": int8_kernels()} if is_int8(b) else {})}
                      for name, b in backends.items()},
         "inputs": [_tensor_entry(graph, s.name, s.high) for s in input_specs(graph)],
         "outputs": [_tensor_entry(graph, t) for t in graph.outputs],
