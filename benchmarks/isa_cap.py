@@ -224,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             body += model_lines(model, per, seen)
             print(f"{model}: done ({time.monotonic() - t0:.0f} s)", file=sys.stderr)
     raw = Path(args.out).with_suffix(".json")  # every round's block medians, for a second look
+    raw.parent.mkdir(parents=True, exist_ok=True)
     raw.write_text(json.dumps({"command": command, "rounds": rounds, "kernels": kernels_seen}, indent=1) + "\n")
     notes = (f"{args.rounds} rounds per model, both workers in each; {load_line()}; {time.monotonic() - t0:.0f} s "
              "in all. *native*: this CPU's widest kernels; *AVX2*: oneDNN capped at AVX2 "

@@ -213,6 +213,16 @@ def is_int8(backend: object) -> bool:
     return str(precision or "").startswith("int8")
 
 
+#: oneDNN instruction-set caps (``ONEDNN_MAX_CPU_ISA``, formerly ``DNNL_MAX_CPU_ISA``) without int8 dot products
+ONEDNN_NO_VNNI = frozenset({"SSE41", "AVX", "AVX2", "AVX512_CORE"})
+
+
+def onednn_below_vnni() -> bool:
+    """Whether the environment caps oneDNN (OpenVINO's CPU kernels) below VNNI: its int8 kernels are then AVX2's."""
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or ""
+    return cap.strip().upper() in ONEDNN_NO_VNNI
+
+
 def cpu_class(flags: Iterable[str] | None = None) -> str:
     """The CPU's widest matrix/vector extension and its int8 kernels: ``amx``, ``avx512-vnni``, ``avx512``,
     ``avx2-vnni``, ``avx2``; "" where neither AVX2 nor more is listed (another architecture, unknown flags).

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 import numpy as np
 
 from collage.errors import CompileError, TransientError, UnsupportedError
-from collage.util import cache_dir, sha256_bytes
+from collage.util import cache_dir, int8_kernels, is_int8, sha256_bytes
 
 if TYPE_CHECKING:
     import onnx  # annotations only: loading an artifact never imports onnx
@@ -239,6 +239,11 @@ class Backend(abc.ABC):
     def options(self) -> dict[str, Any]:
         """Settings that change what this backend produces (part of the cost key)."""
         return {"precision": self.precision}
+
+    def int8_kernels(self) -> str | None:
+        """For an int8 variant, which int8 kernels it runs here (:func:`collage.util.int8_kernels`: ``"vnni"`` or
+        ``"avx2"``), which its error depends on; None for any other backend."""
+        return int8_kernels() if is_int8(self) else None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}/{self.device}>"

@@ -44,7 +44,7 @@ from collage.runtime.records import LoadedPartition as LoadedPartition
 from collage.runtime.records import TensorSpec as TensorSpec
 from collage.errors import ArtifactError, BackendUnavailable, CollageError, InputError, InputTypeError
 from collage.seeded_inputs import InputSpec, seeded_inputs
-from collage.util import int8_kernels, sha256_file, timed_runs
+from collage.util import sha256_file, timed_runs
 
 if TYPE_CHECKING:
     from collage.backends.base import Backend
@@ -495,7 +495,7 @@ def _backends(manifest: JsonObject, root: Path, check_versions: bool,
             if check_versions:
                 raise ArtifactError(msg + "; to run anyway pass check_versions=False (CLI --ignore-version-mismatch)")
             log.warning("%s; running anyway (version check disabled)", msg)
-        judged, here = info.get("int8_kernels"), int8_kernels()
+        judged, here = info.get("int8_kernels"), b.int8_kernels()
         if judged and here and judged != here:
             log.warning("%s: backend %r: its int8 error was judged within the accuracy budget on a CPU with %s int8 "
                         "kernels; this CPU runs %s ones, which round differently and can be further off: check its "

@@ -67,7 +67,7 @@ def verification(final: Verified) -> dict[str, Any] | None:
     if not final.rounds:
         return None
     return {"rounds": min(len(v) for v in final.rounds.values()), "plan": final.plan_key,
-            "round_ms": {k: [round(ms, 4) for ms in v] for k, v in final.rounds.items()}}
+            "round_ms": {k: [float(f"{ms:.6g}") for ms in v] for k, v in final.rounds.items()}}
 
 
 def coverage(records: TuneRecords) -> dict[str, Any]:

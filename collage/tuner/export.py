@@ -63,7 +63,7 @@ from collage.runtime.manifest import FORMAT_VERSION, MANIFEST, PLAN_FILE, REPORT
 from collage.plan import Partition, Plan
 from collage.tuner.outdir import (OutputLocation, archive_path, as_inspected, carry_over, check_output_location,
                                   inspect_output, install, recover_replaced, staging_dir, umask, warn_kept)
-from collage.util import int8_kernels, is_int8, machine_id, sha256_bytes, sha256_file
+from collage.util import is_int8, machine_id, sha256_bytes, sha256_file
 
 if TYPE_CHECKING:
     from collage.backends.base import Compiled
@@ -255,7 +255,7 @@ def _manifest(graph: Graph, sha: tuple[str, str], target: str, backends: Mapping
                             "options": backend_options.get(name, {}), "settings": b.options,
                             # an int8 backend's error was judged on this CPU's int8 kernels (collage.runtime
                             # warns on a CPU that runs the other kind)
-                            **({"int8_kernels": int8_kernels()} if is_int8(b) else {})}
+                            **({"int8_kernels": b.int8_kernels()} if is_int8(b) else {})}
                      for name, b in backends.items()},
         "inputs": [_tensor_entry(graph, s.name, s.high) for s in input_specs(graph)],
         "outputs": [_tensor_entry(graph, t) for t in graph.outputs],

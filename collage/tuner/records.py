@@ -115,7 +115,8 @@ class Verified:
     #: the interleaved rounds behind ``plan_ms`` and ``timings``: each runner's block median (ms) per round, keyed
     #: ``"plan"``, a backend's name (its whole model) or ``"whole:<variant>"`` (report.json ``verification``)
     rounds: Mapping[str, Sequence[float]] = field(default_factory=dict)
-    #: the key of ``rounds`` the plan's time is (``"plan"``; a backend where the plan is that backend alone)
+    #: the key of ``rounds`` the plan's time is (``"plan"``; a backend where the plan is that backend alone;
+    #: ``"whole:<variant>"`` where a lower-precision whole model became the plan; None: not in these rounds)
     plan_key: str | None = None
 
 

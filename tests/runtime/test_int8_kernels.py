@@ -69,3 +69,16 @@ def test_an_fp32_backend_records_no_int8_kernels(tmp_path):
     g = zoo.load_graph("zoo:tiny-resnet")
     out = export(g, Plan.single("onnxruntime", len(g)), tmp_path / "out")
     assert "int8_kernels" not in json.loads((out / "manifest.json").read_text())["backends"]["onnxruntime"]
+
+
+@pytest.mark.parametrize("cap, openvino", [("AVX2", "avx2"), ("avx512_core", "avx2"), ("AVX512_CORE_VNNI", "vnni"),
+                                           ("", "vnni")])
+def test_openvino_s_int8_kernels_follow_onednn_s_cap(cap, openvino, monkeypatch, tmp_path):
+    """OpenVINO's CPU kernels are oneDNN's, capped by ONEDNN_MAX_CPU_ISA (benchmarks.isa_cap emulates an AVX2 CPU
+    so): a tune under such a cap judges AVX2 int8 kernels and says so; ONNX Runtime's MLAS has no cap."""
+    _as_cpu(monkeypatch, tmp_path, "fpu avx2 avx512f avx512_vnni")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    assert get_backend("openvino-int8").int8_kernels() == openvino
+    assert get_backend("openvino-int8-bf16").int8_kernels() == openvino
+    assert get_backend("onnxruntime-int8").int8_kernels() == "vnni"
+    assert get_backend("openvino").int8_kernels() is None and get_backend("onnxruntime").int8_kernels() is None

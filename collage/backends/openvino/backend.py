@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from collage.backends.base import Backend, Compiled, trial_refusal
 from collage.backends.openvino.compiled import OVCompiled, core, openvino_module
 from collage.errors import ArtifactError, BackendUnavailable, CollageError
-from collage.util import thread_count
+from collage.util import onednn_below_vnni, thread_count
 
 if TYPE_CHECKING:  # the deploy path (load) needs openvino only; onnx is read lazily where a model is converted
     import onnx
@@ -83,6 +83,12 @@ class OpenVINOBackend(Backend):
             "INFERENCE_NUM_THREADS": str(self.threads),
             "ENABLE_CPU_PINNING": "YES" if self.pinning else "NO",
         }
+
+    def int8_kernels(self) -> str | None:
+        """As every backend's, less what oneDNN's instruction-set cap (``ONEDNN_MAX_CPU_ISA``) takes away: capped
+        below VNNI, the plugin runs AVX2's int8 kernels on a VNNI CPU (benchmarks.isa_cap)."""
+        kind = super().int8_kernels()
+        return "avx2" if kind == "vnni" and onednn_below_vnni() else kind
 
     def read_model(self, data: bytes) -> Any:
         return core().read_model(data, b"")

@@ -12,12 +12,6 @@ if TYPE_CHECKING:
 
 #: the share of the estimated time of the steps after measuring that is kept for them (collage.tuner.clock)
 RESERVE_SHARE = 0.6
-#: the verification's least interleaved rounds under a budget (reserved for, and taken even where the steps before
-#: it ate the reserve): one round compares one block of each runner, and this machine's speed moves up to ~2x
-#: between blocks seconds apart (results/measurement/machine-level-seconds.md), so never-worse could keep or drop
-#: a plan on one move of it; three, paired round by round, outvote one such move. They cost seconds at most
-#: (inception_v2's 4 runners: ~1.2 s more than one), inside the 10% a tune may end over its budget
-VERIFY_LEAST = 3
 
 
 def budget_left(ctx: JobContext, whole: Mapping[Any, Any] | None = None, whole_s: float = 0.0) -> float | None:
@@ -45,7 +39,7 @@ def reserve_s(ctx: JobContext, whole: Mapping[Any, Any] | None, left: float, who
     and attempts where that is at most half of ``left``, else with one attempt and 3 rounds (those steps
     then cut their rounds to what is left). A compile is the whole models' measured time each, or an
     estimate from the model's size."""
-    from collage.tuner.clock import after_measuring_s
+    from collage.tuner.clock import VERIFY_LEAST, after_measuring_s
 
     whole_ms = whole_costs_ms(ctx, whole)
     backends = len(ctx.names)

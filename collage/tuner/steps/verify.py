@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from collage.plan import Note, NoteKind, Plan, kind_of
 from collage.tuner.context import JOB_LOGGER
 from collage.tuner.records import Baselines, Measured, Searched, SearchedRun, Verified
+from collage.tuner.clock import VERIFY_LEAST
 from collage.tuner.steps import budget
 from collage.tuner.steps.measure import SLOW_BASELINE_FACTOR
 from collage.tuner.steps.search import whole_prediction
@@ -42,7 +43,7 @@ def verify(ctx: JobContext, searched: Searched, measured: Measured, base: Baseli
     runners.update({f"whole:{name}": (lambda c=c: c.run(ctx.feeds)) for name, c in alts.items()})
     # the last timed step (numerics and export are short), and the one that decides the plan: at least the
     # rounds the reserve planned for it, even where the steps before it took that time
-    rounds = budget.rounds_for(ctx, base, share=0.8, artifacts=0, least=budget.VERIFY_LEAST)
+    rounds = budget.rounds_for(ctx, base, share=0.8, artifacts=0, least=VERIFY_LEAST)
     ctx.say("verifying: %s vs %s, interleaved, %d round(s)%s", f"the plan ({same} alone)" if same else "plan",
             ", ".join([n for n in [*base.singles, *alts] if n != same]) or "nothing", rounds,
             f", {ctx.clock.left():.0f} s left of the budget" if ctx.clock.budgeted else "")
