@@ -495,7 +495,8 @@ def _backends(manifest: JsonObject, root: Path, check_versions: bool,
             if check_versions:
                 raise ArtifactError(msg + "; to run anyway pass check_versions=False (CLI --ignore-version-mismatch)")
             log.warning("%s; running anyway (version check disabled)", msg)
-        judged, here = info.get("int8_kernels"), b.int8_kernels()
+        judged = info.get("int8_kernels")  # a backend outside collage.backends.base.Backend may not say
+        here = b.int8_kernels() if judged and hasattr(b, "int8_kernels") else None
         if judged and here and judged != here:
             log.warning("%s: backend %r: its int8 error was judged within the accuracy budget on a CPU with %s int8 "
                         "kernels; this CPU runs %s ones, which round differently and can be further off: check its "

@@ -255,7 +255,8 @@ def _manifest(graph: Graph, sha: tuple[str, str], target: str, backends: Mapping
                             "options": backend_options.get(name, {}), "settings": b.options,
                             # an int8 backend's error was judged on this CPU's int8 kernels (collage.runtime
                             # warns on a CPU that runs the other kind)
-                            **({"int8_kernels": b.int8_kernels()} if is_int8(b) else {})}
+                            **({"int8_kernels": b.int8_kernels()}
+                               if is_int8(b) and hasattr(b, "int8_kernels") else {})}
                      for name, b in backends.items()},
         "inputs": [_tensor_entry(graph, s.name, s.high) for s in input_specs(graph)],
         "outputs": [_tensor_entry(graph, t) for t in graph.outputs],
