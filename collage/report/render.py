@@ -33,7 +33,7 @@ from typing import Any
 
 import pandas as pd
 
-from collage.runtime.artifact import artifact_dir, is_archive
+from collage.runtime.artifact import KERNEL_WORDS, artifact_dir, is_archive
 from collage.runtime.manifest import read_manifest, read_plan, read_report
 from collage.errors import ArtifactError
 from collage.extras import backend_extras
@@ -241,6 +241,9 @@ def summary(source: Any, report: ReportLike = None) -> dict[str, Any]:
         "numerics_ok": _numerics_ok(num),
         "per_output": write_value(num.per_output), "notes": list(report.notes),
         "extras": list(manifest["extras"] if "extras" in manifest else backend_extras(manifest.get("backends") or {})),
+        # the int8 kernels each int8 backend's error was judged on (collage.util.int8_kernels)
+        "int8_kernels": {name: info["int8_kernels"] for name, info in (manifest.get("backends") or {}).items()
+                         if isinstance(info, dict) and info.get("int8_kernels")},
     }
 
 
@@ -459,6 +462,11 @@ def document(source: Any, report: ReportLike = None) -> tuple[str, list[Section]
         head += f"; best single backend {s['best_baseline']} {s['best_baseline_ms']:.3f} ms" + _speed_words(s)
     need = ("To run it elsewhere: pip install " + " ".join(f"'collage[{e}]'" for e in s["extras"]) if s["extras"]
             else "To run it elsewhere: pip install collage (its partitions need ONNX Runtime only)")
+    judged = sorted(set(s["int8_kernels"].values()))
+    if judged:
+        need += (f". Its int8 partitions ({', '.join(s['int8_kernels'])}) were judged within the accuracy budget on "
+                 f"{' and '.join(KERNEL_WORDS.get(k, k) for k in judged)} int8 kernels; a CPU with the other kind "
+                 "rounds differently: check the outputs there (loading it there warns)")
     sections = [Section("", text=[head + ".", need + "."])]
     cov = _coverage_section(report)
     if cov:

@@ -82,3 +82,12 @@ def test_openvino_s_int8_kernels_follow_onednn_s_cap(cap, openvino, monkeypatch,
     assert get_backend("openvino-int8-bf16").int8_kernels() == openvino
     assert get_backend("onnxruntime-int8").int8_kernels() == "vnni"
     assert get_backend("openvino").int8_kernels() is None and get_backend("onnxruntime").int8_kernels() is None
+
+
+@needs_int8
+def test_the_report_says_which_int8_kernels_judged_it(int8_artifact):
+    from collage.report.render import render_markdown
+
+    head = render_markdown(int8_artifact).split("\n## ")[0]
+    assert "int8 partitions (openvino-int8) were judged within the accuracy budget on" in head
+    assert ("VNNI / AMX" if util.int8_kernels() == "vnni" else "AVX2 (16-bit") in head
