@@ -193,6 +193,11 @@ def cpu_flags() -> frozenset[str] | None:
 INT8_DOT_FLAGS = frozenset({"amx_int8", "avx512_vnni", "avx_vnni"})
 
 
+#: the kinds :func:`int8_kernels` tells apart, in words (the load warning, the report)
+INT8_KERNEL_WORDS = {"vnni": "VNNI / AMX (exact 32-bit dot products)",
+                     "avx2": "AVX2 (16-bit multiply-adds that can saturate)"}
+
+
 def int8_kernels(flags: Iterable[str] | None = None) -> str | None:
     """Which int8 kernels the x86 runtimes run on this CPU (``flags``: /proc/cpuinfo's by default): ``"vnni"``
     (exact 32-bit dot products: VNNI or AMX-INT8), ``"avx2"`` (16-bit multiply-adds that can saturate), None

@@ -33,7 +33,7 @@ from typing import Any
 
 import pandas as pd
 
-from collage.runtime.artifact import KERNEL_WORDS, artifact_dir, is_archive
+from collage.runtime.artifact import artifact_dir, is_archive
 from collage.runtime.manifest import read_manifest, read_plan, read_report
 from collage.errors import ArtifactError
 from collage.extras import backend_extras
@@ -43,6 +43,7 @@ from collage.report.model import (BaselineFailure, BoundaryOverhead, Calibration
 from collage.report.records import Record, write_value
 from collage.report.rounds import rounds_line
 from collage.report.svg import num as _num, op_summary as _op_summary, render_bars, render_svg
+from collage.util import INT8_KERNEL_WORDS
 
 #: a report as the functions below take it: a Report, report.json's object, or None (nothing recorded)
 ReportLike = Report | dict[str, Any] | None
@@ -465,7 +466,7 @@ def document(source: Any, report: ReportLike = None) -> tuple[str, list[Section]
     judged = sorted(set(s["int8_kernels"].values()))
     if judged:
         need += (f". Its int8 partitions ({', '.join(s['int8_kernels'])}) were judged within the accuracy budget on "
-                 f"{' and '.join(KERNEL_WORDS.get(k, k) for k in judged)} int8 kernels; a CPU with the other kind "
+                 f"{' and '.join(INT8_KERNEL_WORDS.get(k, k) for k in judged)} int8 kernels; a CPU with the other kind "
                  "rounds differently: check the outputs there (loading it there warns)")
     sections = [Section("", text=[head + ".", need + "."])]
     cov = _coverage_section(report)

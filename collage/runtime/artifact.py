@@ -44,7 +44,7 @@ from collage.runtime.records import LoadedPartition as LoadedPartition
 from collage.runtime.records import TensorSpec as TensorSpec
 from collage.errors import ArtifactError, BackendUnavailable, CollageError, InputError, InputTypeError
 from collage.seeded_inputs import InputSpec, seeded_inputs
-from collage.util import sha256_file, timed_runs
+from collage.util import INT8_KERNEL_WORDS, sha256_file, timed_runs
 
 if TYPE_CHECKING:
     from collage.backends.base import Backend
@@ -474,11 +474,6 @@ def _make_backend(name: str, info: Mapping[str, Any], root: Path, overrides: Map
     return b
 
 
-#: the int8 kernels of collage.util.int8_kernels, in words
-KERNEL_WORDS = {"vnni": "VNNI / AMX (exact 32-bit dot products)",
-                "avx2": "AVX2 (16-bit multiply-adds that can saturate)"}
-
-
 def _backends(manifest: JsonObject, root: Path, check_versions: bool,
               backend_options: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Backend]:
     out = {}
@@ -500,8 +495,8 @@ def _backends(manifest: JsonObject, root: Path, check_versions: bool,
         if judged and here and judged != here:
             log.warning("%s: backend %r: its int8 error was judged within the accuracy budget on a CPU with %s int8 "
                         "kernels; this CPU runs %s ones, which round differently and can be further off: check its "
-                        "outputs here, or re-tune on this CPU class", root, name, KERNEL_WORDS.get(judged, judged),
-                        KERNEL_WORDS.get(here, here))
+                        "outputs here, or re-tune on this CPU class", root, name, INT8_KERNEL_WORDS.get(judged, judged),
+                        INT8_KERNEL_WORDS.get(here, here))
         if backend_options and name in backend_options:
             b = _make_backend(name, info, root, backend_options[name])
             log.info("%s: running %s as %s (overridden options)", root, name, b.version())
