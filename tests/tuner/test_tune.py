@@ -100,7 +100,9 @@ def test_retune_reuses_every_measurement(tmp_path, monkeypatch):
     for what in ("partition_cut", "partition_level"):
         stored = [t for t in SQLiteCostDB(db).all_transitions() if what in t.settings]
         assert {t.src for t in stored} == set(first.report["partition_charges"]) == set(BACKENDS), what
-    assert all(0.5 < c["level"] < 2.0 for c in first.report["partition_charges"].values()), \
+    # a level is a ratio of two timings of the same model: near 1, but a busy machine (the suite runs two workers)
+    # moved one to 2.15 in a CI run; a figure in the wrong unit or upside down would be off by ~1000x
+    assert all(0.25 < c["level"] < 4.0 for c in first.report["partition_charges"].values()), \
         (first.report["partition_charges"], first.report["time"].get("others"))
     # the plan the cost DB alone gives is the same for both tunes (their final plans rest on end-to-end timings)
     on_disk = json.loads((tmp_path / "b" / "report.json").read_text())
