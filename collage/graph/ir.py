@@ -49,6 +49,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from collage.errors import ModelError
+from collage.graph.contrib import ONNX_DOMAINS
 from collage.graph.load import copy_model, node_reads, prepare_model, read_model, skeleton
 from collage.graph.model_checks import check_dims
 
@@ -144,13 +145,17 @@ class Graph:
             for out in node.output:
                 if out and out in read and out not in self._tensors:
                     static = all(i in self._tensors for i in self.inputs)
+                    contrib = node.domain not in ONNX_DOMAINS
+                    why = (f"ONNX does not know {node.domain} op {node.op_type}, and ONNX Runtime, run on the node "
+                           "alone, gave no size that holds for any values (its output size depends on the values it "
+                           "reads, or it failed on inputs of these sizes)" if contrib else
+                           f"ONNX's shape inference could not follow {node.op_type}: its output size depends on values "
+                           "it reads (as TopK's k, NonZero or Range do), or ONNX does not know the op")
                     raise ModelError(
                         f"{self.source}: tensor {out!r} (output of node {node.name or node.op_type!r}) has no static "
                         "shape after inference; " + (
-                            f"every graph input has one, so ONNX's shape inference could not follow {node.op_type}: "
-                            "its output size depends on values it reads (as TopK's k, NonZero or Range do), or ONNX "
-                            "does not know the op; collage needs a static shape for every tensor (a size read from "
-                            "an input can be made a constant)" if static else
+                            f"every graph input has one, so {why}; collage needs a static shape for every tensor (a "
+                            "size read from an input can be made a constant)" if static else
                             "fix symbolic input dims with --shape NAME=D1,D2,..."))
 
     def _build_dag(self) -> None:

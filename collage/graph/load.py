@@ -34,6 +34,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from collage.errors import ModelError
+from collage.graph.contrib import ONNX_DOMAINS, contrib_types
 from collage.graph.model_checks import (check_dims, check_initializer_data, check_input_sizes, check_names,
                                         memory_bytes)
 
@@ -127,23 +128,59 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
     shapes inferred; beside it the model as read with the sizes fixed (``Prepared.original``)."""
     original = fix_input_shapes(model, shapes, source)
     model, folding = fold(original, source)  # nothing folded: ``original`` itself, prepared below (no second copy)
+    model, inferred = _settle(model, source)
+    sized: list[onnx.ValueInfoProto] = []
+    while True:  # ONNX Runtime sizes ops ONNX does not know; what their sizes make constant is folded; again
+        sized += contrib_types(model, inferred)
+        left = _unsized(model, inferred)
+        if not sized or not left:
+            break
+        model.graph.value_info.extend(sized)
+        model.graph.value_info.extend(_infer(model, source).graph.value_info)  # what follows from them, for onnxslim
+        again, refold = fold(model, source)
+        if refold.applied:
+            folding = Folding(folding.tool, folding.nodes_before, refold.nodes_after,
+                              folding.seconds + refold.seconds)
+        model, inferred = _settle(again, source, keep=sized)
+        if _unsized(model, inferred) >= left:
+            break
+    if sized:
+        log.info("%s: ONNX Runtime sized %d output(s) of ops ONNX's inference does not know (%s)", source,
+                 len(sized), ", ".join(sorted({n.op_type for n in model.graph.node
+                                               if n.domain not in ONNX_DOMAINS})))
     g = model.graph
-    _fold_constants(g)
-    # keep only the nodes that feed a graph output; reorder topologically (stable)
-    _prune_and_sort(g, source)
-    for vi in list(g.value_info):
-        g.value_info.remove(vi)
-    inferred = _infer(model, source)
     carried = _loop_state_types(model, inferred)
     if carried:  # ONNX leaves a Loop's carried state without a shape; one that keeps its shape has it
         g.value_info.extend(carried)
         inferred = _infer(model, source)
-        del g.value_info[:]
+    del g.value_info[:]
     g.value_info.extend(inferred.graph.value_info)
     del g.output[:]
     g.output.extend(inferred.graph.output)
     _check_channels(model, source)
     return Prepared(model, original if folding.applied else model, folding)
+
+
+def _unsized(model: onnx.ModelProto, inferred: onnx.ModelProto) -> int:
+    """How many node outputs ``inferred`` (ONNX's inference of ``model``) left without a static shape."""
+    static = {vi.name for vi in list(inferred.graph.value_info) + list(inferred.graph.output) if _static(vi)}
+    return sum(1 for node in model.graph.node for t in node.output if t and t not in static)
+
+
+def _settle(model: onnx.ModelProto, source: str, keep: Sequence[onnx.ValueInfoProto] = ()) \
+        -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """Constants folded into initializers, dead nodes dropped, nodes in topological order, value infos dropped but
+    ``keep``; then ONNX's inference of the result (``model`` is changed in place and returned with it)."""
+    g = model.graph
+    _fold_constants(g)
+    # keep only the nodes that feed a graph output; reorder topologically (stable)
+    _prune_and_sort(g, source)
+    del g.value_info[:]
+    g.value_info.extend(keep)
+    for out in g.output:  # a symbolic size says nothing collage can use, and an exporter's may be wrong ([1, seqlen]
+        if not _static(out):  # declared, [20, 1, 8210] computed): the inference sizes the output itself
+            out.type.tensor_type.ClearField("shape")
+    return model, _infer(model, source)
 
 
 def _infer(model: onnx.ModelProto, source: str) -> onnx.ModelProto:

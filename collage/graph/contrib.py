@@ -1,0 +1,74 @@
+"""Output sizes of ops ONNX's shape inference does not know, from ONNX Runtime, which defines them.
+
+ONNX Runtime's ``com.microsoft`` ops (what its quantizer and transformer optimizer write: ``DynamicQuantizeLSTM``,
+``QAttention``, ``FusedConv`` ...) have no shape functions in the ``onnx`` package, so ONNX's inference leaves
+their outputs (and everything computed from them) without a size. ``contrib_types`` sizes each such node whose
+inputs are sized by running the node alone in ONNX Runtime on two different fillings of its inputs (zeros, then
+small integers; initializers keep their values): the sizes are taken only where both runs agree, so an op whose
+output size depends on the values it reads stays unsized, and the load refuses it as before.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+from onnx import helper
+
+#: domains whose ops ONNX's inference knows: nodes of any other domain ``contrib_types`` sizes
+ONNX_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
+
+
+def _sized(vi: onnx.ValueInfoProto | None) -> bool:
+    if vi is None or not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+        return False
+    return all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)
+
+
+def contrib_types(model: onnx.ModelProto, inferred: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """Value infos for the outputs of ``model``'s nodes outside ``ONNX_DOMAINS`` that ``inferred`` (ONNX's
+    inference of ``model``) left unsized, where the node's inputs are sized and ONNX Runtime runs it alone."""
+    known = {vi.name: vi for vi in list(inferred.graph.input) + list(inferred.graph.value_info)
+             + list(inferred.graph.output)}
+    inits = {t.name: t for t in model.graph.initializer}
+    out: list[onnx.ValueInfoProto] = []
+    for node in model.graph.node:
+        if node.domain in ONNX_DOMAINS or all(not o or _sized(known.get(o)) for o in node.output):
+            continue
+        out += _run_alone(model, node, known, inits)
+    return out
+
+
+def _run_alone(model: onnx.ModelProto, node: onnx.NodeProto, known: Mapping[str, onnx.ValueInfoProto],
+               inits: Mapping[str, onnx.TensorProto]) -> list[onnx.ValueInfoProto]:
+    import onnxruntime as ort
+
+    inputs: list[onnx.ValueInfoProto] = []
+    weights: list[onnx.TensorProto] = []
+    fills: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] = ({}, {})
+    for name in dict.fromkeys(i for i in node.input if i):
+        if name in inits:
+            weights.append(inits[name])
+            continue
+        vi = known.get(name)
+        if vi is None or not _sized(vi):
+            return []
+        inputs.append(vi)
+        dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+        fills[0][name] = np.zeros(dims, dtype)
+        fills[1][name] = (np.arange(int(np.prod(dims)), dtype=np.int64) % 3 + 1).reshape(dims).astype(dtype)
+    outputs = [helper.make_empty_tensor_value_info(o) for o in node.output if o]
+    alone = helper.make_model(helper.make_graph([node], "alone", inputs, outputs, weights),
+                              opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    so = ort.SessionOptions()
+    so.log_severity_level = 4  # a refusal is an answer here
+    try:
+        session = ort.InferenceSession(alone.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        first, second = (session.run(None, fill) for fill in fills)
+    except Exception:  # noqa: BLE001 - ONNX Runtime cannot run it on these values: the node stays unsized
+        return []
+    if [a.shape for a in first] != [a.shape for a in second]:
+        return []
+    return [helper.make_tensor_value_info(o.name, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
+            for o, a in zip(outputs, first)]

@@ -1,0 +1,89 @@
+"""Ops ONNX's shape inference does not know (ONNX Runtime's ``com.microsoft`` ops) are sized by ONNX Runtime.
+
+The model is what a user gets from ONNX Runtime's own quantizer: ``quantize_dynamic`` turns an LSTM into
+``com.microsoft::DynamicQuantizeLSTM``, followed here, as in a PyTorch export (ddddocr's OCR model, 1.6.1), by a
+``Shape -> Gather -> Unsqueeze -> Concat -> Reshape`` on its output and a graph output declared ``[1, seqlen]`` that
+computes ``[6, 16]``. Before ``collage.graph.contrib`` it was refused at load ("tensor 'Y' (output of node
+'lstm_quant') has no static shape after inference"). An op whose output size follows the values it reads
+(``com.microsoft::Unique``) stays refused, in one line naming the node and the op.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as T
+from onnx import helper
+from onnx import numpy_helper as nh
+
+import collage
+from collage.errors import ModelError
+from collage.graph.ir import Graph
+from collage.search.candidates import Limits
+
+SEQ, INPUT, HIDDEN = 6, 8, 16
+
+
+def _quantized_lstm(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("LSTM", ["x", "W", "R"], ["Y"], hidden_size=HIDDEN, name="lstm"),
+             helper.make_node("Shape", ["Y"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "i0"], ["s0"], axis=0, name="first"),
+             helper.make_node("Unsqueeze", ["s0", "ax"], ["u0"], name="unsqueeze"),
+             helper.make_node("Concat", ["u0", "m1"], ["t"], axis=0, name="target"),
+             helper.make_node("Reshape", ["Y", "t"], ["y"], name="reshape")]
+    inits = [nh.from_array(rng.normal(0, .3, (1, 4 * HIDDEN, INPUT)).astype(np.float32), "W"),
+             nh.from_array(rng.normal(0, .3, (1, 4 * HIDDEN, HIDDEN)).astype(np.float32), "R"),
+             nh.from_array(np.array(0, np.int64), "i0"), nh.from_array(np.array([0], np.int64), "ax"),
+             nh.from_array(np.array([-1], np.int64), "m1")]
+    g = helper.make_graph(nodes, "lstm", [helper.make_tensor_value_info("x", T.FLOAT, ["seq", 1, INPUT])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [1, "seqlen"])], inits)
+    fp32, int8 = tmp_path / "lstm.onnx", tmp_path / "lstm-int8.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]), fp32)
+    from onnxruntime.quantization import quantize_dynamic
+
+    logging.getLogger().setLevel(logging.ERROR)  # its advice to pre-process the model first
+    quantize_dynamic(fp32, int8)
+    assert [n.op_type for n in onnx.load(int8).graph.node if n.domain == "com.microsoft"] == ["DynamicQuantizeLSTM"]
+    return int8
+
+
+def test_a_dynamically_quantized_lstm_loads_with_every_tensor_sized(tmp_path) -> None:
+    g = Graph.load(_quantized_lstm(tmp_path), shapes={"x": (SEQ, 1, INPUT)})
+    lstm = next(i for i in range(len(g)) if g.op_type(i) == "DynamicQuantizeLSTM")
+    assert g.tensor(g.op(lstm).output[0]).shape == (SEQ, 1, 1, HIDDEN)
+    assert g.tensor("y").shape == (SEQ, HIDDEN)               # computed, not the declared [1, seqlen]
+    assert "Shape" not in {g.op_type(i) for i in range(len(g))}  # its size folded once ONNX Runtime gave it
+
+
+def test_a_dynamically_quantized_lstm_tunes_and_runs_as_onnx_runtime_does(tmp_path) -> None:
+    model = _quantized_lstm(tmp_path)
+    result = collage.tune(str(model), tmp_path / "out", shapes={"x": (SEQ, 1, INPUT)},
+                          backends=["onnxruntime", "openvino"], db=str(tmp_path / "costs.sqlite"),
+                          limits=Limits(max_nodes=1), progress=False)
+    x = np.random.default_rng(1).normal(size=(SEQ, 1, INPUT)).astype(np.float32)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3  # the declared [1, seqlen] output is the model's flaw, warned of on every run
+    want = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    art = collage.load(tmp_path / "out")
+    try:
+        got = art.run({"x": x})["y"]
+    finally:
+        art.close()
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert result.report["load"]["nodes_after"] < result.report["load"]["nodes_before"]  # the Shape chain folded
+
+def test_a_contrib_op_whose_size_follows_the_values_it_reads_is_refused(tmp_path) -> None:
+    g = helper.make_graph([helper.make_node("Unique", ["x"], ["u", "i", "c"], domain="com.microsoft", name="uniq"),
+                           helper.make_node("Relu", ["u"], ["y"], name="relu")], "unique",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [5])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    with pytest.raises(ModelError) as e:
+        Graph.load(m)
+    assert "'uniq'" in str(e.value) and "ONNX does not know com.microsoft op Unique" in str(e.value), e.value
+    assert "\n" not in str(e.value)
