@@ -6,7 +6,7 @@
 (``CostDB.put_features`` under ``FEATURES_KIND``) beside the costs measured under that fingerprint:
 
 * ``nodes``, ``depth`` (nodes on the longest path inside), ``inputs``, ``outputs`` (boundary tensors);
-* ``flops``, ``mac_flops`` (Conv/ConvTranspose/MatMul/Gemm), ``in_bytes``, ``out_bytes`` (boundary tensors),
+* ``flops``, ``mac_flops`` (``collage.graph.stats.MAC_OPS``), ``in_bytes``, ``out_bytes`` (boundary tensors),
   ``weight_bytes`` (initializers read), ``act_bytes`` (every tensor produced inside);
 * per op class (``op_class``: the op type, with a grouped Conv as ``Conv.g`` and a MatMul of two activations
   as ``MatMul.aa``: the same FLOPs run at very different rates there) ``op:CLASS`` (count), ``flops:CLASS``
@@ -17,7 +17,8 @@ Why stored, not recomputed at training time: the model is trained on every measu
 every model ever tuned into it, and the DB keeps costs by fingerprint without the models they came from.
 Features stored with the fingerprint when a tune first sees it make every later tune's training set
 complete without the source models at hand. ``FEATURES_KIND`` changes when the features do (older rows
-are then ignored, never misread; ``cand-v2``: op classes and ``bytes:CLASS``).
+are then ignored, never misread; ``cand-v2``: op classes and ``bytes:CLASS``; ``cand-v3``: the FLOPs of
+integer and QLinear convolutions and matrix products and of recurrences counted as multiply-accumulates).
 """
 from __future__ import annotations
 
@@ -32,17 +33,15 @@ if TYPE_CHECKING:
     from collage.graph.ir import Graph
 
 #: the version of ``candidate_features``: rows stored under another kind are not read
-FEATURES_KIND = "cand-v2"
+FEATURES_KIND = "cand-v3"
 
-#: the ops whose FLOPs are multiply-accumulates (collage.graph.stats.MAC_OPS)
-_MAC = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 
 
 class NodeFacts:
     """Per-node numbers of one graph, computed once and summed over many candidates."""
 
     def __init__(self, graph: Graph) -> None:
-        from collage.graph.stats import node_flops
+        from collage.graph.stats import MAC_OPS, node_flops
 
         self.graph = graph
         n = len(graph)
@@ -57,7 +56,7 @@ class NodeFacts:
         # what a candidate's loop adds per node, made once (71,694 node sets of inception_v2 walk these)
         self.keys = [(f"op:{op}", f"flops:{op}", f"bytes:{op}") for op in self.op]
         self.moved = [self.in_bytes[i] + self.out_bytes[i] for i in range(n)]
-        self.mac = [op.split(".")[0] in _MAC for op in self.op]
+        self.mac = [op.split(".")[0] in MAC_OPS for op in self.op]
 
 
 def op_class(graph: Graph, i: int) -> str:

@@ -4,7 +4,9 @@ Prints the node count, parameter count and bytes, a FLOPs estimate, the inputs a
 shapes and dtypes, and the op-type histogram. ``--support`` adds, per op type, which backends take
 it (``collage.backends.support_report``).
 
-FLOPs: Conv, ConvTranspose, MatMul and Gemm count 2 x multiply-accumulates (bias ignored); every other
+FLOPs: convolutions, matrix products and recurrences (``MAC_OPS``: Conv, ConvTranspose, MatMul, Gemm, their
+integer and QLinear forms, LSTM / GRU / RNN and ONNX Runtime's DynamicQuantizeLSTM) count 2 x multiply-accumulates
+(bias ignored; a recurrence: every step's input and recurrent products, gates and directions included); every other
 op counts one operation per output element ("element ops"), which is what it is for activations and
 arithmetic and an over-estimate for pure data movement (Reshape, Transpose, Concat).
 """
@@ -19,8 +21,14 @@ from collage.errors import ModelError
 from collage.graph.ir import Graph
 from collage.util import human_bytes
 
+#: where a convolution's weight is, by op type (QLinearConv's inputs are x, its scale and zero point, then w)
+_CONV_WEIGHT = {"Conv": 1, "ConvInteger": 1, "QLinearConv": 3}
+#: recurrences: X [seq, batch, input] (or [batch, seq, input]), W and R [directions, gates x hidden, input or
+#: hidden] (DynamicQuantizeLSTM's transposed: the same elements)
+_RECURRENT = frozenset({"LSTM", "GRU", "RNN", "DynamicQuantizeLSTM"})
 #: Ops whose FLOPs are counted as multiply-accumulates; the rest are element ops.
-MAC_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+MAC_OPS = frozenset({*_CONV_WEIGHT, "ConvTranspose", "MatMul", "MatMulInteger", "QLinearMatMul", "Gemm",
+                     *_RECURRENT})
 
 
 def _attr(node, name: str, default):
@@ -41,14 +49,18 @@ def node_flops(graph: Graph, i: int) -> int:
             except ModelError:  # an output nothing reads may have no shape (Dropout's mask)
                 pass
     op = node.op_type
-    if op == "Conv" and len(node.input) > 1:
-        w = graph.tensor(node.input[1]).shape  # [Cout, Cin/group, k...]
+    if op in _CONV_WEIGHT and len(node.input) > _CONV_WEIGHT[op]:
+        w = graph.tensor(node.input[_CONV_WEIGHT[op]]).shape  # [Cout, Cin/group, k...]
         return 2 * out_elems * int(np.prod(w[1:], dtype=np.int64))
+    if op in _RECURRENT and len(node.input) > 2:
+        steps = int(np.prod(graph.tensor(node.input[0]).shape[:2], dtype=np.int64))  # seq x batch
+        weights = sum(int(np.prod(graph.tensor(t).shape, dtype=np.int64)) for t in node.input[1:3])
+        return 2 * steps * weights
     if op == "ConvTranspose" and len(node.input) > 1:
         x = graph.tensor(node.input[0]).shape
         w = graph.tensor(node.input[1]).shape  # [Cin, Cout/group, k...]
         return 2 * int(np.prod(x, dtype=np.int64)) * int(np.prod(w[1:], dtype=np.int64))
-    if op == "MatMul":
+    if op in ("MatMul", "MatMulInteger", "QLinearMatMul"):
         a = graph.tensor(node.input[0]).shape
         return 2 * out_elems * (a[-1] if a else 1)
     if op == "Gemm":
@@ -119,7 +131,7 @@ def format_inspection(r: Inspection) -> str:
         f"model:      {r.name} ({r.source})",
         f"nodes:      {r.nodes} (opset {r.opset})",
         f"parameters: {_count(r.params)} ({human_bytes(r.param_bytes)})",
-        f"FLOPs:      {_count(r.flops)} (Conv/ConvTranspose/MatMul/Gemm {_count(r.mac_flops)}; "
+        f"FLOPs:      {_count(r.flops)} (convolutions, matrix products, recurrences {_count(r.mac_flops)}; "
         f"other ops counted as element ops, 1 per output element: {_count(r.flops - r.mac_flops)})",
         "inputs:",
     ]

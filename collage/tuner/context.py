@@ -79,12 +79,10 @@ class JobContext:
 
 def model_size(graph: Graph) -> tuple[float, float]:
     """(GFLOPs, MB of weights) of ``graph`` (collage.graph.stats' FLOPs estimate)."""
-    import numpy as np
-
     from collage.graph.stats import node_flops
 
     gflops = sum(node_flops(graph, i) for i in range(len(graph))) / 1e9
-    weight_mb = sum(int(np.prod(t.dims, dtype=np.int64)) * 4 for t in graph.initializers.values()) / 1e6
+    weight_mb = sum(graph.tensor(name).nbytes for name in graph.initializers) / 1e6  # int8 weights: a byte each
     return gflops, weight_mb
 
 
