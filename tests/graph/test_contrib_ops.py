@@ -119,3 +119,35 @@ def test_quantized_ops_and_recurrences_count_the_flops_of_their_float_form(tmp_p
     assert {"ConvInteger", "MatMulInteger", "DynamicQuantizeLSTM"} <= set(q.ops)
     conv, matmul, lstm = 2 * 4 * 36 * 27, 2 * 1 * INPUT * 144, 2 * 1 * 1 * 4 * HIDDEN * (INPUT + HIDDEN)
     assert f.mac_flops == q.mac_flops == conv + matmul + lstm, (f.op_flops, q.op_flops)
+
+
+@pytest.mark.slow
+def test_a_transformer_fused_by_onnx_runtimes_optimizer_tunes(tmp_path) -> None:
+    """ONNX Runtime's transformer optimizer (a usual step before deploying a BERT) writes com.microsoft
+    SkipLayerNormalization and Gelu; the model was refused at load ("tensor 'encoder.layer.0.attention.output.
+    LayerNorm' (output of node 'SkipLayerNorm_AddBias_0') has no static shape after inference")."""
+    from onnxruntime.transformers import optimizer
+
+    from collage import zoo
+
+    logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)  # "producer not matched"
+    fused = tmp_path / "bert-fused.onnx"
+    optimizer.optimize_model(str(zoo.model_path("tiny-bert-masked")), model_type="bert", num_heads=0, hidden_size=0,
+                             opt_level=1).save_model_to_file(str(fused))
+    assert {"SkipLayerNormalization", "Gelu"} <= {n.op_type for n in onnx.load(fused).graph.node
+                                                  if n.domain == "com.microsoft"}
+    collage.tune(str(fused), tmp_path / "out", backends=["onnxruntime", "openvino"], db=str(tmp_path / "c.sqlite"),
+                 limits=Limits(max_nodes=1), progress=False)
+    feeds = {"input_ids": np.random.default_rng(0).integers(0, 100, (1, 16)).astype(np.int64),
+             "attention_mask": np.ones((1, 16), np.int64)}
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    ref = ort.InferenceSession(str(fused), so, providers=["CPUExecutionProvider"])
+    want = dict(zip([o.name for o in ref.get_outputs()], ref.run(None, feeds)))
+    art = collage.load(tmp_path / "out")
+    try:
+        got = art.run(feeds)
+    finally:
+        art.close()
+    for name, value in want.items():
+        np.testing.assert_allclose(got[name], value, atol=1e-4, err_msg=name)
