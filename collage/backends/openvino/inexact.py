@@ -53,7 +53,13 @@ _CARRIED = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.Ten
 
 def _wrong_form(node: onnx.NodeProto) -> str | None:
     """Node forms the CPU plugin computes differently from ONNX's reference: found by ONNX's own backend tests
-    run through collage (results/backends/onnx-conformance.md); the test that showed it is named."""
+    run through collage (results/backends/onnx-conformance.md); the test that showed it is named. ONNX Runtime's
+    ``com.microsoft`` QLinear ops (its QOperator quantization's Add, Mul, LeakyRelu, Sigmoid, Concat, AveragePool,
+    ...): measured one-node against ONNX Runtime, which defines them (tests/backends/test_openvino_qlinear.py)."""
+    if node.domain == "com.microsoft" and node.op_type.startswith("QLinear"):
+        return (f"com.microsoft {node.op_type}: an output past its int8/uint8 range wraps around where ONNX Runtime, "
+                "which defines the op, saturates (QLinearAdd, Mul, LeakyRelu, Sigmoid, Concat and AveragePool came "
+                "back off by up to 255)")
     if node.domain not in ("", "ai.onnx"):
         return None
     op = node.op_type
