@@ -49,6 +49,15 @@ class MeasurementError(CollageError):
     """A measurement failed: the worker crashed, hung or raised."""
 
 
+class NumericsError(CollageError):
+    """A plan's outputs differ from the ONNX Runtime reference beyond the tolerance (names the outputs, the error
+    and the first partition that diverges); ``what``: that finding alone, without the remedy."""
+
+    def __init__(self, message: str, what: str = "") -> None:
+        super().__init__(message)
+        self.what = what or message
+
+
 class ArtifactError(CollageError):
     """An artifact is missing, corrupted or from an incompatible version (names the file)."""
 

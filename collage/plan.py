@@ -31,6 +31,8 @@ class NoteKind(StrEnum):
     ACCURACY = "accuracy"
     #: the plan is the best single backend because the searched one was not faster
     NEVER_WORSE = "never worse"
+    #: the plan is the fastest single backend whose outputs match the reference, because the chosen one's did not
+    NUMERICS = "numerics"
     #: facts of the baselines (a stale cost DB, baselines taken from it)
     BASELINES = "baselines"
     #: anything else (and every note of a plan.json written before notes had kinds)

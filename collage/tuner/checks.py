@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from collage.errors import CollageError
+from collage.errors import NumericsError
 from collage.graph.ir import Graph
 from collage.plan import Plan
 
@@ -125,11 +125,11 @@ def check_numerics(graph: Graph, plan: Plan, artifact, feeds: Mapping[str, np.nd
     result = {"max_abs_err": worst, "tolerance": dict(tolerance), "per_output": per_output, "ok": not bad}
     if bad:
         culprit = _diverging_partition(graph, plan, feeds, tolerance, backend_options or {})
-        raise CollageError(
-            f"plan output(s) {bad} differ from the ONNX Runtime reference (max abs err {worst:.3g}, "
-            f"tolerance atol={tolerance['atol']} rtol={tolerance['rtol']}); {culprit}; nothing is written, the "
-            "measurements are kept: tune again with a looser --atol/--rtol where that error is acceptable for this "
-            "model, or with --backends leaving that backend out")
+        what = (f"plan output(s) {bad} differ from the ONNX Runtime reference (max abs err {worst:.3g}, "
+                f"tolerance atol={tolerance['atol']} rtol={tolerance['rtol']}); {culprit}")
+        raise NumericsError(f"{what}; nothing is written, the measurements are kept: tune again with a looser "
+                            "--atol/--rtol where that error is acceptable for this model, or with --backends leaving "
+                            "that backend out", what)
     return result
 
 

@@ -3,10 +3,13 @@ then the precision strategy's check against the accuracy budget), and the artifa
 partitions that were verified (no recompilation)."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collage.errors import NumericsError
+from collage.plan import Note, NoteKind, Plan, kind_of
 from collage.tuner.context import JOB_LOGGER
 from collage.tuner.records import FinalCheck, Verified
 from collage.tuner.result import TuneResult
@@ -19,14 +22,50 @@ if TYPE_CHECKING:
 log = logging.getLogger(JOB_LOGGER)
 
 
-def numerics(ctx: JobContext, verified: Verified) -> FinalCheck:
-    """The final plan loaded (exported again where the verification did not keep its artifact) and checked."""
+def numerics(ctx: JobContext, verified: Verified) -> tuple[Verified, FinalCheck]:
+    """The final plan loaded (exported again where the verification did not keep its artifact) and checked. An
+    fp32 plan whose outputs differ from the reference gives way to the fastest single backend whose whole model's
+    outputs match (a warning, and the plan's note, say what diverged); only where none does is the tune refused."""
     plan = verified.plan
     artifact = verified.artifact or ctx.load(ctx.export(plan, ctx.work / "final"))
-    fp32 = None if ctx.precision.is_low(plan) else check_numerics(ctx.graph, plan, artifact, ctx.feeds,
-                                                                   dict(ctx.options.tolerance), ctx.backend_options)
-    checked, outcome = ctx.precision.check(plan, artifact, fp32, verified.outcome)
-    return FinalCheck(artifact, checked, outcome)
+    fp32 = None
+    if not ctx.precision.is_low(plan):
+        try:
+            fp32 = _check(ctx, plan, artifact)
+        except NumericsError as e:
+            verified, artifact, fp32 = _matching_single_backend(ctx, verified, e)
+    checked, outcome = ctx.precision.check(verified.plan, artifact, fp32, verified.outcome)
+    return verified, FinalCheck(artifact, checked, outcome)
+
+
+def _check(ctx: JobContext, plan: Plan, artifact: Any) -> dict[str, Any]:
+    return check_numerics(ctx.graph, plan, artifact, ctx.feeds, dict(ctx.options.tolerance), ctx.backend_options)
+
+
+def _matching_single_backend(ctx: JobContext, verified: Verified, failed: NumericsError) -> tuple[Verified, Any, Any]:
+    """The fastest baseline whose whole model's outputs match the reference, as the plan (``failed`` raised again
+    where none does)."""
+    from collage.tuner.stitching import fill_boundaries
+
+    plan = verified.plan
+    alone = plan.partitions[0].backend if len(plan.partitions) == 1 else None
+    for name, ms in sorted(verified.baselines.items(), key=lambda kv: kv[1]):
+        if name == alone:
+            continue
+        single = fill_boundaries(ctx.graph, Plan.single(name, len(ctx.graph), ms))
+        artifact = ctx.load(ctx.export(single, ctx.work / f"numerics-{name}"))
+        try:
+            fp32 = _check(ctx, single, artifact)
+        except NumericsError:
+            continue
+        note = (f"numerics: {failed.what}; the plan is {name} on the whole model ({ms:.3f} ms), the fastest single "
+                "backend whose outputs match")
+        log.warning("%s", note)
+        kept = [x for x in plan.notes if kind_of(x) not in (NoteKind.REFINED, NoteKind.NEVER_WORSE)]
+        single.notes.extend(kept + [Note(NoteKind.NUMERICS, note)])
+        return (dataclasses.replace(verified, plan=single, plan_ms=ms, artifact=artifact, part_ms=None,
+                                    plan_key=name if name in verified.timings else None), artifact, fp32)
+    raise failed
 
 
 def boundary_overhead(ctx: JobContext, artifact: Any, plan_ms: float) -> Any:
