@@ -29,7 +29,8 @@ runs. Contract:
 
 Support is decided once per backend: a backend implements one primitive,
 ``_check_supported(model) -> None | reason``, which really converts/compiles a one-node model; the base
-class caches its answers on disk under ``cache_dir()/support/<backend>-<version>.json`` keyed by
+class caches its answers on disk under ``cache_dir()/support/<backend>-<version>-<digest>.json`` (the digest covers
+collage's refusal rules for it: ``rules_digest``) keyed by
 ``graph.fingerprint([node_id])`` (so a second run asks nothing), answers ``supports``,
 ``supports_all`` (one cache write for a whole graph) and ``support_reason``, and turns a failed
 ``compile`` into an ``UnsupportedError`` naming the node that cannot be taken (``raise_compile_error``).
@@ -39,6 +40,8 @@ Backends are stateless apart from caches and can be used from one thread at a ti
 from __future__ import annotations
 
 import abc
+import functools
+import importlib.util
 import json
 import logging
 import os
@@ -62,6 +65,25 @@ log = logging.getLogger(__name__)
 
 #: Version of the on-disk support cache layout (part of the file name).
 SUPPORT_CACHE_SCHEMA = 1
+
+
+@functools.cache
+def rules_digest(module: str) -> str:
+    """A digest of the source that decides a backend's support answers: the module defining the backend class and,
+    for collage's own backends, every module of its package (``collage/backends/openvino/inexact.py`` ...), with
+    this module and ``collage.backends.support``. Empty where the source cannot be read (a frozen install)."""
+    files: list[Path] = []
+    for name in (module, __name__, "collage.backends.support"):
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            continue
+        origin = Path(spec.origin)
+        inside = name.startswith("collage.backends.") and origin.parent.name != "backends"
+        files += sorted(origin.parent.glob("*.py")) if inside and name == module else [origin]
+    try:
+        return sha256_bytes(b"".join(f.read_bytes() for f in dict.fromkeys(files)))[:12]
+    except OSError:
+        return ""
 
 
 class Compiled(abc.ABC):
@@ -174,10 +196,13 @@ class Backend(abc.ABC):
         return {i: transient[fp] if fp in transient else cache[fp] for fp, ids in by_fp.items() for i in ids}
 
     def support_cache_path(self) -> Path:
-        """The file holding this backend version's support answers."""
+        """The file holding this backend version's support answers: a new runtime version, or a change to
+        collage's own refusal rules (the backend's package's source: an op form found computed wrongly and now
+        refused), starts a new file, so no answer of the old rules stands."""
         version = self.version()
         slug = re.sub(r"[^A-Za-z0-9._+-]+", "_", f"{self.name}-{version}")[:80]
-        digest = sha256_bytes(f"{self.name}|{version}|{self.device}".encode())[:10]
+        rules = rules_digest(type(self).__module__)
+        digest = sha256_bytes(f"{self.name}|{version}|{self.device}|{rules}".encode())[:10]
         return cache_dir() / "support" / f"{slug}-{digest}-v{SUPPORT_CACHE_SCHEMA}.json"
 
     def _support_cache(self) -> dict[str, str | None]:

@@ -106,3 +106,43 @@ def test_a_process_state_error_of_onnx_runtime_is_not_cached(tmp_path, monkeypat
     second = subprocess.run([sys.executable, "-c", fresh], capture_output=True, text=True, timeout=120, env=env)
     assert second.returncode == 0, second.stderr[-2000:]
     assert json.loads(second.stdout.strip().splitlines()[-1])["in_pool_process"] is True
+
+
+def test_a_change_to_the_refusal_rules_starts_a_new_support_cache(tmp_path, monkeypatch):
+    """Answers cached under one version of collage's refusal rules are not read under another: OpenVINO's
+    com.microsoft QLinearAveragePool, cached "supported" before it was found to wrap, kept passing the support
+    check, so every candidate holding it was measured and failed at compile, one warning each."""
+    import importlib
+    import sys
+
+    from collage.backends.base import rules_digest
+
+    pkg = tmp_path / "rulespkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "plugin.py").write_text(
+        "from collage.backends.base import Backend\n"
+        "REFUSED = {'Neg'}\n"
+        "class Plugin(Backend):\n"
+        "    name = 'rules-test'\n"
+        "    def version(self): return 'v1'\n"
+        "    def available(self): return None\n"
+        "    def _check_supported(self, model):\n"
+        "        op = model.graph.node[0].op_type\n"
+        "        return f'{op}: refused' if op in REFUSED else None\n"
+        "    def compile(self, model): raise NotImplementedError\n"
+        "    def load(self, directory, entry): raise NotImplementedError\n")
+    monkeypatch.setenv("COLLAGE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plugin = importlib.import_module("rulespkg.plugin")
+    graph = _two_ops()
+    before = plugin.Plugin()
+    assert before.supports_all(graph) == {0: True, 1: False}
+    old_path = before.support_cache_path()
+    (pkg / "plugin.py").write_text((pkg / "plugin.py").read_text().replace("REFUSED = {'Neg'}",
+                                                                          "REFUSED = {'Neg', 'Relu'}"))
+    rules_digest.cache_clear()
+    sys.modules.pop("rulespkg.plugin")
+    after = importlib.import_module("rulespkg.plugin").Plugin()
+    assert after.version() == before.version() and after.support_cache_path() != old_path
+    assert after.supports_all(graph) == {0: False, 1: False}   # the old file said Relu was taken
