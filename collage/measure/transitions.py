@@ -236,13 +236,14 @@ def measure_transition(a: str, b: str, db: None | str | CostDB = None, *,
 def transition_model(backends: list[str], db: None | str | CostDB = None, measure_missing: bool = True, *,
                      backend_options: Mapping[str, Mapping[str, Any]] | None = None,
                      sizes: Sequence[int] = SIZES, cap_s: float = 1.0,
-                     graph_fingerprint: str | None = None) -> Callable[[str, str, int], float]:
+                     graph_fingerprint: str | None = None, quiet: bool = False) -> Callable[[str, str, int], float]:
     """``f(src, dst, nbytes) -> ms``: 0 for the same backend, else the stored fit (clamped at 0).
 
     With ``graph_fingerprint`` (``graph.fingerprint(range(len(graph)))``), a pair's switch cost
     measured on that model's own pieces (``measure_model_transitions``) is used where stored, before the
     small-piece fit. Pairs missing from the DB are measured now (small pieces) when ``measure_missing``
-    (about 5-15 s a pair on CPU), else they cost 0 and a warning says the prediction ignores them.
+    (about 5-15 s a pair on CPU), else they cost 0 and a warning says the prediction ignores them (``quiet``: not
+    here, where a later call for the same tune says it).
     """
     from collage.measure.worker import resolve_backend
 
@@ -267,7 +268,7 @@ def transition_model(backends: list[str], db: None | str | CostDB = None, measur
                 table[(src, dst)] = (0.0, 0.0)
             else:
                 table[(src, dst)] = (t.fixed_ms, t.per_byte_ms)
-    if unpriced:  # one line, not one a pair (a first tune of four backends printed twelve)
+    if unpriced and not quiet:  # one line, not one a pair (a first tune of four backends printed twelve)
         log.warning("no switch cost measured on this machine yet for %s: counted as 0 ms (a tune with more time "
                     "measures them once and keeps them in the cost DB)", ", ".join(unpriced))
 

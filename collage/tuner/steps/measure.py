@@ -160,8 +160,8 @@ def measure_switches(ctx: JobContext, whole: Mapping[Any, Any], whole_s: float) 
     estimate = 4 * budget.compile_s(whole, whole_s) + 4 * 2.0 * len(fp32) + MODEL_PIECES * 0.5
     left = budget.budget_left(ctx, whole, whole_s) or 0.0
     if estimate > left / 2:
-        ctx.say("time: switch costs not measured (about %.0f s; %.0f s left for measuring): the DB's are used",
-                estimate, left)
+        ctx.say("time: switch costs not measured (about %.0f s; %.0f s left for measuring): the cost DB's are used "
+                "where it has them", estimate, left)
         return
     t0 = time.monotonic()
     model_transition_model(ctx.graph, ctx.names, ctx.db, whole_ms=fp32, slow_factor=SLOW_BASELINE_FACTOR,
@@ -183,9 +183,9 @@ def measure_guided(ctx: JobContext, cands: Sequence[Candidate]) -> tuple[Any, An
     left = budget.budget_left(ctx)
     pairs = len(ctx.names) * (len(ctx.names) - 1) // 2
     # a missing pair's small-piece fit takes seconds: measured where about 15 s a pair fits half of what is
-    # left for measuring, else those switches cost 0 (a warning says so)
+    # left for measuring, else those switches cost 0 (the baselines step's warning says so, once)
     transition = transition_model(ctx.names, ctx.db, measure_missing=left is None or 15.0 * pairs <= left / 2,
-                                  backend_options=ctx.backend_options)
+                                  backend_options=ctx.backend_options, quiet=True)
     runner = get_executor(ctx.options.cluster)  # one set of workers for every round
 
     def measure(batch: Sequence[Candidate], left: float | None) -> Any:
