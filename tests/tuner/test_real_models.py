@@ -12,7 +12,7 @@ one control-flow node), ppocr-cls (Paddle2ONNX) tuned for two widths and run at 
 ddddocr-ocr-int8 (ONNX Runtime's dynamic quantization: ConvInteger, MatMulInteger and
 ``com.microsoft::DynamicQuantizeLSTM``, which ONNX's shape inference does not know: refused at load before
 ``collage.graph.contrib``).
-``python -m benchmarks.real_models`` does the same for all eleven entries (results/real-models/real-models.md).
+``python -m benchmarks.real_models`` does the same for all seventeen entries (results/real-models/real-models.md).
 """
 from __future__ import annotations
 
