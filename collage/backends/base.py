@@ -29,8 +29,8 @@ runs. Contract:
 
 Support is decided once per backend: a backend implements one primitive,
 ``_check_supported(model) -> None | reason``, which really converts/compiles a one-node model; the base
-class caches its answers on disk under ``cache_dir()/support/<backend>-<version>-<digest>.json`` (the digest covers
-collage's refusal rules for it: ``rules_digest``) keyed by
+class caches its answers on disk under ``cache_dir()/support/<backend>-<version>-<digest>-v<schema>.json`` (the digest
+covers the backend's name, version, device and collage's refusal rules for it: ``rules_digest``) keyed by
 ``graph.fingerprint([node_id])`` (so a second run asks nothing), answers ``supports``,
 ``supports_all`` (one cache write for a whole graph) and ``support_reason``, and turns a failed
 ``compile`` into an ``UnsupportedError`` naming the node that cannot be taken (``raise_compile_error``).
@@ -74,7 +74,10 @@ def rules_digest(module: str) -> str:
     this module and ``collage.backends.support``. Empty where the source cannot be read (a frozen install)."""
     files: list[Path] = []
     for name in (module, __name__, "collage.backends.support"):
-        spec = importlib.util.find_spec(name)
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):  # a class of __main__ or of a module made in memory: no source to read
+            continue
         if spec is None or not spec.origin or not spec.origin.endswith(".py"):
             continue
         origin = Path(spec.origin)

@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 FEATURES_KIND = "cand-v3"
 
 
-
 class NodeFacts:
     """Per-node numbers of one graph, computed once and summed over many candidates."""
 

@@ -56,6 +56,9 @@ def _run_alone(model: onnx.ModelProto, node: onnx.NodeProto, known: Mapping[str,
         inputs.append(vi)
         dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
         dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+        if dtype.kind in "OSU":  # strings: empty, then one character
+            fills[0][name], fills[1][name] = np.full(dims, "", object), np.full(dims, "a", object)
+            continue
         fills[0][name] = np.zeros(dims, dtype)
         fills[1][name] = (np.arange(int(np.prod(dims)), dtype=np.int64) % 3 + 1).reshape(dims).astype(dtype)
     outputs = [helper.make_empty_tensor_value_info(o) for o in node.output if o]
@@ -66,9 +69,10 @@ def _run_alone(model: onnx.ModelProto, node: onnx.NodeProto, known: Mapping[str,
     try:
         session = ort.InferenceSession(alone.SerializeToString(), so, providers=["CPUExecutionProvider"])
         first, second = (session.run(None, fill) for fill in fills)
+        if not all(isinstance(a, np.ndarray) for a in [*first, *second]) \
+                or [a.shape for a in first] != [a.shape for a in second]:
+            return []  # a sequence or map, or a size that follows the values
+        return [helper.make_tensor_value_info(o.name, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
+                for o, a in zip(outputs, first)]
     except Exception:  # noqa: BLE001 - ONNX Runtime cannot run it on these values: the node stays unsized
         return []
-    if [a.shape for a in first] != [a.shape for a in second]:
-        return []
-    return [helper.make_tensor_value_info(o.name, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
-            for o, a in zip(outputs, first)]

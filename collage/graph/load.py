@@ -133,20 +133,25 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
     model, folding = fold(original, source)  # nothing folded: ``original`` itself, prepared below (no second copy)
     model, inferred = _settle(model, source)
     sized: list[onnx.ValueInfoProto] = []
-    while True:  # ONNX Runtime sizes ops ONNX does not know; what their sizes make constant is folded; again
-        sized += contrib_types(model, inferred)
-        left = _unsized(model, inferred)
-        if not sized or not left:
+    while True:  # ONNX Runtime sizes the ops ONNX does not know, ONNX's inference what follows from them (cheap) ...
+        grew = False
+        while new := contrib_types(model, inferred):
+            sized += new
+            grew = True
+            model.graph.value_info.extend(new)
+            inferred = _infer(model, source)
+        if not grew:
             break
-        model.graph.value_info.extend(sized)
-        model.graph.value_info.extend(_infer(model, source).graph.value_info)  # what follows from them, for onnxslim
-        again, refold = fold(model, source)
-        if refold.applied:
-            folding = Folding(folding.tool, folding.nodes_before, refold.nodes_after,
-                              folding.seconds + refold.seconds)
+        # ... then what those sizes make constant (a Shape of an LSTM's output) is folded, on a copy that carries
+        # every size for onnxslim (``model`` may be ``original``, which stays as read), and all of it again
+        sizes = copy_model(model)
+        del sizes.graph.value_info[:]
+        sizes.graph.value_info.extend(inferred.graph.value_info)
+        again, refold = fold(sizes, source)
+        if not refold.applied or refold.nodes_after >= refold.nodes_before:
+            break
+        folding = Folding(folding.tool, folding.nodes_before, refold.nodes_after, folding.seconds + refold.seconds)
         model, inferred = _settle(again, source, keep=sized)
-        if _unsized(model, inferred) >= left:
-            break
     if sized:
         log.info("%s: ONNX Runtime sized %d output(s) of ops ONNX's inference does not know (%s)", source,
                  len(sized), ", ".join(sorted({n.op_type for n in model.graph.node
@@ -182,8 +187,8 @@ def _settle(model: onnx.ModelProto, source: str, keep: Sequence[onnx.ValueInfoPr
     del g.value_info[:]
     g.value_info.extend(keep)
     for out in g.output:  # a symbolic size says nothing collage can use, and an exporter's may be wrong ([1, seqlen]
-        if not _static(out):  # declared, [20, 1, 8210] computed): the inference sizes the output itself
-            out.type.tensor_type.ClearField("shape")
+        if out.type.HasField("tensor_type") and not _static(out):  # declared, [20, 1, 8210] computed): the
+            out.type.tensor_type.ClearField("shape")                 # inference sizes the output itself
     return model, _infer(model, source)
 
 

@@ -152,7 +152,7 @@ class TuneJob:
             refined = refine.refine(ctx, verified, searched, base)
             final = verify.never_worse(ctx, refined.verified, searched, measured)
         with clock.phase("numerics", say):
-            final, checked = finish.numerics(ctx, final)
+            final, checked = finish.numerics(ctx, final, searched, measured)
         with clock.phase("export", say):
             records = TuneRecords(found, measured, searched, refined, final, checked)
             say("%s", refinement_line(coverage(records)))

@@ -58,8 +58,8 @@ def _wrong_form(node: onnx.NodeProto) -> str | None:
     ...): measured one-node against ONNX Runtime, which defines them (tests/backends/test_openvino_qlinear.py)."""
     if node.domain == "com.microsoft" and node.op_type.startswith("QLinear"):
         return (f"com.microsoft {node.op_type}: an output past its int8/uint8 range wraps around where ONNX Runtime, "
-                "which defines the op, saturates (QLinearAdd, Mul, LeakyRelu, Sigmoid, Concat and AveragePool came "
-                "back off by up to 255)")
+                "which defines the op, saturates (measured for QLinearAdd, Mul, LeakyRelu, Sigmoid, Concat and "
+                "AveragePool: off by up to 255; the family's other ops are refused with them)")
     if node.domain not in ("", "ai.onnx"):
         return None
     op = node.op_type

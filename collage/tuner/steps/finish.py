@@ -1,6 +1,7 @@
 """Steps 9-10 of a tune: the final plan's numerics (outputs vs the ONNX Runtime fp32 reference for an fp32 plan,
 then the precision strategy's check against the accuracy budget), and the artifact written, reusing exactly the
-partitions that were verified (no recompilation)."""
+partitions that were checked (no recompilation; a plan that failed its numerics check and gave way to a single
+backend is that backend's whole model, compiled and checked here)."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,7 +9,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from collage.errors import NumericsError
+from collage.errors import CollageError, NumericsError
 from collage.plan import Note, NoteKind, Plan, kind_of
 from collage.tuner.context import JOB_LOGGER
 from collage.tuner.records import FinalCheck, Verified
@@ -17,15 +18,18 @@ from collage.tuner.checks import check_numerics
 
 if TYPE_CHECKING:
     from collage.tuner.context import JobContext
+    from collage.tuner.records import Measured, Searched
     from collage.tuner.outdir import OutputLocation
 
 log = logging.getLogger(JOB_LOGGER)
 
 
-def numerics(ctx: JobContext, verified: Verified) -> tuple[Verified, FinalCheck]:
+def numerics(ctx: JobContext, verified: Verified, searched: Searched,
+             measured: Measured) -> tuple[Verified, FinalCheck]:
     """The final plan loaded (exported again where the verification did not keep its artifact) and checked. An
     fp32 plan whose outputs differ from the reference gives way to the fastest single backend whose whole model's
-    outputs match (a warning, and the plan's note, say what diverged); only where none does is the tune refused."""
+    outputs match (a warning, and the plan's note, say what diverged); only where none does is the tune refused.
+    Those whole models are compiled here, past the budget where it is spent: a tune that would otherwise fail."""
     plan = verified.plan
     artifact = verified.artifact or ctx.load(ctx.export(plan, ctx.work / "final"))
     fp32 = None
@@ -33,30 +37,37 @@ def numerics(ctx: JobContext, verified: Verified) -> tuple[Verified, FinalCheck]
         try:
             fp32 = _check(ctx, plan, artifact)
         except NumericsError as e:
-            verified, artifact, fp32 = _matching_single_backend(ctx, verified, e)
+            verified, artifact, fp32 = _matching_single_backend(ctx, verified, e, searched, measured)
     checked, outcome = ctx.precision.check(verified.plan, artifact, fp32, verified.outcome)
     return verified, FinalCheck(artifact, checked, outcome)
 
 
-def _check(ctx: JobContext, plan: Plan, artifact: Any) -> dict[str, Any]:
-    return check_numerics(ctx.graph, plan, artifact, ctx.feeds, dict(ctx.options.tolerance), ctx.backend_options)
+def _check(ctx: JobContext, plan: Plan, artifact: Any, culprit: bool = True) -> dict[str, Any]:
+    return check_numerics(ctx.graph, plan, artifact, ctx.feeds, dict(ctx.options.tolerance), ctx.backend_options,
+                          culprit=culprit)
 
 
-def _matching_single_backend(ctx: JobContext, verified: Verified, failed: NumericsError) -> tuple[Verified, Any, Any]:
-    """The fastest baseline whose whole model's outputs match the reference, as the plan (``failed`` raised again
-    where none does)."""
+def _matching_single_backend(ctx: JobContext, verified: Verified, failed: NumericsError, searched: Searched,
+                             measured: Measured) -> tuple[Verified, Any, Any]:
+    """The fastest baseline whose whole model's outputs match the reference, as the plan (``failed`` raised again,
+    naming the backends tried, where none does)."""
+    from collage.tuner.steps.search import whole_prediction
     from collage.tuner.stitching import fill_boundaries
 
     plan = verified.plan
     alone = plan.partitions[0].backend if len(plan.partitions) == 1 else None
+    tried: list[str] = []
     for name, ms in sorted(verified.baselines.items(), key=lambda kv: kv[1]):
         if name == alone:
             continue
-        single = fill_boundaries(ctx.graph, Plan.single(name, len(ctx.graph), ms))
-        artifact = ctx.load(ctx.export(single, ctx.work / f"numerics-{name}"))
+        tried.append(name)
+        single = fill_boundaries(ctx.graph, Plan.single(name, len(ctx.graph),
+                                                        whole_prediction(ctx, searched.charges, measured, name)))
         try:
-            fp32 = _check(ctx, single, artifact)
-        except NumericsError:
+            artifact = ctx.load(ctx.export(single, ctx.work / f"numerics-{name}"))
+            fp32 = _check(ctx, single, artifact, culprit=False)
+        except CollageError as e:  # its outputs differ too, or it could not be built: the next one
+            log.info("numerics: %s on the whole model does not match either: %s", name, e)
             continue
         note = (f"numerics: {failed.what}; the plan is {name} on the whole model ({ms:.3f} ms), the fastest single "
                 "backend whose outputs match")
@@ -65,7 +76,11 @@ def _matching_single_backend(ctx: JobContext, verified: Verified, failed: Numeri
         single.notes.extend(kept + [Note(NoteKind.NUMERICS, note)])
         return (dataclasses.replace(verified, plan=single, plan_ms=ms, artifact=artifact, part_ms=None,
                                     plan_key=name if name in verified.timings else None), artifact, fp32)
-    raise failed
+    if not tried:
+        raise failed
+    raise NumericsError(f"{failed.what}; nor do the whole models of {', '.join(tried)}; nothing is written, the "
+                        "measurements are kept: tune again with a looser --atol/--rtol where that error is acceptable "
+                        "for this model", failed.what) from failed
 
 
 def boundary_overhead(ctx: JobContext, artifact: Any, plan_ms: float) -> Any:
