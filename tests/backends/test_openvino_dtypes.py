@@ -14,21 +14,12 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
-from collage.backends import get_backend, unavailable_reason
 from collage.errors import CollageError, UnsupportedError
 from collage.graph.ir import Graph
 
 DATA = os.path.join(os.path.dirname(onnx.backend.test.__file__), "data", "pytorch-operator")
 DOUBLE_CASES = ["test_operator_add_broadcast", "test_operator_add_size1_right_broadcast",
                 "test_operator_add_size1_singleton_broadcast", "test_operator_addconstant"]
-
-
-@pytest.fixture(scope="module")
-def openvino():
-    reason = unavailable_reason("openvino")
-    if reason is not None:
-        pytest.skip(f"openvino: {reason}")
-    return get_backend("openvino")
 
 
 def _case(name):

@@ -17,19 +17,10 @@ import pytest
 from onnx import helper
 from onnx import numpy_helper as nh
 
-from collage.backends import get_backend, unavailable_reason
 from collage.errors import UnsupportedError
 from collage.graph.ir import Graph
 
 MS = "com.microsoft"
-
-
-@pytest.fixture(scope="module")
-def openvino():
-    reason = unavailable_reason("openvino")
-    if reason is not None:
-        pytest.skip(f"openvino: {reason}")
-    return get_backend("openvino")
 
 
 def _scales(dtype: np.dtype, out_scale: float) -> list[onnx.TensorProto]:
