@@ -101,13 +101,12 @@ def test_a_model_quantized_by_onnx_runtime_in_qoperator_form_tunes(openvino, tmp
     """``quantize_static`` (QOperator) of zoo:tiny-resnet: QLinearConv, com.microsoft QLinearAveragePool, QGemm,
     QLinearSoftmax. Before, OpenVINO took the QLinearAveragePool and the tune ended in "plan output(s)
     ['softmax'] differ from the ONNX Runtime reference ... tensor 'flatten_quantized' max abs err 240"."""
-    import logging
-
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
     import collage
     from collage import zoo
     from collage.search.candidates import Limits
+    from tests.graph.test_contrib_ops import quiet_logging
 
     src = zoo.model_path("tiny-resnet")
     inp = onnx.load(src).graph.input[0]
@@ -120,9 +119,9 @@ def test_a_model_quantized_by_onnx_runtime_in_qoperator_form_tunes(openvino, tmp
         def get_next(self):
             return next(self.it, None)
 
-    logging.getLogger().setLevel(logging.ERROR)  # its advice to pre-process the model first
     quantized = tmp_path / "q.onnx"
-    quantize_static(str(src), str(quantized), Calibration(), quant_format=QuantFormat.QOperator)
+    with quiet_logging():
+        quantize_static(str(src), str(quantized), Calibration(), quant_format=QuantFormat.QOperator)
     assert "QLinearAveragePool" in {n.op_type for n in onnx.load(quantized).graph.node if n.domain == MS}
     result = collage.tune(str(quantized), tmp_path / "out", backends=["onnxruntime", "openvino"],
                           db=str(tmp_path / "c.sqlite"), limits=Limits(max_nodes=1), progress=False)
