@@ -44,8 +44,9 @@ def verify(ctx: JobContext, searched: Searched, measured: Measured, base: Baseli
     # the last timed step (numerics and export are short), and the one that decides the plan: at least the
     # rounds the reserve planned for it, even where the steps before it took that time
     rounds = budget.rounds_for(ctx, base, share=0.8, artifacts=0, least=VERIFY_LEAST)
-    ctx.say("verifying: %s vs %s, interleaved, %d round(s)%s", f"the plan ({same} alone)" if same else "plan",
-            ", ".join([n for n in [*base.singles, *alts] if n != same]) or "nothing", rounds,
+    others = [n for n in [*base.singles, *alts] if n != same]
+    ctx.say("verifying: %s%s, %d round(s)%s", f"the plan ({same} alone)" if same else "plan",
+            f" vs {', '.join(others)}, interleaved" if others else ": no other backend runs the whole model", rounds,
             f", {ctx.clock.left():.0f} s left of the budget" if ctx.clock.budgeted else "")
     per = interleaved_rounds(runners, rounds=rounds, warmed=clock.clear)  # the warm-up calls are not kept
     timings = paired_medians(per)
