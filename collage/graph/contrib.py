@@ -19,10 +19,16 @@ from onnx import helper
 ONNX_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
 
 
-def _sized(vi: onnx.ValueInfoProto | None) -> bool:
+def is_static(vi: onnx.ValueInfoProto | None) -> bool:
+    """Whether ``vi`` is a tensor whose every dimension has a value."""
     if vi is None or not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
         return False
     return all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)
+
+
+def static_dims(vi: onnx.ValueInfoProto) -> list[int]:
+    """The dimensions of a tensor ``is_static`` says has them all."""
+    return [d.dim_value for d in vi.type.tensor_type.shape.dim]
 
 
 def contrib_types(model: onnx.ModelProto, inferred: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -33,7 +39,7 @@ def contrib_types(model: onnx.ModelProto, inferred: onnx.ModelProto) -> list[onn
     inits = {t.name: t for t in model.graph.initializer}
     out: list[onnx.ValueInfoProto] = []
     for node in model.graph.node:
-        if node.domain in ONNX_DOMAINS or all(not o or _sized(known.get(o)) for o in node.output):
+        if node.domain in ONNX_DOMAINS or all(not o or is_static(known.get(o)) for o in node.output):
             continue
         out += _run_alone(model, node, known, inits)
     return out
@@ -51,10 +57,10 @@ def _run_alone(model: onnx.ModelProto, node: onnx.NodeProto, known: Mapping[str,
             weights.append(inits[name])
             continue
         vi = known.get(name)
-        if vi is None or not _sized(vi):
+        if vi is None or not is_static(vi):
             return []
         inputs.append(vi)
-        dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        dims = static_dims(vi)
         dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
         if dtype.kind in "OSU":  # strings: empty, then one character
             fills[0][name], fills[1][name] = np.full(dims, "", object), np.full(dims, "a", object)

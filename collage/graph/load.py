@@ -35,7 +35,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from collage.errors import ModelError
-from collage.graph.contrib import ONNX_DOMAINS, contrib_types
+from collage.graph.contrib import ONNX_DOMAINS, contrib_types, is_static, static_dims
 from collage.graph.model_checks import (check_dims, check_initializer_data, check_input_sizes, check_names,
                                         memory_bytes)
 
@@ -170,12 +170,6 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
     return Prepared(model, original if folding.applied else model, folding)
 
 
-def _unsized(model: onnx.ModelProto, inferred: onnx.ModelProto) -> int:
-    """How many node outputs ``inferred`` (ONNX's inference of ``model``) left without a static shape."""
-    static = {vi.name for vi in list(inferred.graph.value_info) + list(inferred.graph.output) if _static(vi)}
-    return sum(1 for node in model.graph.node for t in node.output if t and t not in static)
-
-
 def _settle(model: onnx.ModelProto, source: str, keep: Sequence[onnx.ValueInfoProto] = ()) \
         -> tuple[onnx.ModelProto, onnx.ModelProto]:
     """Constants folded into initializers, dead nodes dropped, nodes in topological order, value infos dropped but
@@ -187,7 +181,7 @@ def _settle(model: onnx.ModelProto, source: str, keep: Sequence[onnx.ValueInfoPr
     del g.value_info[:]
     g.value_info.extend(keep)
     for out in g.output:  # a symbolic size says nothing collage can use, and an exporter's may be wrong ([1, seqlen]
-        if out.type.HasField("tensor_type") and not _static(out):  # declared, [20, 1, 8210] computed): the
+        if out.type.HasField("tensor_type") and not is_static(out):  # declared, [20, 1, 8210] computed): the
             out.type.tensor_type.ClearField("shape")                 # inference sizes the output itself
     return model, _infer(model, source)
 
@@ -212,23 +206,14 @@ def _loop_state_types(model: onnx.ModelProto, inferred: onnx.ModelProto) -> list
             continue
         body = next(a.g for a in node.attribute if a.name == "body")
         for k, (init, res) in enumerate(zip(node.input[2:], node.output)):
-            if not init or not res or (res in known and _static(known[res])):
+            if not init or not res or (res in known and is_static(known[res])):
                 continue
             entering, leaving = known.get(init), body.output[1 + k] if len(body.output) > 1 + k else None
-            if entering is not None and leaving is not None and _static(entering) and _static(leaving) \
-                    and _dims(entering) == _dims(leaving):
-                out.append(helper.make_tensor_value_info(res, entering.type.tensor_type.elem_type, _dims(entering)))
+            if entering is not None and leaving is not None and is_static(entering) and is_static(leaving) \
+                    and static_dims(entering) == static_dims(leaving):
+                out.append(helper.make_tensor_value_info(res, entering.type.tensor_type.elem_type,
+                                                         static_dims(entering)))
     return out
-
-
-def _static(vi: onnx.ValueInfoProto) -> bool:
-    tt = vi.type.tensor_type
-    return vi.type.HasField("tensor_type") and tt.HasField("shape") and all(d.HasField("dim_value")
-                                                                            for d in tt.shape.dim)
-
-
-def _dims(vi: onnx.ValueInfoProto) -> list[int]:
-    return [d.dim_value for d in vi.type.tensor_type.shape.dim]
 
 
 def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], source: str) -> onnx.ModelProto:
