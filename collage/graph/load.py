@@ -5,10 +5,12 @@ ONNX model, naming the file. ``prepare_model`` turns it into what the Graph's co
 the checks of :mod:`collage.graph.model_checks` (names valid UTF-8, graph outputs present, initializer data
 as long as its dims say, input sizes within int64 and memory): sparse initializers made dense,
 symbolic input dimensions fixed by ``--shape`` overrides (or refused, with the override to pass),
-operators only from known domains, ``Constant`` nodes folded into initializers, nodes that reach no
-graph output dropped, nodes in a stable topological order, node names unique (``unique_node_names``: a
-name the file gives several nodes is suffixed on all but the first, so that no piece of the model is refused
-for its names: ONNX Runtime rejects a model with two nodes of one name), and every tensor's shape inferred (on a
+the model's own functions (``FunctionProto``: what ``torch.onnx.export(..., export_modules_as_functions=...)``
+or onnxscript writes) inlined into their callers, operators only from known domains, ``Constant`` nodes
+folded into initializers, nodes that reach no graph output dropped, nodes in a stable topological order,
+node names unique (``unique_node_names``: a name the file gives several nodes is suffixed on all but the
+first, so that no piece of the model is refused for its names: ONNX Runtime rejects a model with two nodes of
+one name), and every tensor's shape inferred (on a
 ``skeleton`` of the model, so that the weights are not serialised). ``node_reads`` is the one rule for
 which tensors a node reads (its inputs, and the outer-scope names its subgraphs use).
 
@@ -32,7 +34,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper, shape_inference
+from onnx import helper, inliner, numpy_helper, shape_inference
 
 from collage.errors import ModelError
 from collage.graph.contrib import ONNX_DOMAINS, contrib_types, is_static, static_dims
@@ -56,7 +58,9 @@ class Folding:
     """What ``fold`` did at load: ``tool`` (name and version), the node counts before and after, its seconds;
     ``applied``: the folded model is used (False: nothing to fold, or folding failed); ``error``: folding failed
     and the model is used as exported (the message says why); ``nodes``: the nodes the Graph holds (after folding,
-    its ``Constant`` nodes made initializers and the nodes no output needs dropped; set by ``prepare_model``)."""
+    its ``Constant`` nodes made initializers and the nodes no output needs dropped; set by ``prepare_model``);
+    ``inlined``: the model's local functions inlined before folding (``domain::name``; ``nodes_before`` counts the
+    nodes after inlining)."""
 
     tool: str
     nodes_before: int
@@ -65,11 +69,13 @@ class Folding:
     applied: bool = True
     error: str | None = None
     nodes: int | None = None
+    inlined: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """report.json's ``load`` section."""
         return {"folded_by": self.tool, "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
-                "fold_s": round(self.seconds, 3), "applied": self.applied, "error": self.error, "nodes": self.nodes}
+                "fold_s": round(self.seconds, 3), "applied": self.applied, "error": self.error, "nodes": self.nodes,
+                "inlined": list(self.inlined)}
 
 
 @dataclass
@@ -101,18 +107,21 @@ def read_model(source: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelP
     return model, str(path)
 
 
+def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """A node's subgraphs (If branches, Loop and Scan bodies), in attribute order."""
+    return [g for a in node.attribute for g in ([a.g] if a.HasField("g") else []) + list(a.graphs)]
+
+
 def _subgraph_reads(node: onnx.NodeProto) -> list[str]:
     """Outer-scope tensors read by a node's subgraphs (If/Loop/Scan bodies)."""
     names: list[str] = []
-    for attr in node.attribute:
-        graphs = list(attr.graphs) + ([attr.g] if attr.HasField("g") else [])
-        for g in graphs:
-            local = {i.name for i in g.input} | {t.name for t in g.initializer}
-            for n in g.node:
-                for t in list(n.input) + _subgraph_reads(n):
-                    if t and t not in local:
-                        names.append(t)
-                local.update(n.output)
+    for g in subgraphs(node):
+        local = {i.name for i in g.input} | {t.name for t in g.initializer}
+        for n in g.node:
+            for t in list(n.input) + _subgraph_reads(n):
+                if t and t not in local:
+                    names.append(t)
+            local.update(n.output)
     return names
 
 
@@ -129,6 +138,7 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
     """The model as ``Graph`` holds it (module docstring): a copy, with ``shapes`` fixing symbolic input
     dimensions, what the fixed sizes make constant folded, dead nodes dropped, nodes in topological order,
     shapes inferred; beside it the model as read with the sizes fixed (``Prepared.original``)."""
+    model_as_read = model
     original = fix_input_shapes(model, shapes, source)
     model, folding = fold(original, source)  # nothing folded: ``original`` itself, prepared below (no second copy)
     model, inferred = _settle(model, source)
@@ -166,7 +176,7 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
     del g.output[:]
     g.output.extend(inferred.graph.output)
     _check_channels(model, source)
-    folding = dataclasses.replace(folding, nodes=len(g.node))
+    folding = dataclasses.replace(folding, nodes=len(g.node), inlined=function_names(model_as_read))
     return Prepared(model, original if folding.applied else model, folding)
 
 
@@ -227,6 +237,8 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
                          "model should produce as graph outputs (graph.output) and save it again")
     check_initializer_data(g, source)
     _densify_sparse(g, source)
+    model = _inline_functions(model, source)
+    g = model.graph
     newest = onnx.defs.onnx_opset_version()
     for o in model.opset_import:
         if o.domain in ("", "ai.onnx") and o.version > newest:
@@ -275,6 +287,36 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
     return model
 
 
+def _inline_functions(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
+    """``model`` with its local functions inlined where nodes call them (ONNX's inliner, subgraphs included) and the
+    domains only they used dropped from its opset imports; ``model`` itself when it has none."""
+    if not model.functions:
+        return model
+    names = function_names(model)
+    try:
+        inlined = inliner.inline_local_functions(model)
+    except Exception as e:
+        raise ModelError(f"{source}: could not inline the model's local functions {names}: "
+                         f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from e
+    del inlined.functions[:]
+    used = {n.domain for n in _all_nodes(inlined.graph)}
+    keep = [o for o in inlined.opset_import
+            if o.domain in used or o.domain in KNOWN_DOMAINS or o.domain not in {f.domain for f in model.functions}]
+    del inlined.opset_import[:]
+    inlined.opset_import.extend(keep)
+    return inlined
+
+
+def function_names(model: onnx.ModelProto) -> tuple[str, ...]:
+    """The model's local functions, ``domain::name``, sorted."""
+    return tuple(sorted({f"{f.domain}::{f.name}" for f in model.functions}))
+
+
+def _all_nodes(g: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """Every node of ``g`` and of its nodes' subgraphs (If/Loop/Scan bodies), depth first."""
+    return [m for n in g.node for m in [n, *(k for sub in subgraphs(n) for k in _all_nodes(sub))]]
+
+
 def _named_sizes(inputs: Sequence[onnx.ValueInfoProto], shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
     """The size ``--shape`` gives each symbolic dimension name of the inputs (``batch`` -> 1); a name given two
     different sizes is left out. ONNX's names mean one size throughout a graph."""
@@ -295,13 +337,12 @@ def _name_sizes_in_subgraphs(g: onnx.GraphProto, named: Mapping[str, int]) -> No
     if not named:
         return
     for node in g.node:
-        for a in node.attribute:
-            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                for vi in list(sub.input) + list(sub.output) + list(sub.value_info):
-                    for d in vi.type.tensor_type.shape.dim:
-                        if d.dim_param in named:
-                            d.dim_value = named[d.dim_param]  # clears dim_param (a oneof)
-                _name_sizes_in_subgraphs(sub, named)
+        for sub in subgraphs(node):
+            for vi in list(sub.input) + list(sub.output) + list(sub.value_info):
+                for d in vi.type.tensor_type.shape.dim:
+                    if d.dim_param in named:
+                        d.dim_value = named[d.dim_param]  # clears dim_param (a oneof)
+            _name_sizes_in_subgraphs(sub, named)
 
 
 def fold(model: onnx.ModelProto, source: str) -> tuple[onnx.ModelProto, Folding]:

@@ -123,6 +123,13 @@ def load_line(load: Mapping[str, Any]) -> str:
     """One sentence on load-time folding (report.json's ``load``): 'folded at load by onnxslim 0.1.98: 860 -> 397
     nodes in 1.20 s (node ids number the folded model; numerics are checked against the model as read)'."""
     nodes, after = load.get("nodes"), load.get("nodes_after")
+    inlined = list(load.get("inlined") or [])
+    more = ", ..." if len(inlined) > 3 else ""
+    head = f"{len(inlined)} local function(s) inlined ({', '.join(inlined[:3])}{more}); " if inlined else ""
+    return head + _fold_line(load, nodes, after)
+
+
+def _fold_line(load: Mapping[str, Any], nodes: Any, after: Any) -> str:
     tail = ""
     if nodes is not None and after is not None and nodes != after:
         tail = f"; {after - nodes} Constant node(s) made initializers or unused node(s) dropped: {nodes} tuned"

@@ -215,6 +215,7 @@ class Folding(Record):
     applied: bool | None = None
     error: str | None = None
     nodes: int | None = None
+    inlined: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
