@@ -50,7 +50,7 @@ from onnx import helper, numpy_helper
 
 from collage.errors import ModelError
 from collage.graph.contrib import ONNX_DOMAINS
-from collage.graph.load import copy_model, node_reads, prepare_model, read_model, skeleton
+from collage.graph.load import copy_model, node_reads, not_a_tensor, prepare_model, read_model, skeleton
 from collage.graph.model_checks import check_dims
 
 #: Integer initializers up to this many elements are treated as structure (shapes, axes) and enter
@@ -141,8 +141,17 @@ class Graph:
             self._tensors[t.name] = TensorInfo(t.name, np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)),
                                                tuple(int(d) for d in t.dims))
         read = {t for node in g.node for t in node_reads(node)} | {o.name for o in g.output}
+        kinds = {vi.name: not_a_tensor(vi) for vi in list(g.value_info) + list(g.output)}
         for node in g.node:
             for out in node.output:
+                if out and out in read and out not in self._tensors and kinds.get(out):
+                    hint = ("skl2onnx writes ZipMap unless converted with options={id(model): {'zipmap': False}}"
+                            if node.op_type == "ZipMap" else
+                            "export the model without sequence, map or optional values")
+                    raise ModelError(
+                        f"{self.source}: value {out!r} (output of node {node.name or node.op_type!r}, "
+                        f"{node.op_type}) is {kinds[out]}, not a tensor; collage cuts, measures and "
+                        f"runs graphs of tensors only ({hint})")
                 if out and out in read and out not in self._tensors:
                     static = all(i in self._tensors for i in self.inputs)
                     contrib = node.domain not in ONNX_DOMAINS

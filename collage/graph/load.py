@@ -258,6 +258,10 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
         raise ModelError(f"{source}: --shape names no graph input: {sorted(unknown)} "
                          f"(inputs are {[i.name for i in real_inputs]})")
     shapes = {name: check_dims(name, dims, f"shape for input {name!r}") for name, dims in shapes.items()}
+    for inp in real_inputs:
+        if kind := not_a_tensor(inp):
+            raise ModelError(f"{source}: input {inp.name!r} is {kind}, not a tensor; collage cuts, measures and runs "
+                             "graphs of tensors only (export the model with tensor inputs)")
     named = _named_sizes(real_inputs, shapes)
     for inp in real_inputs:
         tt = inp.type.tensor_type
@@ -315,6 +319,14 @@ def function_names(model: onnx.ModelProto) -> tuple[str, ...]:
 def _all_nodes(g: onnx.GraphProto) -> list[onnx.NodeProto]:
     """Every node of ``g`` and of its nodes' subgraphs (If/Loop/Scan bodies), depth first."""
     return [m for n in g.node for m in [n, *(k for sub in subgraphs(n) for k in _all_nodes(sub))]]
+
+
+def not_a_tensor(vi: onnx.ValueInfoProto) -> str | None:
+    """What a value of another type than a tensor is, in words ('a sequence', 'a map' ...); None for a tensor or a
+    value with no type."""
+    kind = vi.type.WhichOneof("value")
+    return {"sequence_type": "a sequence", "map_type": "a map", "optional_type": "an optional value",
+            "sparse_tensor_type": "a sparse tensor"}.get(kind or "")
 
 
 def _named_sizes(inputs: Sequence[onnx.ValueInfoProto], shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
