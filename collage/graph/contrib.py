@@ -31,11 +31,20 @@ def static_dims(vi: onnx.ValueInfoProto) -> list[int]:
     return [d.dim_value for d in vi.type.tensor_type.shape.dim]
 
 
+def sized_values(inferred: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
+    """Each value's type in ``inferred`` (its graph inputs, value infos and outputs), a static one where any of
+    them has it: a graph output whose declared size was cleared keeps a size given it in the value infos."""
+    known: dict[str, onnx.ValueInfoProto] = {}
+    for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
+        if vi.name not in known or (is_static(vi) and not is_static(known[vi.name])):
+            known[vi.name] = vi
+    return known
+
+
 def contrib_types(model: onnx.ModelProto, inferred: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     """Value infos for the outputs of ``model``'s nodes outside ``ONNX_DOMAINS`` that ``inferred`` (ONNX's
     inference of ``model``) left unsized, where the node's inputs are sized and ONNX Runtime runs it alone."""
-    known = {vi.name: vi for vi in list(inferred.graph.input) + list(inferred.graph.value_info)
-             + list(inferred.graph.output)}
+    known = sized_values(inferred)
     inits = {t.name: t for t in model.graph.initializer}
     out: list[onnx.ValueInfoProto] = []
     for node in model.graph.node:

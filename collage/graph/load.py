@@ -37,7 +37,7 @@ import onnx
 from onnx import helper, inliner, numpy_helper, shape_inference
 
 from collage.errors import ModelError
-from collage.graph.contrib import ONNX_DOMAINS, contrib_types, is_static, static_dims
+from collage.graph.contrib import ONNX_DOMAINS, contrib_types, is_static, sized_values, static_dims
 from collage.graph.model_checks import (check_dims, check_initializer_data, check_input_sizes, check_names,
                                         memory_bytes)
 
@@ -145,7 +145,7 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
     sized: list[onnx.ValueInfoProto] = []
     while True:  # ONNX Runtime sizes the ops ONNX does not know, ONNX's inference what follows from them (cheap) ...
         grew = False
-        while new := contrib_types(model, inferred):
+        while new := [vi for vi in contrib_types(model, inferred) if vi.name not in {s.name for s in sized}]:
             sized += new
             grew = True
             model.graph.value_info.extend(new)
@@ -173,8 +173,9 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
         inferred = _infer(model, source)
     del g.value_info[:]
     g.value_info.extend(inferred.graph.value_info)
+    sizes = sized_values(inferred)  # a graph output ONNX Runtime sized has its size in the value infos
     del g.output[:]
-    g.output.extend(inferred.graph.output)
+    g.output.extend(sizes.get(o.name, o) for o in inferred.graph.output)
     _check_channels(model, source)
     folding = dataclasses.replace(folding, nodes=len(g.node), inlined=function_names(model_as_read))
     return Prepared(model, original if folding.applied else model, folding)
