@@ -48,6 +48,14 @@ builds the session from the result (a second session creation at compile time). 
 cut is the layout conversion itself: ReorderOutput at the end of one piece, ReorderInput at the start
 of the next; ``compile_linked`` (:mod:`collage.backends.onnxruntime.link`) removes that pair between ONNX
 Runtime partitions that run one after another, handing the tensor over in NCHWc.
+
+Weight-only quantized MatMuls (fp32): from level ``extended`` ONNX Runtime fuses ``DequantizeLinear`` of int8/uint8
+(or int4) weights + ``MatMul`` into ``com.microsoft::MatMulNBits`` and, by default, runs it at accuracy level 4:
+the activations quantized to int8 on the fly (off by 0.28 on outputs up to 49 where the unfused graph is within
+2e-5 of float64; docs/RUNTIME-FACTS.md). The fp32 backend asks for accuracy level 1 (fp32 compute,
+``session.qdq_matmulnbits_accuracy_level``), which keeps the fusion and the ONNX meaning; the reference runs
+(:func:`collage.backends.reference_backend`) are this backend, so they compute it exactly too. A
+``MatMulNBits`` written in the model keeps its own ``accuracy_level`` (the op's meaning, which ONNX Runtime defines).
 """
 from __future__ import annotations
 
@@ -176,6 +184,8 @@ class OnnxRuntimeBackend(Backend):
             "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
         }[level]
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        if self.precision == "fp32":  # its DequantizeLinear + MatMul fusion computes in fp32, not int8 (module doc)
+            so.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "1")
         if self.shared_pool or global_pool_threads() is not None:
             if self.shared_pool:
                 ensure_global_pool(self.threads, self.pool_nice, self.park)
