@@ -39,7 +39,7 @@ from onnx import helper, inliner, numpy_helper, shape_inference
 from collage.errors import ModelError
 from collage.graph.contrib import ONNX_DOMAINS, contrib_types, is_static, sized_values, static_dims
 from collage.graph.model_checks import (check_dims, check_initializer_data, check_input_sizes, check_names,
-                                        memory_bytes)
+                                        check_serializable, memory_bytes)
 
 log = logging.getLogger(__name__)
 
@@ -239,6 +239,7 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
     check_initializer_data(g, source)
     _densify_sparse(g, source)
     model = _inline_functions(model, source)
+    check_serializable(model, source)
     g = model.graph
     newest = onnx.defs.onnx_opset_version()
     for o in model.opset_import:

@@ -6,7 +6,10 @@ as a traceback or as a backend's fault.
 - :func:`check_initializer_data`: each initializer holds as many bytes (or values) as its dims and type
   declare;
 - :func:`check_dims` and :func:`check_input_sizes`: a dimension is a positive int64, a tensor's element count
-  fits in int64 and its bytes in this machine's memory (a shape override is not an allocation request).
+  fits in int64 and its bytes in this machine's memory (a shape override is not an allocation request);
+- :func:`check_serializable`: the model fits in one serialized protobuf message (2 GB): collage hands each piece
+  of it, and the whole model, to the backends and its measuring processes serialized; a model stored with external
+  data is read, but one past 2 GB failed at its first measurement with protobuf's "Failed to serialize proto".
 
 Every refusal is a :class:`collage.errors.ModelError` naming the node, tensor or input and what to do.
 """
@@ -112,6 +115,40 @@ def check_initializer_data(graph: onnx.GraphProto, source: str) -> None:
             raise ModelError(f"{source}: initializer {t.name!r} declares {dtype} {list(t.dims)} ({want} {unit}) but "
                              f"its {where} holds {have} {unit}: the model file is damaged or was cut short; re-export "
                              "or download it again")
+
+
+#: protobuf's limit on one serialized message, less room for the graph's structure beside the weights
+SERIALIZED_MAX = 2**31 - 1 - 2**25
+
+
+def check_serializable(model: onnx.ModelProto, source: str) -> None:
+    """Refuse a model whose weights (initializers, subgraphs' too) pass protobuf's 2 GB limit on one serialized
+    message, saying how much they hold. Counted from the tensors, not ``ByteSize()``: upb serializes to size a
+    message (15 s for a 2.4 GB model, before it fails)."""
+    weights = sum(_tensor_bytes(t) for g in _graphs(model.graph) for t in g.initializer)
+    if weights > SERIALIZED_MAX:
+        raise ModelError(f"{source}: the model is past the 2 GB one serialized ONNX model can hold "
+                         f"({weights / 1e6:.0f} MB of weights); collage compiles and measures the whole model and "
+                         "each piece of it serialized, so it tunes models up to 2 GB (a model stored with external "
+                         "data is read, but must fit); quantize its weights or tune a smaller part of it")
+
+
+def _graphs(g: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    yield g
+    for node in g.node:
+        for attr in node.attribute:
+            for sub in list(attr.graphs) + ([attr.g] if attr.HasField("g") else []):
+                yield from _graphs(sub)
+
+
+def _tensor_bytes(t: onnx.TensorProto) -> int:
+    """The bytes a tensor's data takes serialized (raw data as stored; typed values at their element size)."""
+    if t.HasField("raw_data"):
+        return len(t.raw_data)
+    try:
+        return _elements(t.dims) * np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+    except (KeyError, TypeError, ValueError):
+        return sum(len(v) for v in t.string_data)
 
 
 def check_dims(name: str, dims: object, what: str) -> tuple[int, ...]:
