@@ -288,6 +288,8 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
                 f"{source}: input {inp.name!r} has symbolic dims [{','.join(dims)}] ({', '.join(sym) or 'no shape'}); "
                 f"fix them with --shape {inp.name}=" + ",".join("1" if x == "?" else x for x in dims))
     check_input_sizes(g, source)
+    _check_defined(g, source)
+    _drop_size_hints(g)
     _name_sizes_in_subgraphs(g, named)
     unique_node_names(g, source)  # the original too: the reference runs it on ONNX Runtime
     return model
@@ -329,6 +331,32 @@ def not_a_tensor(vi: onnx.ValueInfoProto) -> str | None:
     kind = vi.type.WhichOneof("value")
     return {"sequence_type": "a sequence", "map_type": "a map", "optional_type": "an optional value",
             "sparse_tensor_type": "a sparse tensor"}.get(kind or "")
+
+
+def _check_defined(g: onnx.GraphProto, source: str) -> None:
+    """Refuse a node that reads a tensor nothing in the graph defines (no input, initializer or node output),
+    naming both, before inference (which would only say the tensors after it have no size)."""
+    defined = {i.name for i in g.input} | {t.name for t in g.initializer} | {o for n in g.node for o in n.output}
+    for node in g.node:
+        for t in node_reads(node):
+            if t not in defined:
+                which = repr(node.name) if node.name else f"(unnamed, writing {list(node.output)})"
+                raise ModelError(f"{source}: node {which} ({node.op_type}) reads {t!r}, which nothing in the graph "
+                                 "defines (no input, initializer or node output); the model is malformed (run "
+                                 "onnx.checker on it)")
+
+
+def _drop_size_hints(g: onnx.GraphProto) -> None:
+    """Drop what the file says of its tensors' sizes past its inputs (value infos, the outputs' dims; the outputs
+    keep their element type): they are hints, ONNX's inference computes them again from the fixed input sizes, and
+    an exporter's may hold the example's size where the input is symbolic. ONNX Runtime trusts them: a torch dynamo
+    LSTM export declaring ``linear`` [1, 20, 5] (its example's 20 steps) for an input [1, 'Tx', 16] fails in ONNX
+    Runtime at 24 steps ("Reshape 'gemm_input_reshape' ... {1,24,64} to {20,64}", a node its optimizer made from the
+    hint), so the reference run of the model as read failed where the model itself is fine."""
+    del g.value_info[:]
+    for out in g.output:
+        if out.type.HasField("tensor_type"):
+            out.type.tensor_type.ClearField("shape")
 
 
 def _named_sizes(inputs: Sequence[onnx.ValueInfoProto], shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
