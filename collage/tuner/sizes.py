@@ -179,13 +179,17 @@ def _resolve(model: str | os.PathLike | onnx.ModelProto) -> str | onnx.ModelProt
 
 
 def _write_dynamic_model(source: str | onnx.ModelProto, folder: Path) -> dict[str, Any]:
-    """The original model, its dynamic dimensions as they are, as ``folder/model.onnx`` (weights inside it);
+    """The original model, its dynamic dimensions as they are and its intermediate size hints (value infos) dropped,
+    as ``folder/model.onnx`` (weights inside it);
     the manifest's entry for it: file, checksum, and the inputs / outputs with their symbolic dimensions."""
     import onnx
 
-    from collage.graph.load import read_model
+    from collage.graph.load import copy_model, read_model
 
     model, _ = read_model(source)
+    if model.graph.value_info:  # an exporter's size hints may hold its example's size (collage.graph.load)
+        model = copy_model(model)
+        del model.graph.value_info[:]
     folder.mkdir(parents=True)
     path = folder / DYNAMIC_FILE
     onnx.save_model(model, str(path))

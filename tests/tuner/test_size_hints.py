@@ -54,3 +54,18 @@ def test_a_model_whose_hints_hold_the_export_size_tunes_at_another(tmp_path) -> 
     finally:
         art.close()
     np.testing.assert_allclose(got, np.maximum(x, 0) @ w + b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_size_not_tuned_runs_past_the_files_hints(tmp_path) -> None:
+    """A multi-size artifact runs an untuned size on the whole original model: without its hints too."""
+    w, b = _hinted(tmp_path / "hinted.onnx")
+    collage.tune(str(tmp_path / "hinted.onnx"), tmp_path / "out", shapes=[{"x": (1, 24, WIDTH)}, {"x": (1, 32, WIDTH)}],
+                 backends=["onnxruntime"], db=str(tmp_path / "costs.sqlite"), limits=Limits(max_nodes=1),
+                 progress=False)
+    x = np.random.default_rng(2).standard_normal((1, 28, WIDTH)).astype(np.float32)
+    art = collage.load(tmp_path / "out")
+    try:
+        got = art.run({"x": x})["y"]
+    finally:
+        art.close()
+    np.testing.assert_allclose(got, np.maximum(x, 0) @ w + b, rtol=1e-5, atol=1e-5)
