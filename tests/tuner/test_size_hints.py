@@ -48,12 +48,7 @@ def test_a_model_whose_hints_hold_the_export_size_tunes_at_another(tmp_path) -> 
     collage.tune(str(tmp_path / "hinted.onnx"), tmp_path / "out", shapes={"x": (1, STEPS, WIDTH)},
                  backends=["onnxruntime", "openvino"], db=str(tmp_path / "costs.sqlite"), limits=Limits(max_nodes=1),
                  progress=False)
-    art = collage.load(tmp_path / "out")
-    try:
-        got = art.run({"x": x})["y"]
-    finally:
-        art.close()
-    np.testing.assert_allclose(got, np.maximum(x, 0) @ w + b, rtol=1e-5, atol=1e-5)
+    _assert_runs(tmp_path / "out", x, w, b)
 
 
 def test_a_size_not_tuned_runs_past_the_files_hints(tmp_path) -> None:
@@ -62,8 +57,12 @@ def test_a_size_not_tuned_runs_past_the_files_hints(tmp_path) -> None:
     collage.tune(str(tmp_path / "hinted.onnx"), tmp_path / "out", shapes=[{"x": (1, 24, WIDTH)}, {"x": (1, 32, WIDTH)}],
                  backends=["onnxruntime"], db=str(tmp_path / "costs.sqlite"), limits=Limits(max_nodes=1),
                  progress=False)
-    x = np.random.default_rng(2).standard_normal((1, 28, WIDTH)).astype(np.float32)
-    art = collage.load(tmp_path / "out")
+    _assert_runs(tmp_path / "out", np.random.default_rng(2).standard_normal((1, 28, WIDTH)).astype(np.float32), w, b)
+
+
+def _assert_runs(artifact, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> None:
+    """The artifact computes relu(x) @ w + b."""
+    art = collage.load(artifact)
     try:
         got = art.run({"x": x})["y"]
     finally:
