@@ -37,7 +37,7 @@ import onnx
 from onnx import helper, inliner, numpy_helper, shape_inference
 
 from collage.errors import ModelError
-from collage.graph.contrib import ONNX_DOMAINS, contrib_types, is_static, sized_values, static_dims
+from collage.graph.contrib import SIZED_DOMAINS, contrib_types, is_static, sized_values, static_dims
 from collage.graph.model_checks import (check_dims, check_initializer_data, check_input_sizes, check_names,
                                         check_serializable, memory_bytes)
 
@@ -165,7 +165,7 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
     if sized:
         log.info("%s: ONNX Runtime sized %d output(s) of ops ONNX's inference does not know (%s)", source,
                  len(sized), ", ".join(sorted({n.op_type for n in model.graph.node
-                                               if n.domain not in ONNX_DOMAINS})))
+                                               if n.domain not in SIZED_DOMAINS})))
     g = model.graph
     carried = _loop_state_types(model, inferred)
     if carried:  # ONNX leaves a Loop's carried state without a shape; one that keeps its shape has it
@@ -354,8 +354,11 @@ def _drop_size_hints(g: onnx.GraphProto) -> None:
     Runtime at 24 steps ("Reshape 'gemm_input_reshape' ... {1,24,64} to {20,64}", a node its optimizer made from the
     hint), so the reference run of the model as read failed where the model itself is fine."""
     del g.value_info[:]
+    inputs = {i.name: i for i in g.input}
     for out in g.output:
-        if out.type.HasField("tensor_type"):
+        if out.name in inputs:  # an input passed through is the input's size (ONNX's inference, left an output
+            out.type.CopyFrom(inputs[out.name].type)  # of an input's name unsized, sized no other output either)
+        elif out.type.HasField("tensor_type"):
             out.type.tensor_type.ClearField("shape")
 
 

@@ -68,3 +68,18 @@ def _assert_runs(artifact, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> None:
     finally:
         art.close()
     np.testing.assert_allclose(got, np.maximum(x, 0) @ w + b, rtol=1e-5, atol=1e-5)
+
+
+def test_an_input_passed_through_as_an_output_keeps_the_size_given() -> None:
+    """With the outputs' declared sizes dropped, an output that is an input (a passthrough) is the input's size:
+    left unsized, ONNX's inference sized no output at all ("tensor 'y' (output of node 'relu') has no static
+    shape after inference")."""
+    from collage.graph.ir import Graph
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "through",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [2, 4])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [2, 4]),
+                           helper.make_tensor_value_info("x", T.FLOAT, [2, 4])])
+    graph = Graph.load(helper.make_model(g, ir_version=9, opset_imports=[helper.make_opsetid("", 17)]),
+                       shapes={"x": (64, 4)})
+    assert graph.outputs == ["y", "x"] and graph.tensor("y").shape == (64, 4) and graph.tensor("x").shape == (64, 4)
