@@ -15,8 +15,12 @@ import numpy as np
 import onnx
 from onnx import helper
 
-#: domains whose ops ONNX's inference knows: nodes of any other domain ``contrib_types`` sizes
+#: the domains ONNX defines
 ONNX_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
+#: the domains whose every op ONNX's inference sizes where its size follows from its inputs' sizes: an op of any
+#: other domain left unsized is asked of ONNX Runtime (``contrib_types``), ``ai.onnx.ml`` too (its ``Scaler``,
+#: ``Normalizer`` ... have no shape function: an sklearn pipeline lost every size after its first step)
+SIZED_DOMAINS = frozenset({"", "ai.onnx"})
 
 
 def is_static(vi: onnx.ValueInfoProto | None) -> bool:
@@ -42,13 +46,13 @@ def sized_values(inferred: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
 
 
 def contrib_types(model: onnx.ModelProto, inferred: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
-    """Value infos for the outputs of ``model``'s nodes outside ``ONNX_DOMAINS`` that ``inferred`` (ONNX's
+    """Value infos for the outputs of ``model``'s nodes outside ``SIZED_DOMAINS`` that ``inferred`` (ONNX's
     inference of ``model``) left unsized, where the node's inputs are sized and ONNX Runtime runs it alone."""
     known = sized_values(inferred)
     inits = {t.name: t for t in model.graph.initializer}
     out: list[onnx.ValueInfoProto] = []
     for node in model.graph.node:
-        if node.domain in ONNX_DOMAINS or all(not o or is_static(known.get(o)) for o in node.output):
+        if node.domain in SIZED_DOMAINS or all(not o or is_static(known.get(o)) for o in node.output):
             continue
         out += _run_alone(model, node, known, inits)
     return out

@@ -49,7 +49,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from collage.errors import ModelError
-from collage.graph.contrib import ONNX_DOMAINS
+from collage.graph.contrib import ONNX_DOMAINS, SIZED_DOMAINS
 from collage.graph.load import copy_model, node_reads, not_a_tensor, prepare_model, read_model, skeleton
 from collage.graph.model_checks import check_dims
 
@@ -154,8 +154,9 @@ class Graph:
                         f"runs graphs of tensors only ({hint})")
                 if out and out in read and out not in self._tensors:
                     static = all(i in self._tensors for i in self.inputs)
-                    contrib = node.domain not in ONNX_DOMAINS
-                    why = (f"ONNX does not know {node.domain} op {node.op_type}, and ONNX Runtime, run on the node "
+                    contrib = node.domain not in SIZED_DOMAINS
+                    knows = "does not size" if node.domain in ONNX_DOMAINS else "does not know"
+                    why = (f"ONNX {knows} {node.domain} op {node.op_type}, and ONNX Runtime, run on the node "
                            "alone, gave no size that holds for any values (its output size depends on the values it "
                            "reads, or it failed on inputs of these sizes)" if contrib else
                            f"ONNX's shape inference could not follow {node.op_type}: its output size depends on values "
