@@ -238,8 +238,8 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
                          "model should produce as graph outputs (graph.output) and save it again")
     check_initializer_data(g, source)
     _densify_sparse(g, source)
+    check_serializable(model, source)  # before the inliner, which serializes the model
     model = _inline_functions(model, source)
-    check_serializable(model, source)
     g = model.graph
     newest = onnx.defs.onnx_opset_version()
     for o in model.opset_import:
