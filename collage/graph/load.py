@@ -174,11 +174,25 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
     del g.value_info[:]
     g.value_info.extend(inferred.graph.value_info)
     sizes = sized_values(inferred)  # a graph output ONNX Runtime sized has its size in the value infos
+    declared = {o.name: o for o in model_as_read.graph.output if is_static(o)}
     del g.output[:]
-    g.output.extend(sizes.get(o.name, o) for o in inferred.graph.output)
+    g.output.extend(_output_type(o, sizes, declared, source) for o in inferred.graph.output)
     _check_channels(model, source)
-    folding = dataclasses.replace(folding, nodes=len(g.node), inlined=function_names(model_as_read))
+    folding = dataclasses.replace(folding, nodes=len(g.node), inlined=called_functions(model_as_read))
     return Prepared(model, original if folding.applied else model, folding)
+
+
+def _output_type(out: onnx.ValueInfoProto, sizes: Mapping[str, onnx.ValueInfoProto],
+                 declared: Mapping[str, onnx.ValueInfoProto], source: str) -> onnx.ValueInfoProto:
+    """A graph output's type: as inferred (or sized by ONNX Runtime); where neither sized it, the static size the
+    file declares (a Loop's scan output over a constant trip count, which ONNX's inference leaves unsized), said in
+    the log: the declarations are hints (``_drop_size_hints``), used only where nothing computes the size."""
+    found = sizes.get(out.name, out)
+    if is_static(found) or out.name not in declared:
+        return found
+    log.info("%s: graph output %r sized %s as the file declares it (ONNX's inference gave it no size)", source,
+             out.name, static_dims(declared[out.name]))
+    return declared[out.name]
 
 
 def _settle(model: onnx.ModelProto, source: str, keep: Sequence[onnx.ValueInfoProto] = ()) \
@@ -320,6 +334,20 @@ def function_names(model: onnx.ModelProto) -> tuple[str, ...]:
     return tuple(sorted({f"{f.domain}::{f.name}" for f in model.functions}))
 
 
+def called_functions(model: onnx.ModelProto) -> tuple[str, ...]:
+    """The model's local functions that its graph calls (directly, from a subgraph, or from a function it calls),
+    ``domain::name``, sorted: what inlining puts into the graph."""
+    bodies = {(f.domain, f.name): f for f in model.functions}
+    called: set[tuple[str, str]] = set()
+    todo = [(n.domain, n.op_type) for n in _all_nodes(model.graph)]
+    while todo:
+        key = todo.pop()
+        if key in bodies and key not in called:
+            called.add(key)
+            todo += [(n.domain, n.op_type) for n in bodies[key].node]
+    return tuple(sorted(f"{d}::{n}" for d, n in called))
+
+
 def _all_nodes(g: onnx.GraphProto) -> list[onnx.NodeProto]:
     """Every node of ``g`` and of its nodes' subgraphs (If/Loop/Scan bodies), depth first."""
     return [m for n in g.node for m in [n, *(k for sub in subgraphs(n) for k in _all_nodes(sub))]]
@@ -334,9 +362,13 @@ def not_a_tensor(vi: onnx.ValueInfoProto) -> str | None:
 
 
 def _check_defined(g: onnx.GraphProto, source: str) -> None:
-    """Refuse a node that reads a tensor nothing in the graph defines (no input, initializer or node output),
-    naming both, before inference (which would only say the tensors after it have no size)."""
+    """Refuse a graph output, or a tensor a node reads, that nothing in the graph defines (no input, initializer or
+    node output), naming it, before inference (which would only say the tensors after it have no size)."""
     defined = {i.name for i in g.input} | {t.name for t in g.initializer} | {o for n in g.node for o in n.output}
+    for out in g.output:
+        if out.name not in defined:
+            raise ModelError(f"{source}: graph output {out.name!r} is not computed by any node, nor an input or "
+                             "initializer; the model is malformed (run onnx.checker on it)")
     for node in g.node:
         for t in node_reads(node):
             if t not in defined:

@@ -83,3 +83,36 @@ def test_an_input_passed_through_as_an_output_keeps_the_size_given() -> None:
     graph = Graph.load(helper.make_model(g, ir_version=9, opset_imports=[helper.make_opsetid("", 17)]),
                        shapes={"x": (64, 4)})
     assert graph.outputs == ["y", "x"] and graph.tensor("y").shape == (64, 4) and graph.tensor("x").shape == (64, 4)
+
+
+def test_an_output_only_its_declaration_sizes_keeps_that_size() -> None:
+    """A Loop's scan output over a constant trip count: ONNX's inference leaves it unsized, the file declares
+    [4, 3]. The declaration is used where nothing computes the size (dropping every declared size refused it)."""
+    from collage.graph.ir import Graph
+
+    body = helper.make_graph([helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+                              helper.make_node("Add", ["x", "one"], ["step"])], "body",
+                             [helper.make_tensor_value_info("i", T.INT64, []),
+                              helper.make_tensor_value_info("cond_in", T.BOOL, [])],
+                             [helper.make_tensor_value_info("cond_out", T.BOOL, []),
+                              helper.make_tensor_value_info("step", T.FLOAT, [3])],
+                             [nh.from_array(np.ones(3, np.float32), "one")])
+    g = helper.make_graph([helper.make_node("Loop", ["M", ""], ["y"], body=body, name="loop")], "scan",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [3])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [4, 3])],
+                          [nh.from_array(np.array(4, np.int64), "M")])
+    graph = Graph.load(helper.make_model(g, ir_version=9, opset_imports=[helper.make_opsetid("", 17)]))
+    assert graph.tensor("y").shape == (4, 3)
+
+
+def test_a_graph_output_nothing_computes_is_refused_in_one_line() -> None:
+    from collage.errors import ModelError
+    from collage.graph.ir import Graph
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "ghost",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [2, 4])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [2, 4]),
+                           helper.make_tensor_value_info("zz", T.FLOAT, [2, 4])])
+    with pytest.raises(ModelError) as e:
+        Graph.load(helper.make_model(g, ir_version=9, opset_imports=[helper.make_opsetid("", 17)]))
+    assert "graph output 'zz' is not computed by any node" in str(e.value) and "\n" not in str(e.value)
