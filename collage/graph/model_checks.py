@@ -122,10 +122,12 @@ SERIALIZED_MAX = 2**31 - 1 - 2**25
 
 
 def check_serializable(model: onnx.ModelProto, source: str) -> None:
-    """Refuse a model whose weights (initializers, subgraphs' too) pass protobuf's 2 GB limit on one serialized
-    message, saying how much they hold. Counted from the tensors, not ``ByteSize()``: upb serializes to size a
-    message (15 s for a 2.4 GB model, before it fails)."""
-    weights = sum(_tensor_bytes(t) for g in _graphs(model.graph) for t in g.initializer)
+    """Refuse a model whose weights (initializers and Constant nodes' tensors, subgraphs' too) pass protobuf's 2 GB
+    limit on one serialized message, saying how much they hold. Counted from the tensors, not ``ByteSize()``: upb
+    serializes to size a message (15 s for a 2.4 GB model, before it fails)."""
+    weights = sum(_tensor_bytes(t) for g in _graphs(model.graph)
+                  for t in [*g.initializer, *(a.t for n in g.node for a in n.attribute if a.HasField("t")),
+                            *(t for n in g.node for a in n.attribute for t in a.tensors)])
     if weights > SERIALIZED_MAX:
         raise ModelError(f"{source}: the model is past the 2 GB one serialized ONNX model can hold "
                          f"({weights / 1e6:.0f} MB of weights); collage compiles and measures the whole model and "
@@ -145,10 +147,12 @@ def _tensor_bytes(t: onnx.TensorProto) -> int:
     """The bytes a tensor's data takes serialized (raw data as stored; typed values at their element size)."""
     if t.HasField("raw_data"):
         return len(t.raw_data)
+    if t.data_type == onnx.TensorProto.STRING:
+        return sum(len(v) for v in t.string_data)
     try:
         return _elements(t.dims) * np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
     except (KeyError, TypeError, ValueError):
-        return sum(len(v) for v in t.string_data)
+        return 0
 
 
 def check_dims(name: str, dims: object, what: str) -> tuple[int, ...]:

@@ -36,3 +36,27 @@ def test_a_model_past_2_gb_is_refused_at_load_in_one_line(tmp_path) -> None:
     proc = _cli(tmp_path, ["tune", "big.onnx", "-o", "out", "--backends", "onnxruntime", "--db", "c.sqlite"])
     _assert_one_line(proc, "tune", ["big.onnx", "past the 2 GB", "2416 MB of weights"])
     assert not (tmp_path / "out").exists()
+
+
+def test_the_2_gb_count_takes_constant_nodes_and_strings(monkeypatch) -> None:
+    """The count behind the refusal, at a limit of 1000 bytes: a Constant node's 40 kB tensor and a 5000-byte
+    string initializer count in full (an undercount let a model past the limit reach the serializer)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    from collage.errors import ModelError
+    from collage.graph import model_checks
+
+    monkeypatch.setattr(model_checks, "SERIALIZED_MAX", 1000)
+    const = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.zeros(10_000, np.float32)))
+    g = helper.make_graph([const, helper.make_node("Add", ["x", "c"], ["y"])], "const",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [10_000])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [10_000])])
+    with pytest.raises(ModelError, match="past the 2 GB"):
+        model_checks.check_serializable(helper.make_model(g), "const.onnx")
+    words = helper.make_tensor("words", T.STRING, [1], [b"w" * 5000])
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "strings",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [1])], [words])
+    with pytest.raises(ModelError, match="past the 2 GB"):
+        model_checks.check_serializable(helper.make_model(g), "strings.onnx")
