@@ -114,6 +114,13 @@ def test_functions_calling_functions_and_calls_inside_a_branch_are_inlined() -> 
     assert "mine" not in {o.domain for o in g.model.opset_import}  # no node uses it any more
 
 
+def test_the_report_names_the_functions_inlined_not_those_never_called() -> None:
+    m = _nested()
+    m.functions.append(helper.make_function("mine", "Unused", ["a"], ["o"], [helper.make_node("Relu", ["a"], ["o"])],
+                                            [helper.make_opsetid("", 17)]))
+    assert Graph.load(m).folding.inlined == ("mine::Inner", "mine::Outer")
+
+
 def test_a_function_whose_body_uses_an_unknown_domain_is_refused_in_one_line() -> None:
     with pytest.raises(ModelError) as e:
         Graph.load(_nested(inner_domain="com.example"))
