@@ -97,3 +97,22 @@ def test_a_tuned_int8_weight_model_runs_as_onnx_defines_it(tmp_path, backends) -
         art.close()
     want = _x().astype(np.float64) @ w
     assert np.abs(got - want).max() < 1e-4 * np.abs(want).max()
+
+
+def test_an_untuned_size_of_a_multi_size_artifact_runs_int8_weights_in_fp32(tmp_path) -> None:
+    """The multi-size artifact's whole-model fallback (an ONNX Runtime session of its own) computes in fp32 too."""
+    model, w = _int8_weights_model()
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "rows"
+    model.graph.output[0].type.tensor_type.shape.dim[1].dim_param = "rows"
+    path = tmp_path / "int8w.onnx"
+    onnx.save(model, path)
+    collage.tune(str(path), tmp_path / "out", shapes=[{"x": (1, 16, D)}, {"x": (1, 32, D)}], backends=["onnxruntime"],
+                 db=str(tmp_path / "costs.sqlite"), limits=Limits(max_nodes=2), progress=False)
+    x = np.random.default_rng(3).standard_normal((1, 24, D)).astype(np.float32)
+    art = collage.load(tmp_path / "out")
+    try:
+        got = art.run({"x": x})["y"]
+    finally:
+        art.close()
+    want = x.astype(np.float64) @ w
+    assert np.abs(got - want).max() < 1e-4 * np.abs(want).max()

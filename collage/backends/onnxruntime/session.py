@@ -136,6 +136,8 @@ def make_session(model: onnx.ModelProto | bytes | str | Path, *, optimize: bool 
     so.log_severity_level = 3
     so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
                                    else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    # fp32 compute for a fused DequantizeLinear + MatMul, as the fp32 backend (collage.backends.onnxruntime.backend)
+    so.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "1")
     if _global_pool_threads is not None:
         so.use_per_session_threads = False
     else:
