@@ -116,3 +116,22 @@ def test_an_untuned_size_of_a_multi_size_artifact_runs_int8_weights_in_fp32(tmp_
         art.close()
     want = x.astype(np.float64) @ w
     assert np.abs(got - want).max() < 1e-4 * np.abs(want).max()
+
+
+def test_onnx_runtime_dequantizes_weight_only_partitions_once_at_load(tmp_path) -> None:
+    """A partition quantized in its weights only is saved as a plain fp32 MatMul (the weights dequantized once);
+    one that quantizes activations (a QuantizeLinear) keeps ONNX Runtime's QDQ handling."""
+    from collage.backends.onnxruntime.backend import weight_only_quantized
+
+    model, _ = _int8_weights_model()
+    assert weight_only_quantized(model)
+    entry = get_backend("onnxruntime", shared_pool=False).compile(model).save(tmp_path)
+    assert [n.op_type for n in onnx.load(tmp_path / entry["files"][0]).graph.node] == ["MatMul"]
+    qdq = onnx.ModelProto()
+    qdq.CopyFrom(model)
+    g = qdq.graph
+    g.node.insert(0, helper.make_node("QuantizeLinear", ["x", "xs"], ["xq"]))
+    g.node.insert(1, helper.make_node("DequantizeLinear", ["xq", "xs"], ["xd"]))
+    g.node[3].input[0] = "xd"
+    g.initializer.append(nh.from_array(np.array(0.05, np.float32), "xs"))
+    assert not weight_only_quantized(qdq)

@@ -40,7 +40,7 @@ class SessionSettings(Protocol):
 
     def version(self) -> str: ...
 
-    def session_options(self, opt_level: str | None = None) -> Any: ...
+    def session_options(self, opt_level: str | None = None, model: Any = None) -> Any: ...
 
 
 _pool_lock = threading.Lock()
@@ -252,7 +252,7 @@ class OrtCompiled(Compiled):
         else:
             data = self._model.SerializeToString()
             fname = f"onnxruntime-{sha256_bytes(data)[:16]}.onnx"
-            so = self._backend.session_options()
+            so = self._backend.session_options(model=self._model)
             so.optimized_model_filepath = str(directory / fname)
             try:  # creating the session writes the optimised model
                 onnxruntime_module().InferenceSession(data, so, providers=["CPUExecutionProvider"])
