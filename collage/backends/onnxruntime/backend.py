@@ -57,8 +57,8 @@ the activations quantized to int8 on the fly (off by 0.28 on outputs up to 49 wh
 (:func:`collage.backends.reference_backend`) are this backend, so they compute it exactly too. A partition whose
 only quantization is of its weights (:func:`weight_only_quantized`) is run with ONNX Runtime's QDQ handling off
 (``session.disable_quant_qdq``): its constant folding then dequantizes the weights once, at load, into a plain
-fp32 MatMul, as exact (3.7e-5 off float64) and 2.9x faster than the fused fp32 kernel, 0.89x the int8 shortcut's
-speed (x[1,64,1024] @ DQ(int8 W[1024,1024]): 0.265 vs 0.766 and 0.236 ms; results/backends/weight-only.md), at fp32
+fp32 MatMul, as exact (3.7e-5 off float64) and 3.1x faster than the fused fp32 kernel, 0.89x the int8 shortcut's
+speed (x[1,64,1024] @ DQ(int8 W[1024,1024]): 0.262 vs 0.810 and 0.233 ms; results/backends/weight-only.md), at fp32
 weights' memory. A ``MatMulNBits`` written in the model keeps its own ``accuracy_level`` (the op's meaning,
 which ONNX Runtime defines).
 """
