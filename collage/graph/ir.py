@@ -144,15 +144,15 @@ class Graph:
         kinds = {vi.name: not_a_tensor(vi) for vi in list(g.value_info) + list(g.output)}
         for node in g.node:
             for out in node.output:
-                if out and out in read and out not in self._tensors and kinds.get(out):
-                    hint = ("skl2onnx writes ZipMap unless converted with options={id(model): {'zipmap': False}}"
-                            if node.op_type == "ZipMap" else
-                            "export the model without sequence, map or optional values")
-                    raise ModelError(
-                        f"{self.source}: value {out!r} (output of node {node.name or node.op_type!r}, "
-                        f"{node.op_type}) is {kinds[out]}, not a tensor; collage cuts, measures and "
-                        f"runs graphs of tensors only ({hint})")
                 if out and out in read and out not in self._tensors:
+                    if kinds.get(out):
+                        hint = ("skl2onnx writes ZipMap unless converted with options={id(model): {'zipmap': False}}"
+                                if node.op_type == "ZipMap" else
+                                "export the model without sequence, map or optional values")
+                        raise ModelError(
+                            f"{self.source}: value {out!r} (output of node {node.name or node.op_type!r}, "
+                            f"{node.op_type}) is {kinds[out]}, not a tensor; collage cuts, measures and "
+                            f"runs graphs of tensors only ({hint})")
                     static = all(i in self._tensors for i in self.inputs)
                     contrib = node.domain not in SIZED_DOMAINS
                     knows = "does not size" if node.domain in ONNX_DOMAINS else "does not know"

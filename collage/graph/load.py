@@ -38,8 +38,8 @@ from onnx import helper, inliner, numpy_helper, shape_inference
 
 from collage.errors import ModelError
 from collage.graph.contrib import SIZED_DOMAINS, contrib_types, is_static, sized_values, static_dims
-from collage.graph.model_checks import (check_dims, check_initializer_data, check_input_sizes, check_names,
-                                        check_serializable, memory_bytes)
+from collage.graph.model_checks import (all_graphs, check_dims, check_initializer_data, check_input_sizes,
+                                        check_names, check_serializable, memory_bytes, subgraphs)
 
 log = logging.getLogger(__name__)
 
@@ -107,11 +107,6 @@ def read_model(source: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelP
     return model, str(path)
 
 
-def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    """A node's subgraphs (If branches, Loop and Scan bodies), in attribute order."""
-    return [g for a in node.attribute for g in ([a.g] if a.HasField("g") else []) + list(a.graphs)]
-
-
 def _subgraph_reads(node: onnx.NodeProto) -> list[str]:
     """Outer-scope tensors read by a node's subgraphs (If/Loop/Scan bodies)."""
     names: list[str] = []
@@ -143,10 +138,12 @@ def prepare_model(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], s
     model, folding = fold(original, source)  # nothing folded: ``original`` itself, prepared below (no second copy)
     model, inferred = _settle(model, source)
     sized: list[onnx.ValueInfoProto] = []
+    asked: set[str] = set()  # the values ONNX Runtime sized: never asked again
     while True:  # ONNX Runtime sizes the ops ONNX does not know, ONNX's inference what follows from them (cheap) ...
         grew = False
-        while new := [vi for vi in contrib_types(model, inferred) if vi.name not in {s.name for s in sized}]:
+        while new := [vi for vi in contrib_types(model, inferred) if vi.name not in asked]:
             sized += new
+            asked.update(vi.name for vi in new)
             grew = True
             model.graph.value_info.extend(new)
             inferred = _infer(model, source)
@@ -321,7 +318,7 @@ def _inline_functions(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
         raise ModelError(f"{source}: could not inline the model's local functions {names}: "
                          f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from e
     del inlined.functions[:]
-    used = {n.domain for n in _all_nodes(inlined.graph)}
+    used = {n.domain for sub in all_graphs(inlined.graph) for n in sub.node}
     keep = [o for o in inlined.opset_import
             if o.domain in used or o.domain in KNOWN_DOMAINS or o.domain not in {f.domain for f in model.functions}]
     del inlined.opset_import[:]
@@ -339,18 +336,13 @@ def called_functions(model: onnx.ModelProto) -> tuple[str, ...]:
     ``domain::name``, sorted: what inlining puts into the graph."""
     bodies = {(f.domain, f.name): f for f in model.functions}
     called: set[tuple[str, str]] = set()
-    todo = [(n.domain, n.op_type) for n in _all_nodes(model.graph)]
+    todo = [(n.domain, n.op_type) for sub in all_graphs(model.graph) for n in sub.node]
     while todo:
         key = todo.pop()
         if key in bodies and key not in called:
             called.add(key)
             todo += [(n.domain, n.op_type) for n in bodies[key].node]
     return tuple(sorted(f"{d}::{n}" for d, n in called))
-
-
-def _all_nodes(g: onnx.GraphProto) -> list[onnx.NodeProto]:
-    """Every node of ``g`` and of its nodes' subgraphs (If/Loop/Scan bodies), depth first."""
-    return [m for n in g.node for m in [n, *(k for sub in subgraphs(n) for k in _all_nodes(sub))]]
 
 
 def not_a_tensor(vi: onnx.ValueInfoProto) -> str | None:

@@ -125,7 +125,7 @@ def check_serializable(model: onnx.ModelProto, source: str) -> None:
     """Refuse a model whose weights (initializers and Constant nodes' tensors, subgraphs' too) pass protobuf's 2 GB
     limit on one serialized message, saying how much they hold. Counted from the tensors, not ``ByteSize()``: upb
     serializes to size a message (15 s for a 2.4 GB model, before it fails)."""
-    weights = sum(_tensor_bytes(t) for g in _graphs(model.graph)
+    weights = sum(_tensor_bytes(t) for g in all_graphs(model.graph)
                   for t in [*g.initializer, *(a.t for n in g.node for a in n.attribute if a.HasField("t")),
                             *(t for n in g.node for a in n.attribute for t in a.tensors)])
     if weights > SERIALIZED_MAX:
@@ -135,12 +135,17 @@ def check_serializable(model: onnx.ModelProto, source: str) -> None:
                          "data is read, but must fit); quantize its weights or tune a smaller part of it")
 
 
-def _graphs(g: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """A node's subgraphs (If branches, Loop and Scan bodies), in attribute order."""
+    return [g for a in node.attribute for g in ([a.g] if a.HasField("g") else []) + list(a.graphs)]
+
+
+def all_graphs(g: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``g`` and every subgraph nested in it, depth first."""
     yield g
     for node in g.node:
-        for attr in node.attribute:
-            for sub in list(attr.graphs) + ([attr.g] if attr.HasField("g") else []):
-                yield from _graphs(sub)
+        for sub in subgraphs(node):
+            yield from all_graphs(sub)
 
 
 def _tensor_bytes(t: onnx.TensorProto) -> int:
