@@ -80,6 +80,7 @@ from collage.backends.onnxruntime.route import (
     route_residual_inputs,
 )
 from collage.backends.onnxruntime.session import (
+    FP32_DQ_MATMUL,
     OrtCompiled,
     ensure_global_pool,
     global_pool_threads,
@@ -209,7 +210,7 @@ class OnnxRuntimeBackend(Backend):
         }[level]
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         if self.precision == "fp32":  # its DequantizeLinear + MatMul fusion computes in fp32, not int8 (module doc)
-            so.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "1")
+            so.add_session_config_entry(*FP32_DQ_MATMUL)
             if model is not None and weight_only_quantized(model):  # weights dequantized once, at load (module doc)
                 so.add_session_config_entry("session.disable_quant_qdq", "1")
         if self.shared_pool or global_pool_threads() is not None:

@@ -43,6 +43,10 @@ class SessionSettings(Protocol):
     def session_options(self, opt_level: str | None = None, model: Any = None) -> Any: ...
 
 
+#: the session config entry that makes ONNX Runtime compute a fused DequantizeLinear + MatMul (MatMulNBits) in fp32,
+#: not on activations quantized to int8 (collage.backends.onnxruntime.backend's module doc)
+FP32_DQ_MATMUL = ("session.qdq_matmulnbits_accuracy_level", "1")
+
 _pool_lock = threading.Lock()
 _global_pool_threads: int | None = None  # set once per process
 
@@ -136,8 +140,7 @@ def make_session(model: onnx.ModelProto | bytes | str | Path, *, optimize: bool 
     so.log_severity_level = 3
     so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
                                    else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    # fp32 compute for a fused DequantizeLinear + MatMul, as the fp32 backend (collage.backends.onnxruntime.backend)
-    so.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "1")
+    so.add_session_config_entry(*FP32_DQ_MATMUL)
     if _global_pool_threads is not None:
         so.use_per_session_threads = False
     else:
