@@ -44,7 +44,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
 VARIANTS: dict[str, tuple[str, str]] = {
     "openvino-bf16": ("collage.backends.openvino.lowp:OpenVINOBF16Backend", "cpu"),
     "openvino-fp16": ("collage.backends.openvino.lowp:OpenVINOFP16Backend", "cpu"),
-    # int8 QDQ with ranges calibrated once per model (collage.backends.qdq); need VNNI / AMX-INT8
+    # int8 QDQ with ranges calibrated once per model (collage.backends.qdq); need AVX2 or later (qdq.cpu_int8_reason)
     "onnxruntime-int8": ("collage.backends.onnxruntime.int8:OnnxRuntimeInt8Backend", "cpu"),
     "openvino-int8": ("collage.backends.openvino.lowp:OpenVINOInt8Backend", "cpu"),
     "openvino-int8-bf16": ("collage.backends.openvino.lowp:OpenVINOInt8BF16Backend", "cpu"),
