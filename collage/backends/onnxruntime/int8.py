@@ -2,8 +2,8 @@
 calibrated once for the model (:mod:`collage.backends.qdq`). ORT fuses the QDQ pairs into its int8
 kernels (QLinearConv, MatMulInteger: AMX-INT8, VNNI or AVX2's 16-bit multiply-adds, whichever the CPU has). A
 lower-precision variant: used only under an accuracy budget; available where the CPU has int8 multiply-add
-instructions (AVX2 and later), which does not make it faster: on an AVX2-only AMD EPYC (Zen 1) it is slower than
-ONNX Runtime fp32 on every zoo model measured (results/demo/avx2-native.md)."""
+instructions (AVX2 and later), which does not make it faster: on an AVX2-only AMD EPYC (Zen 1) it was slower than
+ONNX Runtime fp32 on 5 of 8 zoo models (results/demo/avx2-native.md)."""
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
