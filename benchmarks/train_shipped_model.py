@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> None:
         "probe_ms": min(probe_ms() for _ in range(3)), "collage_commit": commit,
         "models": used, "rows": counts, "dbs": [Path(p).name for p in args.dbs],
         "covered_classes": [cls],
-        "note": f"trained on one {cls} machine only; other machine classes use this file scaled by the probe",
+        "note": f"trained on one {cls} machine only; a machine of a class with no file of its own uses the nearest "
+                f"class's, scaled by the probe",
     }
     out = Path(args.out) if args.out else SHIPPED_DIR / f"{cls}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
