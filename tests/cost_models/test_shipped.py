@@ -42,7 +42,7 @@ def test_shipped_variants_cover_both_runtimes():
 
 def test_an_avx2_machine_starts_from_its_own_class(monkeypatch):
     # the probe does not carry across classes (numpy's float32 tanh is vectorized for AVX-512 only: an AVX2 CPU's
-    # probe against avx512.json's reference scaled by 26.5x where the backends differ by ~5.6x,
+    # probe against avx512.json's reference scaled by 27.5x where the backends differ by ~5.5x,
     # results/budget/shipped-transfer.md), so an AVX2 machine loads the file trained on one, its probe near that
     # machine's (scale ~1), never avx512.json scaled by 26x
     monkeypatch.setattr(sh, "machine_class", lambda flags=None: "avx2")
