@@ -48,6 +48,12 @@ CORE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 #: version of the QDQ recipe (part of the variants' version strings: cost, support and error keys).
 #: qdq3: weights per tensor below opset 13 (qdq2 wrote a per-channel DequantizeLinear there: refused)
 RECIPE = "qdq3"
+#: weight bits a variant quantizes with: 8, or 7 (ONNX Runtime's ``reduce_range``: weights in [-64, 63]) where the CPU's
+#: int8 kernels are AVX2's, which multiply-add uint8 x int8 pairs into 16 bits and saturate past 32767 (255 x 127 x 2
+#: does; 255 x 63 x 2 does not). Measured on an AVX2-only Zen 1: ONNX Runtime int8 on a Conv at opset 11 rel 0.398 ->
+#: 0.016, tiny-bert 0.084 -> 0.017 (OpenVINO's 0.084 -> 0.017 too), tiny-resnet 0.019 -> 0.011
+#: (tests/tuner/test_precision_int8.py). The tune picks 7 on such a CPU (collage.tuner.precision.tuner.prepare_int8)
+WEIGHT_BITS = (8, 7)
 #: the first opset whose DequantizeLinear takes ``axis`` (per-channel weights)
 PER_CHANNEL_OPSET = 13
 #: calibration methods (onnxruntime.quantization.CalibrationMethod names)
@@ -161,8 +167,10 @@ def load_ranges(path: str | Path) -> Ranges:
 
 
 # ---------------------------------------------------------------------- quantizing a candidate
-def quantize(model: onnx.ModelProto, ranges: Mapping[str, tuple[float, float]], ops: str = "core") -> onnx.ModelProto:
-    """``model`` (a cut-out candidate, original tensor names) in QDQ form with the recorded ranges (module doc)."""
+def quantize(model: onnx.ModelProto, ranges: Mapping[str, tuple[float, float]], ops: str = "core",
+             weight_bits: int = 8) -> onnx.ModelProto:
+    """``model`` (a cut-out candidate, original tensor names) in QDQ form with the recorded ranges (module doc),
+    weights in ``weight_bits`` (``WEIGHT_BITS``)."""
     from onnxruntime.quantization import QuantType
     from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
 
@@ -180,8 +188,8 @@ def quantize(model: onnx.ModelProto, ranges: Mapping[str, tuple[float, float]], 
     copy = onnx.ModelProto.FromString(model.SerializeToString())
     per_channel = default_opset(model) >= PER_CHANNEL_OPSET
     try:
-        q = _Fixed(copy, per_channel, False, QuantType.QInt8, QuantType.QUInt8, _tensors_data(present), None, None,
-                   quantizable_ops(ops), {"ActivationSymmetric": False, "WeightSymmetric": True})
+        q = _Fixed(copy, per_channel, weight_bits == 7, QuantType.QInt8, QuantType.QUInt8, _tensors_data(present),
+                   None, None, quantizable_ops(ops), {"ActivationSymmetric": False, "WeightSymmetric": True})
         q.quantize_model()
         out = q.model.model
     except Exception as e:  # noqa: BLE001 - the quantizer's message is the answer
@@ -194,9 +202,22 @@ def default_opset(model: onnx.ModelProto) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
-def quantize_with(model: onnx.ModelProto, explicit: str | None, ops: str, who: str) -> onnx.ModelProto:
+def quantize_with(model: onnx.ModelProto, explicit: str | None, ops: str, who: str,
+                  weight_bits: int = 8) -> onnx.ModelProto:
     """``quantize`` with the ranges in the file ``explicit``; CompileError saying how to get them when none."""
     if not explicit:
         raise CompileError(f"{who}: no calibrated int8 ranges: pass the backend option ranges=FILE "
                            "(collage.backends.qdq.save_ranges); collage tune does this under --accuracy")
-    return quantize(model, load_ranges(explicit), ops)
+    return quantize(model, load_ranges(explicit), ops, weight_bits)
+
+
+def check_weight_bits(bits: int) -> int:
+    """``bits`` when it is one of ``WEIGHT_BITS``, else ValueError naming them."""
+    if bits not in WEIGHT_BITS:
+        raise ValueError(f"weight_bits must be one of {list(WEIGHT_BITS)}, not {bits!r}")
+    return int(bits)
+
+
+def weight_tag(bits: int) -> str:
+    """What ``bits`` adds to a variant's version string: nothing for 8 (every key before 7 existed), ``-w7``."""
+    return "" if bits == 8 else f"-w{bits}"

@@ -268,13 +268,13 @@ EDITS = {"checksum": _checksum, "outside_fifo": _outside_fifo, "dotdot": _dotdot
 _ROOT = str(Path(__import__("collage").__file__).resolve().parents[1])
 
 
-def _cli(cwd: Path, argv: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+def _cli(cwd: Path, argv: list[str], env: dict | None = None, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
     path = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH", "")) if p)
     try:
         return subprocess.run([sys.executable, "-m", "collage.cli", *argv], cwd=cwd, capture_output=True, text=True,
-                              timeout=TIMEOUT, env={**os.environ, "PYTHONPATH": path, **(env or {})})
+                              timeout=timeout, env={**os.environ, "PYTHONPATH": path, **(env or {})})
     except subprocess.TimeoutExpired:
-        pytest.fail(f"collage {' '.join(argv)} did not finish in {TIMEOUT}s (did it open a FIFO outside the artifact?)")
+        pytest.fail(f"collage {' '.join(argv)} did not finish in {timeout}s (did it open a FIFO outside the artifact?)")
 
 
 def _assert_one_line(proc: subprocess.CompletedProcess, command: str, needles: list[str]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 
+import numpy as np
 import pytest
 
 import collage
@@ -91,3 +92,22 @@ def test_the_report_says_which_int8_kernels_judged_it(int8_artifact):
     head = render_markdown(int8_artifact).split("\n## ")[0]
     assert "int8 partitions (openvino-int8) were judged within the accuracy budget on" in head
     assert ("VNNI / AMX" if util.int8_kernels() == "vnni" else "AVX2 (16-bit") in head
+
+
+@needs_int8
+def test_an_artifact_quantized_with_7_bit_weights_loads_them_so_on_any_cpu(tmp_path, monkeypatch):
+    """A tune on AVX2 int8 kernels quantizes with 7-bit weights (collage.backends.qdq.WEIGHT_BITS); the artifact
+    records it and runs its partitions so wherever it loads, as judged (a VNNI CPU too)."""
+    g = zoo.load_graph("zoo:tiny-resnet")
+    ranges = qdq.save_ranges(qdq.calibrate(g.model, load_calibration(g, None).samples), tmp_path / "ranges.json")
+    out = export(g, Plan.single("onnxruntime-int8", len(g)), tmp_path / "out",
+                 backend_options={"onnxruntime-int8": {"ranges": str(ranges), "weight_bits": 7}})
+    info = json.loads((out / "manifest.json").read_text())["backends"]["onnxruntime-int8"]
+    assert info["version"].endswith("-w7") and info["settings"]["weight_bits"] == 7
+    _as_cpu(monkeypatch, tmp_path, "fpu avx2 avx512f avx512_vnni")
+    art = collage.load(out)  # the version check passes: the backend is rebuilt with weight_bits 7
+    try:
+        outputs = art.run(art.random_inputs())
+        assert all(np.isfinite(v).all() for v in outputs.values())
+    finally:
+        art.close()

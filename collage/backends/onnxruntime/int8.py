@@ -22,26 +22,28 @@ class OnnxRuntimeInt8Backend(OnnxRuntimeBackend):
 
     def __init__(self, threads: int | None = None, spin: bool = False, shared_pool: bool = True,
                  opt_level: str = "all", precision: str = "int8", ops: str = "core", ranges: str | None = None,
-                 **_: Any) -> None:
+                 weight_bits: int = 8, **_: Any) -> None:
         super().__init__(threads=threads, spin=spin, shared_pool=shared_pool, opt_level=opt_level,
                          residual_fusion=False)
         qdq.quantizable_ops(ops)  # validates
         self.precision = "int8"
         self.ops = ops
         self.ranges = ranges  # a file; not part of the cost key (module doc of collage.backends.qdq)
+        self.weight_bits = qdq.check_weight_bits(weight_bits)
 
     def available(self) -> str | None:
         return super().available() or qdq.cpu_int8_reason()
 
     def version(self) -> str:
-        return f"{super().version()}-{qdq.RECIPE}-{self.ops}"
+        return f"{super().version()}-{qdq.RECIPE}-{self.ops}{qdq.weight_tag(self.weight_bits)}"
 
     @property
     def options(self) -> dict[str, Any]:
-        return {**super().options, "ops": self.ops}
+        return {**super().options, "ops": self.ops,
+                **({"weight_bits": self.weight_bits} if self.weight_bits != 8 else {})}
 
     def quantized(self, model: onnx.ModelProto) -> onnx.ModelProto:
-        return qdq.quantize_with(model, self.ranges, self.ops, self.name)
+        return qdq.quantize_with(model, self.ranges, self.ops, self.name, self.weight_bits)
 
     def compile(self, model: onnx.ModelProto) -> OrtCompiled:
         return super().compile(self.quantized(model))

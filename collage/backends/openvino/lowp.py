@@ -75,7 +75,7 @@ class OpenVINOInt8Backend(OpenVINOBackend):
     rest = "fp32"
 
     def __init__(self, threads: int | None = None, precision: str | None = None, pinning: bool = False,
-                 hint: str = "LATENCY", ops: str = "core", ranges: str | None = None) -> None:
+                 hint: str = "LATENCY", ops: str = "core", ranges: str | None = None, weight_bits: int = 8) -> None:
         from collage.backends import qdq
 
         super().__init__(threads=threads, precision=self.rest, pinning=pinning, hint=hint)
@@ -83,6 +83,7 @@ class OpenVINOInt8Backend(OpenVINOBackend):
         self.precision = "int8" if self.rest == "fp32" else f"int8+{self.rest}"
         self.ops = ops
         self.ranges = ranges  # a file; not part of the cost key (module doc of collage.backends.qdq)
+        self.weight_bits = qdq.check_weight_bits(weight_bits)
 
     def available(self) -> str | None:
         from collage.backends import qdq
@@ -93,12 +94,12 @@ class OpenVINOInt8Backend(OpenVINOBackend):
     def version(self) -> str:
         from collage.backends import qdq
 
-        return f"{super().version()}-{qdq.RECIPE}-{self.ops}"
+        return f"{super().version()}-{qdq.RECIPE}-{self.ops}{qdq.weight_tag(self.weight_bits)}"
 
     @property
     def options(self) -> dict[str, Any]:
         return {"threads": self.threads, "hint": self.hint, "pinning": self.pinning, "ops": self.ops,
-                "precision": self.precision}
+                "precision": self.precision, **({"weight_bits": self.weight_bits} if self.weight_bits != 8 else {})}
 
     def config(self) -> dict[str, str]:
         saved, self.precision = self.precision, self.rest
@@ -110,7 +111,7 @@ class OpenVINOInt8Backend(OpenVINOBackend):
     def quantized(self, model: Any) -> Any:
         from collage.backends import qdq
 
-        return qdq.quantize_with(model, self.ranges, self.ops, self.name)
+        return qdq.quantize_with(model, self.ranges, self.ops, self.name, self.weight_bits)
 
     def compile(self, model: Any) -> Any:
         return super().compile(self.quantized(model))

@@ -117,6 +117,9 @@ def prepare_int8(graph: Any, calib: Calibration, db: Any, int8: Sequence[Any],
     for b in int8:
         b.ranges = str(path)
         backend_options.setdefault(b.name, {})["ranges"] = str(path)  # workers, exports: by name
+        if b.int8_kernels() == "avx2" and "weight_bits" not in backend_options[b.name]:  # AVX2's kernels saturate
+            b.weight_bits = 7  # 7-bit weights (qdq.WEIGHT_BITS); recorded in the artifact with the other options
+            backend_options[b.name]["weight_bits"] = 7
     _say(progress, "precision: int8 ranges of %d tensors %s (%s, %d %s calibration sample(s))", len(doc["ranges"]),
          "reused from the cost DB" if runs == 0 else "calibrated", method, len(calib.samples),
          "random" if calib.random else "given")
