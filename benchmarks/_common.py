@@ -10,7 +10,9 @@ import gc
 import random
 import sys
 import time
+from collections.abc import Collection
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -92,3 +94,13 @@ def interleaved(fns: dict, rounds: int, desc: str, *, warmup: int = 3, calls: in
     finally:
         gc.enable()
     return samples
+
+
+def backend_as_tuned(name: str, ranges: str | None, int8: Collection[str]) -> Any:
+    """``get_backend(name)``; an int8 variant (in ``int8``) with the calibrated ``ranges`` and the weight bits a tune
+    on this CPU quantizes it with (``collage.backends.qdq.tuned_weight_bits``: 7 on AVX2 int8 kernels)."""
+    from collage.backends import get_backend, qdq
+
+    if name not in int8:
+        return get_backend(name)
+    return get_backend(name, ranges=ranges, weight_bits=qdq.tuned_weight_bits(get_backend(name)))

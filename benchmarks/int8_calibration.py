@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
                     path = str(qdq.save_ranges(ranges, Path(tmp) / "r.json"))
                     cells = []
                     for b in ("onnxruntime-int8", "openvino-int8"):
-                        e = run_error(get_backend(b, ranges=path, ops=ops).compile(g.model).run, calib, refs, g.outputs)
+                        bits = qdq.tuned_weight_bits(get_backend(b))
+                        e = run_error(get_backend(b, ranges=path, ops=ops, weight_bits=bits).compile(g.model).run,
+                                      calib, refs, g.outputs)
                         cells.append(f"{e.rel:.4f} / {e.cos:.6f}")
                 lines.append(f"| {name} | {method} | {ops} | {secs:.1f} | {cells[0]} | {cells[1]} |")
                 print(lines[-1], flush=True)

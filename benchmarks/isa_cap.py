@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import header, md_table, write_report
+from benchmarks._common import backend_as_tuned, header, md_table, write_report
 from benchmarks.budget import load_line
 
 BACKENDS = ("onnxruntime", "openvino", "onnxruntime-int8", "openvino-int8")
@@ -86,7 +86,6 @@ def errors(graph, compiled: dict) -> dict[str, list[float]]:
 def serve(model: str, ranges: str) -> None:
     """A worker: compile the whole model on every backend, warm up, print the kernels, then one block round per
     line read."""
-    from collage.backends import get_backend
     from collage.graph.inputs import random_inputs
     from collage.graph.ir import Graph
     from collage.tuner.checks import median_ms
@@ -94,7 +93,7 @@ def serve(model: str, ranges: str) -> None:
 
     graph = Graph.load(model_path(model), shapes=real_shapes(model))
     feeds = random_inputs(graph, seed=0)
-    compiled = {b: get_backend(b, **({"ranges": ranges} if b in INT8 else {})).compile(graph.model)
+    compiled = {b: backend_as_tuned(b, ranges, INT8).compile(graph.model)
                 for b in BACKENDS}
     calls = {b: (lambda c=c: c.run(feeds)) for b, c in compiled.items()}
     for fn in calls.values():

@@ -32,7 +32,7 @@ import time
 import traceback
 from pathlib import Path
 
-from benchmarks._common import write_atomic
+from benchmarks._common import backend_as_tuned, write_atomic
 from collage.util import source_commit
 
 log = logging.getLogger("benchmarks.precision")
@@ -78,7 +78,6 @@ def bench_model(name: str, accuracy: str, *, max_nodes: int, budget_s: float | N
 def _bench_model(name: str, accuracy: str, out: Path, *, max_nodes: int, budget_s: float | None, db: str | None,
                  rounds: int, int8: bool = False) -> dict:
     from collage import zoo
-    from collage.backends import get_backend
     from collage.measure.accuracy import load_calibration, parse_accuracy, reference_runs, run_error
     from collage.errors import CollageError
     from collage.runtime.artifact import load
@@ -99,7 +98,7 @@ def _bench_model(name: str, accuracy: str, out: Path, *, max_nodes: int, budget_
     refused: dict[str, str] = {}
     for b in backends:  # the int8 whole models quantized with the ranges the tune calibrated (or reused)
         try:
-            runners[b] = get_backend(b, **({"ranges": ranges} if b in INT8 else {})).compile(graph.model)
+            runners[b] = backend_as_tuned(b, ranges, INT8).compile(graph.model)
         except CollageError as e:  # a lower-precision whole model the runtime cannot build: a cell, not the row
             if b not in WITH_INT8:  # the fp32 baselines and all-bf16 are every table's columns
                 raise

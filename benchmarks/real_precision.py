@@ -34,7 +34,7 @@ import onnx
 
 from benchmarks import real_inputs as ri
 from benchmarks import task_metrics as tm
-from benchmarks._common import header, md_table, write_atomic
+from benchmarks._common import backend_as_tuned, header, md_table, write_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 Feeds = dict[str, np.ndarray]
@@ -205,7 +205,6 @@ def tune_one(model: str, row: ModelRow, accuracy: str, calib: Path, s: Settings)
 
 def whole_models(graph, backends: list[str], ranges: str | None, row: ModelRow) -> dict[str, object]:
     """Every backend on the whole (loaded) model; a variant that does not build is a reason in ``row.refused``."""
-    from collage.backends import get_backend
     from collage.errors import CollageError
     out = {}
     for b in backends:
@@ -213,7 +212,7 @@ def whole_models(graph, backends: list[str], ranges: str | None, row: ModelRow) 
             row.refused[b] = "no int8 ranges: the tune calibrated none"
             continue
         try:
-            out[b] = get_backend(b, **({"ranges": ranges} if b in INT8 else {})).compile(graph.model)
+            out[b] = backend_as_tuned(b, ranges, INT8).compile(graph.model)
         except CollageError as e:
             row.refused[b] = str(e).splitlines()[0][:300]
     return out

@@ -48,11 +48,12 @@ CORE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 #: version of the QDQ recipe (part of the variants' version strings: cost, support and error keys).
 #: qdq3: weights per tensor below opset 13 (qdq2 wrote a per-channel DequantizeLinear there: refused)
 RECIPE = "qdq3"
-#: weight bits a variant quantizes with: 8, or 7 (ONNX Runtime's ``reduce_range``: weights in [-64, 63]) where the CPU's
-#: int8 kernels are AVX2's, which multiply-add uint8 x int8 pairs into 16 bits and saturate past 32767 (255 x 127 x 2
-#: does; 255 x 63 x 2 does not). Measured on an AVX2-only Zen 1: ONNX Runtime int8 on a Conv at opset 11 rel 0.398 ->
-#: 0.016, tiny-bert 0.084 -> 0.017 (OpenVINO's 0.084 -> 0.017 too), tiny-resnet 0.019 -> 0.011
-#: (tests/tuner/test_precision_int8.py). The tune picks 7 on such a CPU (collage.tuner.precision.tuner.prepare_int8)
+#: weight bits a variant quantizes with: 8, or 7 (ONNX Runtime's ``reduce_range``: symmetric weights in [-64, 64])
+#: where the CPU's int8 kernels are AVX2's, which multiply-add uint8 x int8 pairs into 16 bits and saturate past 32767
+#: (255 x 127 x 2 does; 255 x 64 x 2 = 32640 does not). Measured on an AVX2-only Zen 1: ONNX Runtime int8 on a Conv
+#: at opset 11 rel 0.398 -> 0.016, tiny-bert 0.084 -> 0.017 (OpenVINO's 0.084 -> 0.017 too), tiny-resnet 0.019 ->
+#: 0.011 (tests/tuner/test_precision_int8.py). The tune picks 7 on such a CPU (``tuned_weight_bits``, in
+#: collage.tuner.precision.tuner.prepare_int8)
 WEIGHT_BITS = (8, 7)
 #: the first opset whose DequantizeLinear takes ``axis`` (per-channel weights)
 PER_CHANNEL_OPSET = 13
@@ -170,7 +171,9 @@ def load_ranges(path: str | Path) -> Ranges:
 def quantize(model: onnx.ModelProto, ranges: Mapping[str, tuple[float, float]], ops: str = "core",
              weight_bits: int = 8) -> onnx.ModelProto:
     """``model`` (a cut-out candidate, original tensor names) in QDQ form with the recorded ranges (module doc),
-    weights in ``weight_bits`` (``WEIGHT_BITS``)."""
+    weights in ``weight_bits`` (``WEIGHT_BITS``; 7: every int8 weight checked within [-64, 64] after, so a quantizer
+    that ignored ``reduce_range`` is a CompileError, never a -w7 key on 8-bit weights)."""
+    check_weight_bits(weight_bits)
     from onnxruntime.quantization import QuantType
     from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
 
@@ -194,7 +197,30 @@ def quantize(model: onnx.ModelProto, ranges: Mapping[str, tuple[float, float]], 
         out = q.model.model
     except Exception as e:  # noqa: BLE001 - the quantizer's message is the answer
         raise CompileError(f"int8: cannot quantize model {model.graph.name!r}: {type(e).__name__}: {e}") from e
+    if weight_bits == 7:
+        _check_7_bit_weights(out)
     return out
+
+
+def _check_7_bit_weights(model: onnx.ModelProto) -> None:
+    """CompileError naming a DequantizeLinear weight (an int8 initializer) outside [-64, 64]."""
+    from onnx import numpy_helper
+
+    inits = {t.name: t for t in model.graph.initializer}
+    for node in model.graph.node:
+        t = inits.get(node.input[0]) if node.op_type == "DequantizeLinear" and node.input else None
+        if t is not None and t.data_type == onnx.TensorProto.INT8:
+            peak = int(np.abs(numpy_helper.to_array(t).astype(np.int16)).max(initial=0))
+            if peak > 64:
+                raise CompileError(f"int8: weight {t.name!r} quantized to 7 bits reaches {peak} (> 64): this "
+                                   "onnxruntime's quantizer ignored reduce_range; upgrade onnxruntime")
+
+
+def tuned_weight_bits(backend: object) -> int:
+    """The weight bits a tune quantizes an int8 variant with on this CPU: 7 where its int8 kernels are AVX2's
+    (``WEIGHT_BITS``), else 8."""
+    kernels = getattr(backend, "int8_kernels", None)
+    return 7 if callable(kernels) and kernels() == "avx2" else 8
 
 
 def default_opset(model: onnx.ModelProto) -> int:

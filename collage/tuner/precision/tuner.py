@@ -117,13 +117,13 @@ def prepare_int8(graph: Any, calib: Calibration, db: Any, int8: Sequence[Any],
     for b in int8:
         b.ranges = str(path)
         backend_options.setdefault(b.name, {})["ranges"] = str(path)  # workers, exports: by name
-        if b.int8_kernels() == "avx2" and "weight_bits" not in backend_options[b.name]:  # AVX2's kernels saturate
-            b.weight_bits = 7  # 7-bit weights (qdq.WEIGHT_BITS); recorded in the artifact with the other options
-            backend_options[b.name]["weight_bits"] = 7
+        if "weight_bits" not in backend_options[b.name]:  # 7 where the int8 kernels are AVX2's (qdq.WEIGHT_BITS)
+            b.weight_bits = backend_options[b.name]["weight_bits"] = qdq.tuned_weight_bits(b)  # in the artifact too
     _say(progress, "precision: int8 ranges of %d tensors %s (%s, %d %s calibration sample(s))", len(doc["ranges"]),
          "reused from the cost DB" if runs == 0 else "calibrated", method, len(calib.samples),
          "random" if calib.random else "given")
-    return {"method": method, "ops": ops[0], "tensors": len(doc["ranges"]), "calibration_runs": runs,
+    return {"method": method, "ops": ops[0], "weight_bits": {b.name: b.weight_bits for b in int8},
+            "tensors": len(doc["ranges"]), "calibration_runs": runs,
             "reused": runs == 0, "seconds": round(time.monotonic() - t0, 3), "file": str(path),
             "calibration": calib.to_dict()}
 
