@@ -100,17 +100,7 @@ def test_each_int8_variant_vs_fp32_within_tolerance(model, tmp_path):
 def test_int8_quantizes_a_model_below_opset_13(name, tmp_path):
     """A Paddle2ONNX export at opset 11/12 (ppocr-cls, PP-OCRv4): DequantizeLinear has no ``axis`` before opset 13,
     so its weights are quantized per tensor (qdq2 wrote per-channel ones and both runtimes refused the model)."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    rng = np.random.default_rng(0)
-    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 3, 3, 3], rng.normal(0, 0.2, 8 * 27).astype(np.float32).tolist())
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])]
-    graph = helper.make_graph(nodes, "opset11", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
-    onnx.checker.check_model(model)
-    g = Graph(model)
+    g = _conv_opset11()
     path, calib = _ranges(g, tmp_path)
     q = qdq.quantize(g.model, qdq.load_ranges(path))
     assert any(n.op_type == "DequantizeLinear" for n in q.graph.node)
