@@ -21,8 +21,8 @@ class OnnxRuntimeInt8Backend(OnnxRuntimeBackend):
     name = "onnxruntime-int8"
 
     def __init__(self, threads: int | None = None, spin: bool = False, shared_pool: bool = True,
-                 opt_level: str = "all", precision: str = "int8", ops: str = "core", ranges: str | None = None,
-                 weight_bits: int = 8, **_: Any) -> None:
+                 opt_level: str = "all", ops: str = "core", ranges: str | None = None, weight_bits: int = 8,
+                 **_: Any) -> None:  # precision (an artifact's recorded setting): always int8, taken by **_
         super().__init__(threads=threads, spin=spin, shared_pool=shared_pool, opt_level=opt_level,
                          residual_fusion=False)
         qdq.quantizable_ops(ops)  # validates
