@@ -244,6 +244,12 @@ def check_weight_bits(bits: int) -> int:
     return int(bits)
 
 
-def weight_tag(bits: int) -> str:
-    """What ``bits`` adds to a variant's version string: nothing for 8 (every key before 7 existed), ``-w7``."""
-    return "" if bits == 8 else f"-w{bits}"
+def variant_tag(ops: str, bits: int) -> str:
+    """What an int8 variant adds to its runtime's version string (its cost, support and error keys): the recipe, the
+    op set and, for 7-bit weights only, ``-w7`` (every key from before 7 existed stays as it was)."""
+    return f"-{RECIPE}-{ops}" + ("" if bits == 8 else f"-w{bits}")
+
+
+def weight_option(bits: int) -> dict[str, int]:
+    """An int8 variant's ``weight_bits`` as a recorded option: ``{}`` for 8 (the default, as before 7 existed)."""
+    return {} if bits == 8 else {"weight_bits": bits}

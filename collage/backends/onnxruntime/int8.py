@@ -35,12 +35,11 @@ class OnnxRuntimeInt8Backend(OnnxRuntimeBackend):
         return super().available() or qdq.cpu_int8_reason()
 
     def version(self) -> str:
-        return f"{super().version()}-{qdq.RECIPE}-{self.ops}{qdq.weight_tag(self.weight_bits)}"
+        return super().version() + qdq.variant_tag(self.ops, self.weight_bits)
 
     @property
     def options(self) -> dict[str, Any]:
-        return {**super().options, "ops": self.ops,
-                **({"weight_bits": self.weight_bits} if self.weight_bits != 8 else {})}
+        return {**super().options, "ops": self.ops, **qdq.weight_option(self.weight_bits)}
 
     def quantized(self, model: onnx.ModelProto) -> onnx.ModelProto:
         return qdq.quantize_with(model, self.ranges, self.ops, self.name, self.weight_bits)

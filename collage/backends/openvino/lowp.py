@@ -94,12 +94,14 @@ class OpenVINOInt8Backend(OpenVINOBackend):
     def version(self) -> str:
         from collage.backends import qdq
 
-        return f"{super().version()}-{qdq.RECIPE}-{self.ops}{qdq.weight_tag(self.weight_bits)}"
+        return super().version() + qdq.variant_tag(self.ops, self.weight_bits)
 
     @property
     def options(self) -> dict[str, Any]:
+        from collage.backends import qdq
+
         return {"threads": self.threads, "hint": self.hint, "pinning": self.pinning, "ops": self.ops,
-                "precision": self.precision, **({"weight_bits": self.weight_bits} if self.weight_bits != 8 else {})}
+                "precision": self.precision, **qdq.weight_option(self.weight_bits)}
 
     def config(self) -> dict[str, str]:
         saved, self.precision = self.precision, self.rest

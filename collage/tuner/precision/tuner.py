@@ -118,7 +118,8 @@ def prepare_int8(graph: Any, calib: Calibration, db: Any, int8: Sequence[Any],
         b.ranges = str(path)
         backend_options.setdefault(b.name, {})["ranges"] = str(path)  # workers, exports: by name
         if "weight_bits" not in backend_options[b.name]:  # 7 where the int8 kernels are AVX2's (qdq.WEIGHT_BITS)
-            b.weight_bits = backend_options[b.name]["weight_bits"] = qdq.tuned_weight_bits(b)  # in the artifact too
+            b.weight_bits = qdq.tuned_weight_bits(b)
+            backend_options[b.name].update(qdq.weight_option(b.weight_bits))  # workers and the artifact: 7 only
     _say(progress, "precision: int8 ranges of %d tensors %s (%s, %d %s calibration sample(s))", len(doc["ranges"]),
          "reused from the cost DB" if runs == 0 else "calibrated", method, len(calib.samples),
          "random" if calib.random else "given")
